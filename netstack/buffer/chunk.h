@@ -1,0 +1,143 @@
+// Payload chunks: fixed 64 KiB blocks, refcounted, recycled by a pool.
+//
+// A chunk holds payload bytes: a received frame, or the data of a TCP send
+// queue that one super-segment (up to 64 KiB) and all its retransmissions
+// refer to. Views (payload_view.h) share a chunk without copying its bytes.
+//
+// Threading: a pool and its chunks belong to one event loop (one stack
+// instance is single-threaded, docs/ARCHITECTURE.md), so the refcount is a
+// plain integer, not an atomic.
+#ifndef NETSTACK_BUFFER_CHUNK_H_
+#define NETSTACK_BUFFER_CHUNK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "boost/intrusive/slist.hpp"
+#include "netstack/base/dcheck.h"
+
+namespace netstack::buffer {
+
+// Large enough for one 64 KiB super-segment's payload, or one GRO'd frame.
+inline constexpr size_t kChunkSize = 64 * 1024;
+
+class ChunkPool;
+class ChunkRef;
+
+class Chunk {
+ public:
+  Chunk(const Chunk&) = delete;
+  Chunk& operator=(const Chunk&) = delete;
+
+  std::span<const uint8_t> data() const { return data_; }
+  // Writing is for the owner that filled a fresh chunk; once views are
+  // shared, the bytes are immutable by convention (checked in debug).
+  std::span<uint8_t> mutable_data() {
+    NETSTACK_DCHECK(refs_ == 1);
+    return data_;
+  }
+  uint32_t refs() const { return refs_; }
+
+ private:
+  friend class ChunkPool;
+  friend class ChunkRef;
+  explicit Chunk(ChunkPool* pool) : pool_(pool) {}
+
+  boost::intrusive::slist_member_hook<> free_hook_;
+  ChunkPool* const pool_;
+  uint32_t refs_ = 0;
+  alignas(64) uint8_t data_[kChunkSize];
+};
+
+// A counted reference to a chunk; copying shares it. An empty ChunkRef
+// (from an exhausted pool) converts to false.
+class ChunkRef {
+ public:
+  ChunkRef() = default;
+  ChunkRef(const ChunkRef& o) : chunk_(o.chunk_) { Acquire(); }
+  ChunkRef(ChunkRef&& o) noexcept : chunk_(std::exchange(o.chunk_, nullptr)) {}
+  ChunkRef& operator=(const ChunkRef& o) {
+    if (this != &o) {
+      ChunkRef copy(o);
+      std::swap(chunk_, copy.chunk_);
+    }
+    return *this;
+  }
+  ChunkRef& operator=(ChunkRef&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      chunk_ = std::exchange(o.chunk_, nullptr);
+    }
+    return *this;
+  }
+  ~ChunkRef() { Reset(); }
+
+  explicit operator bool() const { return chunk_ != nullptr; }
+  Chunk* get() const { return chunk_; }
+  Chunk* operator->() const { return chunk_; }
+  Chunk& operator*() const { return *chunk_; }
+  void Reset();
+
+ private:
+  friend class ChunkPool;
+  explicit ChunkRef(Chunk* c) : chunk_(c) { Acquire(); }
+  void Acquire() {
+    if (chunk_ != nullptr) ++chunk_->refs_;
+  }
+
+  Chunk* chunk_ = nullptr;
+};
+
+// Hands out chunks and takes them back when their last reference goes.
+// Memory is bounded: at most `max_chunks` exist at once. A chunk is
+// allocated from the heap the first time the free list is empty and then
+// recycled, so a warmed-up pool does not allocate.
+class ChunkPool {
+ public:
+  struct Stats {
+    size_t in_use = 0;     // referenced right now
+    size_t free = 0;       // on the free list
+    size_t created = 0;    // heap allocations ever made
+    uint64_t allocations = 0;  // successful Allocate() calls
+    uint64_t exhausted = 0;    // Allocate() calls refused at the limit
+  };
+
+  explicit ChunkPool(size_t max_chunks);
+  ChunkPool(const ChunkPool&) = delete;
+  ChunkPool& operator=(const ChunkPool&) = delete;
+  // Every chunk must have been released (DCHECK).
+  ~ChunkPool();
+
+  // A fresh chunk with one reference, or an empty ref at the limit.
+  [[nodiscard]] ChunkRef Allocate();
+  // Creates chunks up to `count` in total now, so later Allocate() calls do
+  // not touch the heap.
+  void Reserve(size_t count);
+  const Stats& stats() const { return stats_; }
+  size_t max_chunks() const { return max_chunks_; }
+
+ private:
+  friend class ChunkRef;
+  void Release(Chunk* c);
+
+  using FreeList = boost::intrusive::slist<
+      Chunk, boost::intrusive::member_hook<Chunk,
+                                           boost::intrusive::slist_member_hook<>,
+                                           &Chunk::free_hook_>>;
+  FreeList free_;
+  const size_t max_chunks_;
+  Stats stats_;
+};
+
+inline void ChunkRef::Reset() {
+  if (chunk_ == nullptr) return;
+  NETSTACK_DCHECK(chunk_->refs_ > 0);
+  if (--chunk_->refs_ == 0) chunk_->pool_->Release(chunk_);
+  chunk_ = nullptr;
+}
+
+}  // namespace netstack::buffer
+
+#endif  // NETSTACK_BUFFER_CHUNK_H_

@@ -1,0 +1,181 @@
+// A packet on its way out (or in): prependable headers plus payload views,
+// and the `next` link that chains packets without allocating.
+//
+// Ownership:
+//   - A PacketBuffer lives in a PacketPool; a PacketPtr owns one uniquely
+//     and returns it to its pool when dropped.
+//   - A PacketChain owns the packets linked into it through their `next`
+//     hook. Pushing a PacketPtr moves ownership into the chain; PopFront
+//     moves it out; destroying the chain returns what is left to the pools.
+//   - Payload bytes are owned by refcounted chunks and shared by views; a
+//     GSO split gives every packet of the chain views into the same chunks.
+#ifndef NETSTACK_BUFFER_PACKET_H_
+#define NETSTACK_BUFFER_PACKET_H_
+
+#include <sys/uio.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "boost/intrusive/slist.hpp"
+#include "netstack/buffer/payload_view.h"
+#include "netstack/buffer/prependable.h"
+
+namespace netstack::buffer {
+
+class PacketPool;
+
+class PacketBuffer {
+ public:
+  // A 64 KiB super-segment spans at most two chunks when its send queue
+  // is chunk-aligned; the rest is room for small application writes.
+  static constexpr size_t kMaxPayloadViews = 16;
+
+  PacketBuffer() = default;
+  PacketBuffer(const PacketBuffer&) = delete;
+  PacketBuffer& operator=(const PacketBuffer&) = delete;
+  // Moves headers and payload. The `next` hook and the pool membership
+  // stay with the storage: a moved-to packet is unlinked.
+  PacketBuffer(PacketBuffer&& o) noexcept;
+  PacketBuffer& operator=(PacketBuffer&& o) noexcept;
+  ~PacketBuffer() = default;
+
+  PrependableBuffer& headers() { return headers_; }
+  const PrependableBuffer& headers() const { return headers_; }
+
+  // Appends a payload view; false (and nothing changed) when all
+  // kMaxPayloadViews slots are used. Empty views are skipped.
+  [[nodiscard]] bool AppendPayload(PayloadView view);
+  std::span<const PayloadView> payload() const {
+    return {payload_.data(), payload_count_};
+  }
+  size_t payload_size() const { return payload_size_; }
+  size_t size() const { return headers_.size() + payload_size_; }
+
+  // Fills `out` with the headers then the payload views; returns how many
+  // iovecs were used, or 0 if `out` is too small (nothing is partial).
+  size_t ToIovecs(std::span<iovec> out) const;
+  size_t iovec_count() const {
+    return (headers_.size() > 0 ? 1 : 0) + payload_count_;
+  }
+
+  // Clears headers and drops payload references, for reuse.
+  void Reset();
+
+  // The link that chains packets (e.g. the per-segment headers of one GSO
+  // split). Public because Boost.Intrusive's member_hook needs its address;
+  // use PacketChain rather than touching it.
+  boost::intrusive::slist_member_hook<> next;
+
+ private:
+  friend class PacketPool;
+  friend struct PacketDeleter;
+
+  PrependableBuffer headers_;
+  std::array<PayloadView, kMaxPayloadViews> payload_;
+  uint32_t payload_count_ = 0;
+  uint32_t payload_size_ = 0;
+  PacketPool* pool_ = nullptr;  // set only for pooled storage
+};
+
+// Returns a pooled packet to its pool; deletes one that is not pooled.
+struct PacketDeleter {
+  void operator()(PacketBuffer* p) const;
+};
+using PacketPtr = std::unique_ptr<PacketBuffer, PacketDeleter>;
+
+// Bounded pool of packet buffers. Like ChunkPool, it allocates only while
+// the free list is empty and below the limit, and recycles after that.
+class PacketPool {
+ public:
+  struct Stats {
+    size_t in_use = 0;
+    size_t free = 0;
+    size_t created = 0;
+    uint64_t allocations = 0;
+    uint64_t exhausted = 0;
+  };
+
+  explicit PacketPool(size_t max_packets);
+  PacketPool(const PacketPool&) = delete;
+  PacketPool& operator=(const PacketPool&) = delete;
+  ~PacketPool();
+
+  // A reset packet, or null at the limit.
+  [[nodiscard]] PacketPtr Allocate();
+  void Reserve(size_t count);
+  const Stats& stats() const { return stats_; }
+
+ private:
+  friend struct PacketDeleter;
+  void Release(PacketBuffer* p);
+
+  using FreeList = boost::intrusive::slist<
+      PacketBuffer,
+      boost::intrusive::member_hook<PacketBuffer,
+                                    boost::intrusive::slist_member_hook<>,
+                                    &PacketBuffer::next>>;
+  FreeList free_;  // free packets reuse the `next` hook: they are in no chain
+  const size_t max_packets_;
+  Stats stats_;
+};
+
+// An owning, ordered chain of packets linked through `next`. Building,
+// walking and handing over a chain allocates nothing.
+class PacketChain {
+ public:
+  using List = boost::intrusive::slist<
+      PacketBuffer,
+      boost::intrusive::member_hook<PacketBuffer,
+                                    boost::intrusive::slist_member_hook<>,
+                                    &PacketBuffer::next>,
+      boost::intrusive::cache_last<true>,
+      boost::intrusive::constant_time_size<true>>;
+  using const_iterator = List::const_iterator;
+  using iterator = List::iterator;
+
+  PacketChain() = default;
+  PacketChain(const PacketChain&) = delete;
+  PacketChain& operator=(const PacketChain&) = delete;
+  PacketChain(PacketChain&& o) noexcept { list_.swap(o.list_); }
+  PacketChain& operator=(PacketChain&& o) noexcept {
+    if (this != &o) {
+      Clear();
+      list_.swap(o.list_);
+    }
+    return *this;
+  }
+  ~PacketChain() { Clear(); }
+
+  void PushBack(PacketPtr p) { list_.push_back(*p.release()); }
+  // Null when empty.
+  PacketPtr PopFront();
+  // Moves all of `other`'s packets to the end of this chain, O(1).
+  void Append(PacketChain&& other) {
+    list_.splice_after(list_.last(), other.list_);
+  }
+  // Returns every packet to its pool.
+  void Clear();
+
+  size_t size() const { return list_.size(); }
+  bool empty() const { return list_.empty(); }
+  PacketBuffer& front() { return list_.front(); }
+  PacketBuffer& back() { return list_.back(); }
+  iterator begin() { return list_.begin(); }
+  iterator end() { return list_.end(); }
+  const_iterator begin() const { return list_.begin(); }
+  const_iterator end() const { return list_.end(); }
+
+  // Total bytes (headers + payload) of all packets.
+  size_t TotalBytes() const;
+
+ private:
+  List list_;
+};
+
+}  // namespace netstack::buffer
+
+#endif  // NETSTACK_BUFFER_PACKET_H_
