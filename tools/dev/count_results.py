@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Counts test cases in Bazel's JUnit XML results.
+
+Usage: count_results.py LABEL TESTLOGS_DIR
+Prints "LABEL: P passed, F failed (T targets)". A target whose XML is
+missing or unreadable counts as one failure; a target that Bazel marked as
+failed but whose XML lists no failing case (a crash, a timeout) counts as
+one failure too.
+"""
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+
+def main():
+    label, root = sys.argv[1], sys.argv[2]
+    passed = failed = targets = 0
+    for dirpath, _, files in os.walk(root, followlinks=True):
+        if "test.xml" not in files:
+            continue
+        targets += 1
+        path = os.path.join(dirpath, "test.xml")
+        try:
+            tree = ET.parse(path)
+        except ET.ParseError:
+            failed += 1
+            continue
+        cases = list(tree.iter("testcase"))
+        bad = 0
+        for case in cases:
+            if case.find("failure") is not None or case.find("error") is not None:
+                bad += 1
+            elif case.get("result") == "suppressed" or case.get("status") == "notrun":
+                continue
+            else:
+                passed += 1
+        failed += bad
+        # A suite-level failure count with no failing case: crash or timeout.
+        suite_fail = 0
+        for suite in tree.iter("testsuite"):
+            suite_fail += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        if bad == 0 and suite_fail > 0:
+            failed += 1
+        if not cases and suite_fail == 0:
+            # Bazel's own XML for a non-gtest target: one case per target.
+            passed += 1
+    print(f"{label}: {passed} passed, {failed} failed ({targets} targets)")
+
+
+if __name__ == "__main__":
+    main()
