@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Counts test cases in Bazel's JUnit XML results.
 
-Usage: count_results.py LABEL TESTLOGS_DIR
+Usage: count_results.py LABEL TESTLOGS_DIR TARGET...
+Reads TESTLOGS_DIR/<package>/<name>/test.xml for each test TARGET
+(//package:name), so stale results of deleted targets are not counted.
 Prints "LABEL: P passed, F failed (T targets)". A target whose XML is
 missing or unreadable counts as one failure; a target that Bazel marked as
 failed but whose XML lists no failing case (a crash, a timeout) counts as
@@ -13,16 +15,16 @@ import xml.etree.ElementTree as ET
 
 
 def main():
-    label, root = sys.argv[1], sys.argv[2]
+    label, root, labels = sys.argv[1], sys.argv[2], sys.argv[3:]
     passed = failed = targets = 0
-    for dirpath, _, files in os.walk(root, followlinks=True):
-        if "test.xml" not in files:
-            continue
+    for target in labels:
+        package, _, name = target.lstrip("/").partition(":")
+        path = os.path.join(root, package, name, "test.xml")
         targets += 1
-        path = os.path.join(dirpath, "test.xml")
         try:
             tree = ET.parse(path)
-        except ET.ParseError:
+        except (ET.ParseError, OSError):
+            print(f"{label}: no readable result for {target}", file=sys.stderr)
             failed += 1
             continue
         cases = list(tree.iter("testcase"))
