@@ -1,0 +1,115 @@
+// Why a packet was dropped, and what the stack did: every frame that
+// enters the stack ends up either handled (a counter below says how) or
+// dropped under exactly one reason, as Linux's kfree_skb_reason does.
+// `netstackd` prints these on SIGUSR1 and at exit.
+#ifndef NETSTACK_STACK_COUNTERS_H_
+#define NETSTACK_STACK_COUNTERS_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace netstack::stack {
+
+// X(enumerator, "name")
+#define NETSTACK_DROP_REASONS(X)                                       \
+  X(kEthernetMalformed, "ethernet_malformed")                         \
+  X(kNotOurMac, "not_our_mac")                                        \
+  X(kUnknownEthertype, "unknown_ethertype")                           \
+  X(kArpMalformed, "arp_malformed")                                   \
+  X(kArpNotForUs, "arp_not_for_us")                                   \
+  X(kArpBadSender, "arp_bad_sender")                                  \
+  X(kIpv4Malformed, "ipv4_malformed")                                 \
+  X(kIpv4BadChecksum, "ipv4_bad_checksum")                            \
+  X(kIpv4BadSource, "ipv4_bad_source")                                \
+  X(kIpv4NotForUs, "ipv4_not_for_us")                                 \
+  X(kIpv4FragmentDropped, "ipv4_fragment_dropped")                    \
+  X(kIpv4UnknownProtocol, "ipv4_unknown_protocol")                    \
+  X(kIcmpv4Malformed, "icmpv4_malformed")                             \
+  X(kIcmpv4BadChecksum, "icmpv4_bad_checksum")                        \
+  X(kIcmpv4Unhandled, "icmpv4_unhandled")                             \
+  X(kIcmpv4ErrorReceived, "icmpv4_error_received")                    \
+  X(kIpv6Malformed, "ipv6_malformed")                                 \
+  X(kIpv6BadSource, "ipv6_bad_source")                                \
+  X(kIpv6NotForUs, "ipv6_not_for_us")                                 \
+  X(kIpv6ExtensionMalformed, "ipv6_extension_malformed")              \
+  X(kIpv6UnrecognizedOption, "ipv6_unrecognized_option")              \
+  X(kIpv6FragmentDropped, "ipv6_fragment_dropped")                    \
+  X(kIpv6UnknownProtocol, "ipv6_unknown_protocol")                    \
+  X(kIcmpv6Malformed, "icmpv6_malformed")                             \
+  X(kIcmpv6BadChecksum, "icmpv6_bad_checksum")                        \
+  X(kIcmpv6Unhandled, "icmpv6_unhandled")                             \
+  X(kIcmpv6ErrorReceived, "icmpv6_error_received")                    \
+  X(kNdpInvalid, "ndp_invalid")                                       \
+  X(kUdpMalformed, "udp_malformed")                                   \
+  X(kUdpBadChecksum, "udp_bad_checksum")                              \
+  X(kUdpNoListener, "udp_no_listener")                                \
+  X(kTcpMalformed, "tcp_malformed")                                   \
+  X(kTcpBadChecksum, "tcp_bad_checksum")                              \
+  X(kTcpNoListener, "tcp_no_listener")                                \
+  X(kNoRoute, "no_route")                                             \
+  X(kNeighborUnreachable, "neighbor_unreachable")                     \
+  X(kNeighborQueueFull, "neighbor_queue_full")                        \
+  X(kFragmentationNeeded, "fragmentation_needed")                     \
+  X(kNoBuffer, "no_buffer")                                           \
+  X(kTxQueueFull, "tx_queue_full")
+
+enum class DropReason : uint8_t {
+#define NETSTACK_ENUM(e, name) e,
+  NETSTACK_DROP_REASONS(NETSTACK_ENUM)
+#undef NETSTACK_ENUM
+      kCount
+};
+
+inline constexpr size_t kDropReasonCount =
+    static_cast<size_t>(DropReason::kCount);
+
+std::string_view DropReasonName(DropReason r);
+
+// Things the stack did, for the same printout.
+#define NETSTACK_EVENT_COUNTERS(X)               \
+  X(rx_frames, "rx_frames")                      \
+  X(tx_packets, "tx_packets")                    \
+  X(arp_requests_received, "arp_requests_received") \
+  X(arp_replies_sent, "arp_replies_sent")        \
+  X(arp_requests_sent, "arp_requests_sent")      \
+  X(arp_replies_received, "arp_replies_received") \
+  X(ipv4_received, "ipv4_received")              \
+  X(ipv4_fragments_received, "ipv4_fragments_received") \
+  X(ipv4_reassembled, "ipv4_reassembled")        \
+  X(ipv4_fragments_sent, "ipv4_fragments_sent")  \
+  X(icmpv4_echo_requests, "icmpv4_echo_requests") \
+  X(icmpv4_echo_replies_sent, "icmpv4_echo_replies_sent") \
+  X(icmpv4_errors_sent, "icmpv4_errors_sent")    \
+  X(ipv6_received, "ipv6_received")              \
+  X(ipv6_fragments_received, "ipv6_fragments_received") \
+  X(ipv6_reassembled, "ipv6_reassembled")        \
+  X(ipv6_fragments_sent, "ipv6_fragments_sent")  \
+  X(icmpv6_echo_requests, "icmpv6_echo_requests") \
+  X(icmpv6_echo_replies_sent, "icmpv6_echo_replies_sent") \
+  X(icmpv6_errors_sent, "icmpv6_errors_sent")    \
+  X(ndp_ns_received, "ndp_ns_received")          \
+  X(ndp_na_sent, "ndp_na_sent")                  \
+  X(ndp_ns_sent, "ndp_ns_sent")                  \
+  X(ndp_na_received, "ndp_na_received")          \
+  X(delivered_to_transport, "delivered_to_transport")
+
+struct StackCounters {
+#define NETSTACK_FIELD(f, name) uint64_t f = 0;
+  NETSTACK_EVENT_COUNTERS(NETSTACK_FIELD)
+#undef NETSTACK_FIELD
+  std::array<uint64_t, kDropReasonCount> drops{};
+
+  uint64_t drop(DropReason r) const {
+    return drops[static_cast<size_t>(r)];
+  }
+  uint64_t TotalDrops() const;
+  // "name value" lines: every non-zero event counter, then "drop.<reason>"
+  // for every non-zero drop reason.
+  std::string Format() const;
+};
+
+}  // namespace netstack::stack
+
+#endif  // NETSTACK_STACK_COUNTERS_H_

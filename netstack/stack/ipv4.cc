@@ -1,0 +1,354 @@
+// IPv4, ARP and ICMPv4 (RFC 791, 826, 792, 1122, 1812).
+#include <utility>
+
+#include "netstack/stack/nic.h"
+#include "netstack/stack/stack.h"
+#include "netstack/wire/arp.h"
+#include "netstack/wire/checksum.h"
+#include "netstack/wire/icmpv4.h"
+#include "netstack/wire/ip_protocol.h"
+#include "netstack/wire/udp.h"
+
+namespace netstack::stack {
+namespace {
+
+constexpr uint16_t kIpv4Type = static_cast<uint16_t>(wire::EtherType::kIpv4);
+constexpr uint16_t kArpType = static_cast<uint16_t>(wire::EtherType::kArp);
+constexpr uint8_t kIcmp = static_cast<uint8_t>(wire::IpProtocol::kIcmp);
+
+}  // namespace
+
+bool Stack::IsOurIpv4(const Nic& nic, const wire::Ipv4Address& a) const {
+  for (const Ipv4Cidr& c : nic.ipv4) {
+    if (c.address == a) return true;
+  }
+  return false;
+}
+
+bool Stack::IsIpv4BroadcastFor(const Nic& nic,
+                               const wire::Ipv4Address& a) const {
+  if (a.IsBroadcast()) return true;
+  for (const Ipv4Cidr& c : nic.ipv4) {
+    if (c.prefix_len >= 31) continue;  // RFC 3021: /31 has no broadcast
+    const uint32_t host_mask = 0xffffffffu >> c.prefix_len;
+    if (c.Contains(a) && (a.ToU32() & host_mask) == host_mask) return true;
+  }
+  return false;
+}
+
+std::optional<wire::Ipv4Address> Stack::SourceFor(
+    const Nic& nic, const wire::Ipv4Address& dst) const {
+  // Prefer an address on the destination's subnet, else the first one.
+  for (const Ipv4Cidr& c : nic.ipv4) {
+    if (c.Contains(dst)) return c.address;
+  }
+  if (!nic.ipv4.empty()) return nic.ipv4.front().address;
+  return std::nullopt;
+}
+
+void Stack::HandleArp(Nic& nic, std::span<const uint8_t> bytes, Instant now) {
+  wire::ArpRepr arp;
+  if (wire::ArpRepr::Parse(wire::ArpPacket(bytes), arp) !=
+      wire::WireError::kOk) {
+    return Drop(DropReason::kArpMalformed);
+  }
+  if (arp.sender_mac.IsMulticast() || arp.sender_ip.IsMulticast() ||
+      arp.sender_ip.IsBroadcast()) {
+    return Drop(DropReason::kArpBadSender);
+  }
+  const bool for_us = IsOurIpv4(nic, arp.target_ip);
+  const bool is_request = arp.operation == wire::ArpOperation::kRequest;
+  if (is_request) {
+    ++counters_.arp_requests_received;
+  } else {
+    ++counters_.arp_replies_received;
+  }
+  // RFC 826 merge: update an existing entry from any ARP; create one only
+  // when the packet is for us. A probe (sender 0.0.0.0, RFC 5227) teaches
+  // nothing.
+  if (!arp.sender_ip.IsZero()) {
+    buffer::PacketChain waiting = arp_.Update(
+        arp.sender_ip, arp.sender_mac, /*confirmed=*/for_us && !is_request,
+        /*create=*/for_us, now);
+    while (buffer::PacketPtr p = waiting.PopFront()) {
+      QueueFrame(nic, std::move(p), arp.sender_mac, kIpv4Type);
+    }
+  }
+  if (!for_us) return Drop(DropReason::kArpNotForUs);
+  if (is_request) {
+    SendArp(nic, static_cast<uint16_t>(wire::ArpOperation::kReply),
+            arp.sender_mac, arp.target_ip, arp.sender_mac, arp.sender_ip, now);
+    ++counters_.arp_replies_sent;
+  }
+}
+
+void Stack::SendArp(Nic& nic, uint16_t op, const wire::MacAddress& dst_mac,
+                    const wire::Ipv4Address& sender_ip,
+                    const wire::MacAddress& target_mac,
+                    const wire::Ipv4Address& target_ip, Instant now) {
+  buffer::PacketPtr p = packets_.Allocate();
+  if (p == nullptr) return Drop(DropReason::kNoBuffer);
+  wire::ArpRepr arp;
+  arp.operation = static_cast<wire::ArpOperation>(op);
+  arp.sender_mac = nic.caps.mac;
+  arp.sender_ip = sender_ip;
+  arp.target_mac = target_mac;
+  arp.target_ip = target_ip;
+  auto hdr = p->headers().Prepend(arp.BufferLen());
+  if (!hdr) return Drop(DropReason::kNoBuffer);
+  arp.Emit(wire::MutableArpPacket(*hdr));
+  if (op == static_cast<uint16_t>(wire::ArpOperation::kRequest)) {
+    ++counters_.arp_requests_sent;
+  }
+  QueueFrame(nic, std::move(p), dst_mac, kArpType);
+}
+
+void Stack::HandleIpv4(Nic& nic, const link::InboundFrame& frame,
+                       buffer::PayloadView packet, Instant now) {
+  const wire::Ipv4Packet view(packet.bytes());
+  wire::Ipv4Repr ip;
+  if (wire::Ipv4Repr::Parse(view, ip) != wire::WireError::kOk) {
+    return Drop(DropReason::kIpv4Malformed);
+  }
+  if (!view.HeaderChecksumValid()) return Drop(DropReason::kIpv4BadChecksum);
+  if (ip.src.IsMulticast() || ip.src.IsBroadcast() ||
+      IsIpv4BroadcastFor(nic, ip.src)) {
+    return Drop(DropReason::kIpv4BadSource);
+  }
+  const bool broadcast = IsIpv4BroadcastFor(nic, ip.dst);
+  if (!IsOurIpv4(nic, ip.dst) && !broadcast) {
+    // We are a host, not a router (RFC 1122 3.3.4): no forwarding.
+    return Drop(DropReason::kIpv4NotForUs);
+  }
+  ++counters_.ipv4_received;
+  const uint32_t hlen = static_cast<uint32_t>(view.HeaderLen());
+  Ipv4Datagram d;
+  d.nic = nic.id;
+  d.ip = ip;
+  d.header = packet.Subview(0, hlen);
+  d.payload = packet.Subview(hlen, ip.payload_len);
+  d.checksum_verified = frame.checksum_verified;
+  d.checksum_partial = frame.checksum_partial;
+  if (ip.more_fragments || ip.fragment_offset != 0) {
+    ++counters_.ipv4_fragments_received;
+    ip::AddResult r = reassembler_.Add(
+        ip::ReassemblyKey::Ipv4(ip.src, ip.dst, ip.protocol, ip.ident),
+        ip.fragment_offset, ip.more_fragments, d.payload.bytes(), now,
+        d.header.bytes());
+    if (r.outcome == ip::AddOutcome::kIncomplete) return;
+    if (r.outcome != ip::AddOutcome::kComplete) {
+      return Drop(DropReason::kIpv4FragmentDropped);
+    }
+    ++counters_.ipv4_reassembled;
+    d.payload = std::move(r.payload);
+    d.ip.payload_len = static_cast<uint16_t>(d.payload.size());
+    d.ip.more_fragments = false;
+    d.ip.fragment_offset = 0;
+    // A reassembled checksum was never seen whole by the kernel.
+    d.checksum_verified = false;
+    d.checksum_partial = false;
+  }
+  DeliverIpv4(d, now);
+}
+
+void Stack::DeliverIpv4(Ipv4Datagram& d, Instant now) {
+  switch (static_cast<wire::IpProtocol>(d.ip.protocol)) {
+    case wire::IpProtocol::kIcmp:
+      return HandleIcmpv4(d, now);
+    case wire::IpProtocol::kUdp: {
+      const wire::UdpHeader udp(d.payload.bytes());
+      wire::UdpRepr repr;
+      if (wire::UdpRepr::Parse(udp, repr) != wire::WireError::kOk) {
+        return Drop(DropReason::kUdpMalformed);
+      }
+      if (!d.checksum_verified && !d.checksum_partial &&
+          !udp.ChecksumValid(
+              wire::Ipv4PseudoHeaderSum(d.ip.src, d.ip.dst, d.ip.protocol,
+                                        d.ip.payload_len),
+              wire::UdpZeroChecksum::kAccept)) {
+        return Drop(DropReason::kUdpBadChecksum);
+      }
+      // No UDP endpoints yet (issue 4): port unreachable (RFC 1122
+      // 4.1.3.1), but never in answer to a broadcast.
+      Nic* nic = FindNic(d.nic);
+      if (nic != nullptr && !IsIpv4BroadcastFor(*nic, d.ip.dst)) {
+        SendIcmpv4Error(d, 3, 3, 0, now);
+      }
+      return Drop(DropReason::kUdpNoListener);
+    }
+    case wire::IpProtocol::kTcp:
+      // TCP arrives with issue 4 (and will answer with RST).
+      return Drop(DropReason::kTcpNoListener);
+    default: {
+      Nic* nic = FindNic(d.nic);
+      if (nic != nullptr && !IsIpv4BroadcastFor(*nic, d.ip.dst)) {
+        SendIcmpv4Error(d, 3, 2, 0, now);  // protocol unreachable
+      }
+      return Drop(DropReason::kIpv4UnknownProtocol);
+    }
+  }
+}
+
+void Stack::HandleIcmpv4(Ipv4Datagram& d, Instant now) {
+  const wire::Icmpv4Packet icmp(d.payload.bytes());
+  wire::Icmpv4Repr repr;
+  if (wire::Icmpv4Repr::Parse(icmp, repr) != wire::WireError::kOk) {
+    return Drop(DropReason::kIcmpv4Malformed);
+  }
+  // ICMP checksums are never offloaded: always verify.
+  if (!icmp.ChecksumValid()) return Drop(DropReason::kIcmpv4BadChecksum);
+  const auto* echo = std::get_if<wire::Icmpv4Repr::EchoRequest>(&repr.message);
+  if (echo == nullptr) {
+    if (std::holds_alternative<wire::Icmpv4Repr::DestUnreachable>(
+            repr.message) ||
+        std::holds_alternative<wire::Icmpv4Repr::TimeExceeded>(repr.message)) {
+      // Will be routed to the transport it concerns (issue 4).
+      return Drop(DropReason::kIcmpv4ErrorReceived);
+    }
+    return Drop(DropReason::kIcmpv4Unhandled);
+  }
+  ++counters_.icmpv4_echo_requests;
+  Nic* nic = FindNic(d.nic);
+  if (nic == nullptr || IsIpv4BroadcastFor(*nic, d.ip.dst)) {
+    // Like Linux's icmp_echo_ignore_broadcasts (RFC 1122 3.2.2.6 allows).
+    return Drop(DropReason::kIcmpv4Unhandled);
+  }
+  // The reply shares the request's data: a sub-view of the received chunk
+  // (or of the reassembly chunk), never a copy. Its checksum follows from
+  // the request's by RFC 1624: only the type word changes.
+  buffer::PacketPtr reply = packets_.Allocate();
+  if (reply == nullptr) return Drop(DropReason::kNoBuffer);
+  const uint32_t hdr_len = wire::Icmpv4Packet::kHeaderLen;
+  if (!reply->AppendPayload(
+          d.payload.Subview(hdr_len, d.payload.size() - hdr_len))) {
+    return Drop(DropReason::kNoBuffer);
+  }
+  auto hdr = reply->headers().Prepend(hdr_len);
+  if (!hdr) return Drop(DropReason::kNoBuffer);
+  std::copy(icmp.bytes().begin(), icmp.bytes().begin() + hdr_len,
+            hdr->begin());
+  wire::MutableIcmpv4Packet out(*hdr);
+  const uint16_t old_word = static_cast<uint16_t>(icmp.Type() << 8 | icmp.Code());
+  out.SetType(static_cast<uint8_t>(wire::Icmpv4Type::kEchoReply));
+  out.SetCode(0);
+  out.SetChecksum(wire::ChecksumUpdate16(icmp.Checksum(), old_word, 0));
+  wire::Ipv4Repr ip;
+  ip.src = d.ip.dst;
+  ip.dst = d.ip.src;
+  ip.protocol = kIcmp;
+  ip.dscp_ecn = d.ip.dscp_ecn;
+  if (SendIpv4(ip, std::move(reply), now)) ++counters_.icmpv4_echo_replies_sent;
+}
+
+void Stack::SendIcmpv4Error(const Ipv4Datagram& offending, uint8_t type,
+                            uint8_t code, uint16_t mtu, Instant now) {
+  // RFC 1122 3.2.2: never about an ICMP error, a non-first fragment, or a
+  // non-unicast source.
+  if (offending.ip.fragment_offset != 0 || offending.ip.src.IsZero()) return;
+  if (offending.ip.protocol == kIcmp && offending.payload.size() > 0) {
+    const uint8_t t = offending.payload.bytes()[0];
+    if (t != 0 && t != 8 && t != 13 && t != 14 && t != 15 && t != 16) return;
+  }
+  buffer::PacketPtr p = packets_.Allocate();
+  if (p == nullptr) return Drop(DropReason::kNoBuffer);
+  // Quote the IP header and the first 8 bytes of its payload (RFC 792),
+  // as views of the received packet.
+  buffer::PayloadView quoted =
+      offending.payload.Subview(0, std::min<uint32_t>(8, offending.payload.size()));
+  if (!p->AppendPayload(offending.header) || !p->AppendPayload(quoted)) {
+    return Drop(DropReason::kNoBuffer);
+  }
+  auto hdr = p->headers().Prepend(wire::Icmpv4Packet::kHeaderLen);
+  if (!hdr) return Drop(DropReason::kNoBuffer);
+  wire::MutableIcmpv4Packet out(*hdr);
+  out.SetType(type);
+  out.SetCode(code);
+  out.SetRestOfHeader(mtu);
+  out.SetChecksum(0);
+  wire::ChecksumAccumulator sum;
+  sum.Add(*hdr);
+  for (const auto& v : p->payload()) sum.Add(v.bytes());
+  out.SetChecksum(sum.Checksum());
+  wire::Ipv4Repr ip;
+  ip.src = offending.ip.dst;
+  ip.dst = offending.ip.src;
+  ip.protocol = kIcmp;
+  if (SendIpv4(ip, std::move(p), now)) ++counters_.icmpv4_errors_sent;
+}
+
+bool Stack::SendIpv4(wire::Ipv4Repr ip, buffer::PacketPtr packet,
+                     Instant now) {
+  const auto hop = routes4_.Lookup(ip.dst);
+  Nic* nic = hop ? FindNic(hop->nic) : nullptr;
+  if (nic == nullptr) {
+    Drop(DropReason::kNoRoute);
+    return false;
+  }
+  if (ip.src.IsZero()) {
+    auto src = SourceFor(*nic, ip.dst);
+    if (!src) {
+      Drop(DropReason::kNoRoute);
+      return false;
+    }
+    ip.src = *src;
+  }
+  if (ip.ttl == 0) ip.ttl = options_.ipv4_ttl;
+  ip.ident = next_ipv4_ident_++;
+  const size_t l4_len = packet->size();
+  if (ip.HeaderLen() + l4_len <= nic->caps.mtu) {
+    ip.payload_len = static_cast<uint16_t>(l4_len);
+    auto hdr = packet->headers().Prepend(ip.BufferLen());
+    if (!hdr) {
+      Drop(DropReason::kNoBuffer);
+      return false;
+    }
+    ip.Emit(wire::MutableIpv4Packet(*hdr));
+    ResolveAndQueue4(*nic, hop->address, std::move(packet), now);
+    return true;
+  }
+  if (ip.dont_fragment || l4_len > 65535 - ip.HeaderLen()) {
+    Drop(DropReason::kFragmentationNeeded);
+    return false;
+  }
+  buffer::PacketChain fragments;
+  if (ip::FragmentIpv4(ip, *packet, nic->caps.mtu, chunks_, packets_,
+                       fragments) != ip::FragmentResult::kOk) {
+    Drop(DropReason::kNoBuffer);
+    return false;
+  }
+  counters_.ipv4_fragments_sent += fragments.size();
+  while (buffer::PacketPtr f = fragments.PopFront()) {
+    ResolveAndQueue4(*nic, hop->address, std::move(f), now);
+  }
+  return true;
+}
+
+void Stack::ResolveAndQueue4(Nic& nic, const wire::Ipv4Address& next_hop,
+                             buffer::PacketPtr packet, Instant now) {
+  if (IsIpv4BroadcastFor(nic, next_hop)) {
+    return QueueFrame(nic, std::move(packet), wire::MacAddress::Broadcast(),
+                      kIpv4Type);
+  }
+  if (next_hop.IsMulticast()) {
+    return QueueFrame(nic, std::move(packet), Ipv4MulticastMac(next_hop),
+                      kIpv4Type);
+  }
+  if (auto mac = arp_.Lookup(next_hop, now)) {
+    return QueueFrame(nic, std::move(packet), *mac, kIpv4Type);
+  }
+  switch (arp_.Enqueue(next_hop, std::move(packet), now)) {
+    case NeighborCache<wire::Ipv4Address>::EnqueueResult::kSolicit:
+      if (auto src = SourceFor(nic, next_hop)) {
+        SendArp(nic, static_cast<uint16_t>(wire::ArpOperation::kRequest),
+                wire::MacAddress::Broadcast(), *src, wire::MacAddress(),
+                next_hop, now);
+      }
+      return;
+    case NeighborCache<wire::Ipv4Address>::EnqueueResult::kQueued:
+      return;
+    case NeighborCache<wire::Ipv4Address>::EnqueueResult::kDropped:
+      return Drop(DropReason::kNeighborQueueFull);
+  }
+}
+
+}  // namespace netstack::stack

@@ -1,0 +1,441 @@
+// IPv6, NDP and ICMPv6 (RFC 8200, 4861, 4443).
+#include <utility>
+#include <variant>
+
+#include "netstack/stack/nic.h"
+#include "netstack/stack/stack.h"
+#include "netstack/wire/checksum.h"
+#include "netstack/wire/icmpv6.h"
+#include "netstack/wire/ip_protocol.h"
+#include "netstack/wire/udp.h"
+
+namespace netstack::stack {
+namespace {
+
+constexpr uint16_t kIpv6Type = static_cast<uint16_t>(wire::EtherType::kIpv6);
+constexpr uint8_t kIcmpv6 = static_cast<uint8_t>(wire::IpProtocol::kIcmpv6);
+constexpr uint8_t kNdpHopLimit = 255;  // RFC 4861 section 7.1
+
+const wire::Ipv6Address& AllNodes() {
+  static const wire::Ipv6Address a = *wire::Ipv6Address::Parse("ff02::1");
+  return a;
+}
+
+}  // namespace
+
+bool Stack::IsOurIpv6(const Nic& nic, const wire::Ipv6Address& a) const {
+  for (const Ipv6Cidr& c : nic.ipv6) {
+    if (c.address == a) return true;
+  }
+  return false;
+}
+
+bool Stack::AcceptsIpv6(const Nic& nic, const wire::Ipv6Address& a) const {
+  if (a == AllNodes()) return true;
+  for (const Ipv6Cidr& c : nic.ipv6) {
+    if (c.address == a || SolicitedNodeMulticast(c.address) == a) return true;
+  }
+  return false;
+}
+
+std::optional<wire::Ipv6Address> Stack::SourceFor(
+    const Nic& nic, const wire::Ipv6Address& dst) const {
+  // RFC 6724 in miniature: link-local for link-local (and multicast of
+  // link scope), else an address on the destination's prefix, else the
+  // first global one.
+  if (dst.IsLinkLocal() || (dst.IsMulticast() && (dst.bytes[1] & 0x0f) <= 2)) {
+    return nic.ipv6.front().address;
+  }
+  for (const Ipv6Cidr& c : nic.ipv6) {
+    if (!c.address.IsLinkLocal() && c.Contains(dst)) return c.address;
+  }
+  for (const Ipv6Cidr& c : nic.ipv6) {
+    if (!c.address.IsLinkLocal()) return c.address;
+  }
+  return nic.ipv6.front().address;
+}
+
+void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
+                       buffer::PayloadView packet, Instant now) {
+  const wire::Ipv6Packet view(packet.bytes());
+  wire::Ipv6Repr ip;
+  if (wire::Ipv6Repr::Parse(view, ip) != wire::WireError::kOk) {
+    return Drop(DropReason::kIpv6Malformed);
+  }
+  if (ip.src.IsMulticast()) return Drop(DropReason::kIpv6BadSource);
+  if (!AcceptsIpv6(nic, ip.dst)) return Drop(DropReason::kIpv6NotForUs);
+  ++counters_.ipv6_received;
+  const uint32_t hlen = wire::Ipv6Packet::kHeaderLen;
+  buffer::PayloadView payload = packet.Subview(hlen, ip.payload_len);
+  wire::Ipv6ExtensionInfo ext;
+  if (wire::WalkIpv6ExtensionHeaders(payload.bytes(), ip.next_header, ext) !=
+      wire::WireError::kOk) {
+    return Drop(DropReason::kIpv6ExtensionMalformed);
+  }
+  if (ext.unrecognized_option) {
+    // RFC 8200 4.2: an option whose action bits say discard. (The
+    // Parameter Problem reply for actions 10/11 is not sent yet.)
+    return Drop(DropReason::kIpv6UnrecognizedOption);
+  }
+  Ipv6Datagram d;
+  d.nic = nic.id;
+  d.ip = ip;
+  d.packet = packet.Subview(0, hlen + ip.payload_len);
+  d.checksum_verified = frame.checksum_verified;
+  d.checksum_partial = frame.checksum_partial;
+  if (ext.fragment) {
+    ++counters_.ipv6_fragments_received;
+    const auto& frag = ext.fragment->header;
+    const uint32_t data_at = static_cast<uint32_t>(
+        ext.fragment->header_offset + wire::Ipv6FragmentHeader::kHeaderLen);
+    const buffer::PayloadView data =
+        payload.Subview(data_at, payload.size() - data_at);
+    if (frag.offset == 0 && !frag.more_fragments) {
+      // An atomic fragment (RFC 6946): process it on its own.
+      payload = data;
+      d.protocol = frag.next_header;
+    } else {
+      ip::AddResult r = reassembler_.Add(
+          ip::ReassemblyKey::Ipv6(ip.src, ip.dst, frag.identification),
+          frag.offset, frag.more_fragments, data.bytes(), now,
+          packet.Subview(0, hlen + data_at).bytes());
+      if (r.outcome == ip::AddOutcome::kIncomplete) return;
+      if (r.outcome != ip::AddOutcome::kComplete) {
+        return Drop(DropReason::kIpv6FragmentDropped);
+      }
+      ++counters_.ipv6_reassembled;
+      payload = std::move(r.payload);
+      d.protocol = frag.next_header;
+      d.checksum_verified = false;
+      d.checksum_partial = false;
+    }
+    // Headers after the Fragment header belong to the reassembled data.
+    wire::Ipv6ExtensionInfo inner;
+    if (wire::WalkIpv6ExtensionHeaders(payload.bytes(), d.protocol, inner) !=
+            wire::WireError::kOk ||
+        inner.fragment) {
+      return Drop(DropReason::kIpv6ExtensionMalformed);
+    }
+    d.protocol = inner.upper_protocol;
+    d.payload = payload.Subview(static_cast<uint32_t>(inner.upper_offset),
+                                payload.size());
+  } else {
+    d.protocol = ext.upper_protocol;
+    d.payload = payload.Subview(static_cast<uint32_t>(ext.upper_offset),
+                                payload.size());
+  }
+  DeliverIpv6(d, now);
+}
+
+void Stack::DeliverIpv6(Ipv6Datagram& d, Instant now) {
+  switch (static_cast<wire::IpProtocol>(d.protocol)) {
+    case wire::IpProtocol::kIcmpv6:
+      return HandleIcmpv6(d, now);
+    case wire::IpProtocol::kUdp: {
+      const wire::UdpHeader udp(d.payload.bytes());
+      wire::UdpRepr repr;
+      if (wire::UdpRepr::Parse(udp, repr) != wire::WireError::kOk) {
+        return Drop(DropReason::kUdpMalformed);
+      }
+      if (!d.checksum_verified && !d.checksum_partial &&
+          !udp.ChecksumValid(
+              wire::Ipv6PseudoHeaderSum(d.ip.src, d.ip.dst, d.protocol,
+                                        d.payload.size()),
+              wire::UdpZeroChecksum::kReject)) {
+        return Drop(DropReason::kUdpBadChecksum);
+      }
+      if (!d.ip.dst.IsMulticast()) SendIcmpv6Error(d, 1, 4, 0, now);
+      return Drop(DropReason::kUdpNoListener);
+    }
+    case wire::IpProtocol::kTcp:
+      return Drop(DropReason::kTcpNoListener);
+    case wire::IpProtocol::kIpv6NoNext:
+      return Drop(DropReason::kIpv6UnknownProtocol);
+    default:
+      // RFC 8200 4: unrecognized Next Header -> Parameter Problem code 1.
+      // Pointer left 0: we do not track the field's offset here.
+      if (!d.ip.dst.IsMulticast()) SendIcmpv6Error(d, 4, 1, 0, now);
+      return Drop(DropReason::kIpv6UnknownProtocol);
+  }
+}
+
+void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
+  const wire::Icmpv6Packet icmp(d.payload.bytes());
+  wire::Icmpv6Repr repr;
+  if (wire::Icmpv6Repr::Parse(icmp, repr) != wire::WireError::kOk) {
+    return Drop(DropReason::kIcmpv6Malformed);
+  }
+  if (!icmp.ChecksumValid(d.ip.src, d.ip.dst)) {
+    return Drop(DropReason::kIcmpv6BadChecksum);
+  }
+  Nic* nic = FindNic(d.nic);
+  if (nic == nullptr) return Drop(DropReason::kIcmpv6Unhandled);
+
+  if (const auto* echo = std::get_if<wire::Icmpv6EchoRequest>(&repr.message)) {
+    ++counters_.icmpv6_echo_requests;
+    buffer::PacketPtr reply = packets_.Allocate();
+    if (reply == nullptr) return Drop(DropReason::kNoBuffer);
+    const uint32_t hdr_len = 8;
+    if (!reply->AppendPayload(
+            d.payload.Subview(hdr_len, d.payload.size() - hdr_len))) {
+      return Drop(DropReason::kNoBuffer);
+    }
+    auto hdr = reply->headers().Prepend(hdr_len);
+    if (!hdr) return Drop(DropReason::kNoBuffer);
+    std::copy(icmp.bytes().begin(), icmp.bytes().begin() + hdr_len,
+              hdr->begin());
+    wire::MutableIcmpv6Packet out(*hdr);
+    wire::Ipv6Repr ip;
+    ip.dst = d.ip.src;
+    ip.src = d.ip.dst.IsMulticast() ? *SourceFor(*nic, d.ip.src) : d.ip.dst;
+    ip.next_header = kIcmpv6;
+    ip.traffic_class = d.ip.traffic_class;
+    out.SetType(static_cast<uint8_t>(wire::Icmpv6Type::kEchoReply));
+    out.SetCode(0);
+    if (ip.src == d.ip.dst) {
+      // Same address pair: the pseudo-header sum is unchanged, so RFC 1624
+      // updates the checksum for the new type without reading the data.
+      const uint16_t old_word =
+          static_cast<uint16_t>(icmp.Type() << 8 | icmp.Code());
+      const uint16_t new_word = static_cast<uint16_t>(
+          static_cast<uint8_t>(wire::Icmpv6Type::kEchoReply) << 8);
+      out.SetChecksum(
+          wire::ChecksumUpdate16(icmp.Checksum(), old_word, new_word));
+    } else {
+      out.SetChecksum(0);
+      wire::ChecksumAccumulator sum;
+      sum.AddFolded(wire::Ipv6PseudoHeaderSum(ip.src, ip.dst, kIcmpv6,
+                                              d.payload.size()));
+      sum.Add(*hdr);
+      for (const auto& v : reply->payload()) sum.Add(v.bytes());
+      out.SetChecksum(sum.Checksum());
+    }
+    (void)echo;
+    if (SendIpv6(ip, std::move(reply), now)) {
+      ++counters_.icmpv6_echo_replies_sent;
+    }
+    return;
+  }
+
+  if (const auto* ns =
+          std::get_if<wire::NdpNeighborSolicitation>(&repr.message)) {
+    ++counters_.ndp_ns_received;
+    const bool unspecified_src = d.ip.src.IsZero();
+    // RFC 4861 7.1.1 validity checks.
+    if (d.ip.hop_limit != kNdpHopLimit ||
+        (unspecified_src &&
+         (d.ip.dst != SolicitedNodeMulticast(ns->target) ||
+          ns->options.source_link_layer))) {
+      return Drop(DropReason::kNdpInvalid);
+    }
+    if (!unspecified_src && ns->options.source_link_layer) {
+      buffer::PacketChain waiting =
+          ndp_.Update(d.ip.src, *ns->options.source_link_layer,
+                      /*confirmed=*/false, /*create=*/true, now);
+      while (buffer::PacketPtr p = waiting.PopFront()) {
+        QueueFrame(*nic, std::move(p), *ns->options.source_link_layer,
+                   kIpv6Type);
+      }
+    }
+    if (!IsOurIpv6(*nic, ns->target)) return Drop(DropReason::kNdpInvalid);
+    // RFC 4861 7.2.4: answer with a solicited NA, or to all-nodes when the
+    // solicitation came from the unspecified address (DAD).
+    wire::Icmpv6Repr na;
+    wire::NdpNeighborAdvertisement adv;
+    adv.solicited = !unspecified_src;
+    adv.override_flag = true;
+    adv.target = ns->target;
+    adv.options.target_link_layer = nic->caps.mac;
+    na.message = adv;
+    buffer::PacketPtr p = packets_.Allocate();
+    if (p == nullptr) return Drop(DropReason::kNoBuffer);
+    auto hdr = p->headers().Prepend(na.BufferLen());
+    if (!hdr) return Drop(DropReason::kNoBuffer);
+    na.Emit(wire::MutableIcmpv6Packet(*hdr));
+    wire::Ipv6Repr ip;
+    ip.src = ns->target;
+    ip.dst = unspecified_src ? AllNodes() : d.ip.src;
+    ip.next_header = kIcmpv6;
+    ip.hop_limit = kNdpHopLimit;
+    wire::MutableIcmpv6Packet(*hdr).FillChecksum(ip.src, ip.dst);
+    ip.payload_len = static_cast<uint16_t>(hdr->size());
+    auto ip_hdr = p->headers().Prepend(ip.BufferLen());
+    if (!ip_hdr) return Drop(DropReason::kNoBuffer);
+    ip.Emit(wire::MutableIpv6Packet(*ip_hdr));
+    // The solicitation told us the sender's MAC; send straight to it
+    // (or to the all-nodes group) without another resolution round.
+    const wire::MacAddress dst_mac =
+        unspecified_src ? Ipv6MulticastMac(ip.dst)
+        : ns->options.source_link_layer
+            ? *ns->options.source_link_layer
+            : wire::MacAddress();
+    if (!unspecified_src && !ns->options.source_link_layer) {
+      // A unicast NS without SLLAO (RFC 4861 7.2.4 allows): resolve.
+      ResolveAndQueue6(*nic, ip.dst, std::move(p), now);
+    } else {
+      QueueFrame(*nic, std::move(p), dst_mac, kIpv6Type);
+    }
+    ++counters_.ndp_na_sent;
+    return;
+  }
+
+  if (const auto* na =
+          std::get_if<wire::NdpNeighborAdvertisement>(&repr.message)) {
+    ++counters_.ndp_na_received;
+    if (d.ip.hop_limit != kNdpHopLimit ||
+        (d.ip.dst.IsMulticast() && na->solicited)) {
+      return Drop(DropReason::kNdpInvalid);
+    }
+    if (na->options.target_link_layer) {
+      buffer::PacketChain waiting =
+          ndp_.Update(na->target, *na->options.target_link_layer,
+                      /*confirmed=*/na->solicited, /*create=*/false, now);
+      while (buffer::PacketPtr p = waiting.PopFront()) {
+        QueueFrame(*nic, std::move(p), *na->options.target_link_layer,
+                   kIpv6Type);
+      }
+    }
+    return;
+  }
+
+  if (std::holds_alternative<wire::Icmpv6PacketTooBig>(repr.message) ||
+      std::holds_alternative<wire::Icmpv6DestinationUnreachable>(
+          repr.message) ||
+      std::holds_alternative<wire::Icmpv6TimeExceeded>(repr.message) ||
+      std::holds_alternative<wire::Icmpv6ParameterProblem>(repr.message)) {
+    // Path MTU and transport notification arrive with issue 4.
+    return Drop(DropReason::kIcmpv6ErrorReceived);
+  }
+  // Router solicitations/advertisements (we are not a router and take our
+  // configuration from flags), echo replies, MLD, redirects.
+  return Drop(DropReason::kIcmpv6Unhandled);
+}
+
+void Stack::SendNeighborSolicitation(Nic& nic, const wire::Ipv6Address& target,
+                                     Instant now) {
+  wire::Icmpv6Repr ns;
+  wire::NdpNeighborSolicitation sol;
+  sol.target = target;
+  sol.options.source_link_layer = nic.caps.mac;
+  ns.message = sol;
+  buffer::PacketPtr p = packets_.Allocate();
+  if (p == nullptr) return Drop(DropReason::kNoBuffer);
+  auto hdr = p->headers().Prepend(ns.BufferLen());
+  if (!hdr) return Drop(DropReason::kNoBuffer);
+  ns.Emit(wire::MutableIcmpv6Packet(*hdr));
+  wire::Ipv6Repr ip;
+  ip.src = *SourceFor(nic, target);
+  ip.dst = SolicitedNodeMulticast(target);
+  ip.next_header = kIcmpv6;
+  ip.hop_limit = kNdpHopLimit;
+  wire::MutableIcmpv6Packet(*hdr).FillChecksum(ip.src, ip.dst);
+  ip.payload_len = static_cast<uint16_t>(hdr->size());
+  auto ip_hdr = p->headers().Prepend(ip.BufferLen());
+  if (!ip_hdr) return Drop(DropReason::kNoBuffer);
+  ip.Emit(wire::MutableIpv6Packet(*ip_hdr));
+  ++counters_.ndp_ns_sent;
+  (void)now;
+  QueueFrame(nic, std::move(p), Ipv6MulticastMac(ip.dst), kIpv6Type);
+}
+
+void Stack::SendIcmpv6Error(const Ipv6Datagram& offending, uint8_t type,
+                            uint8_t code, uint32_t mtu, Instant now) {
+  // RFC 4443 2.4(e): not about an ICMPv6 error, not to a multicast or
+  // unspecified source.
+  if (offending.ip.src.IsZero() || offending.ip.src.IsMulticast()) return;
+  if (offending.protocol == kIcmpv6 && offending.payload.size() > 0 &&
+      offending.payload.bytes()[0] < 128) {
+    return;
+  }
+  Nic* nic = FindNic(offending.nic);
+  if (nic == nullptr) return;
+  buffer::PacketPtr p = packets_.Allocate();
+  if (p == nullptr) return Drop(DropReason::kNoBuffer);
+  // As much of the offending packet as fits in the minimum MTU.
+  const uint32_t room = 1280 - 40 - 8;
+  if (!p->AppendPayload(offending.packet.Subview(0, room))) {
+    return Drop(DropReason::kNoBuffer);
+  }
+  auto hdr = p->headers().Prepend(8);
+  if (!hdr) return Drop(DropReason::kNoBuffer);
+  wire::MutableIcmpv6Packet out(*hdr);
+  out.SetType(type);
+  out.SetCode(code);
+  out.SetChecksum(0);
+  for (int i = 0; i < 4; ++i) {
+    (*hdr)[4 + i] = static_cast<uint8_t>(mtu >> (24 - 8 * i));
+  }
+  wire::Ipv6Repr ip;
+  ip.dst = offending.ip.src;
+  ip.src = offending.ip.dst.IsMulticast() ? *SourceFor(*nic, ip.dst)
+                                          : offending.ip.dst;
+  ip.next_header = kIcmpv6;
+  wire::ChecksumAccumulator sum;
+  sum.AddFolded(wire::Ipv6PseudoHeaderSum(
+      ip.src, ip.dst, kIcmpv6, static_cast<uint32_t>(p->size())));
+  sum.Add(*hdr);
+  for (const auto& v : p->payload()) sum.Add(v.bytes());
+  out.SetChecksum(sum.Checksum());
+  if (SendIpv6(ip, std::move(p), now)) ++counters_.icmpv6_errors_sent;
+}
+
+bool Stack::SendIpv6(wire::Ipv6Repr ip, buffer::PacketPtr packet,
+                     Instant now) {
+  const auto hop = routes6_.Lookup(ip.dst);
+  Nic* nic = hop ? FindNic(hop->nic) : nullptr;
+  if (nic == nullptr) {
+    Drop(DropReason::kNoRoute);
+    return false;
+  }
+  if (ip.src.IsZero()) ip.src = *SourceFor(*nic, ip.dst);
+  if (ip.hop_limit == 0) ip.hop_limit = options_.ipv6_hop_limit;
+  const size_t l4_len = packet->size();
+  if (wire::Ipv6Packet::kHeaderLen + l4_len <= nic->caps.mtu) {
+    ip.payload_len = static_cast<uint16_t>(l4_len);
+    auto hdr = packet->headers().Prepend(ip.BufferLen());
+    if (!hdr) {
+      Drop(DropReason::kNoBuffer);
+      return false;
+    }
+    ip.Emit(wire::MutableIpv6Packet(*hdr));
+    ResolveAndQueue6(*nic, hop->address, std::move(packet), now);
+    return true;
+  }
+  if (l4_len > 65535 - wire::Ipv6FragmentHeader::kHeaderLen) {
+    Drop(DropReason::kFragmentationNeeded);
+    return false;
+  }
+  buffer::PacketChain fragments;
+  if (ip::FragmentIpv6(ip, next_ipv6_frag_ident_++, *packet, nic->caps.mtu,
+                       chunks_, packets_,
+                       fragments) != ip::FragmentResult::kOk) {
+    Drop(DropReason::kNoBuffer);
+    return false;
+  }
+  counters_.ipv6_fragments_sent += fragments.size();
+  while (buffer::PacketPtr f = fragments.PopFront()) {
+    ResolveAndQueue6(*nic, hop->address, std::move(f), now);
+  }
+  return true;
+}
+
+void Stack::ResolveAndQueue6(Nic& nic, const wire::Ipv6Address& next_hop,
+                             buffer::PacketPtr packet, Instant now) {
+  if (next_hop.IsMulticast()) {
+    return QueueFrame(nic, std::move(packet), Ipv6MulticastMac(next_hop),
+                      kIpv6Type);
+  }
+  if (auto mac = ndp_.Lookup(next_hop, now)) {
+    return QueueFrame(nic, std::move(packet), *mac, kIpv6Type);
+  }
+  switch (ndp_.Enqueue(next_hop, std::move(packet), now)) {
+    case NeighborCache<wire::Ipv6Address>::EnqueueResult::kSolicit:
+      return SendNeighborSolicitation(nic, next_hop, now);
+    case NeighborCache<wire::Ipv6Address>::EnqueueResult::kQueued:
+      return;
+    case NeighborCache<wire::Ipv6Address>::EnqueueResult::kDropped:
+      return Drop(DropReason::kNeighborQueueFull);
+  }
+}
+
+}  // namespace netstack::stack

@@ -1,0 +1,269 @@
+#include "netstack/stack/stack.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "netstack/stack/nic.h"
+#include "netstack/wire/ethernet.h"
+
+namespace netstack::stack {
+
+Stack::Stack(const StackOptions& options, buffer::ChunkPool& chunks,
+             buffer::PacketPool& packets)
+    : options_(options),
+      chunks_(chunks),
+      packets_(packets),
+      arp_(options.neighbor),
+      ndp_(options.neighbor),
+      reassembler_(chunks, options.reassembly) {}
+
+Stack::~Stack() {
+  for (auto& nic : nics_) nic->link->Attach(nullptr);
+}
+
+absl::StatusOr<NicId> Stack::AddNic(link::LinkEndpoint* link,
+                                    std::string name) {
+  if (link == nullptr) return absl::InvalidArgumentError("AddNic: null link");
+  auto nic = std::make_unique<Nic>();
+  nic->id = static_cast<NicId>(nics_.size() + 1);
+  nic->name = std::move(name);
+  nic->link = link;
+  nic->caps = link->Capabilities();
+  if (nic->caps.mtu < 1280) {
+    // IPv6 needs 1280 (RFC 8200 section 5); IPv4 would work with less,
+    // but no link we support is that small.
+    return absl::InvalidArgumentError(
+        absl::StrCat("NIC ", nic->name, ": MTU ", nic->caps.mtu,
+                     " is below the IPv6 minimum of 1280"));
+  }
+  nic->receiver = std::make_unique<NicReceiver>(*this, *nic);
+  const NicId id = nic->id;
+  const wire::Ipv6Address link_local = LinkLocalFromMac(nic->caps.mac);
+  nic->ipv6.push_back(Ipv6Cidr{link_local, 64});
+  routes6_.Add(Route<wire::Ipv6Address>{
+      Ipv6Cidr{*wire::Ipv6Address::Parse("fe80::"), 64}, std::nullopt, id});
+  link->Attach(nic->receiver.get());
+  nics_.push_back(std::move(nic));
+  return id;
+}
+
+absl::Status Stack::AddAddress(NicId id, const Ipv4Cidr& cidr) {
+  Nic* nic = FindNic(id);
+  if (nic == nullptr) return absl::NotFoundError(absl::StrCat("no NIC ", id));
+  if (cidr.address.IsZero() || cidr.address.IsMulticast() ||
+      cidr.address.IsBroadcast()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ToString(cidr), " is not a unicast address"));
+  }
+  nic->ipv4.push_back(cidr);
+  Ipv4Cidr net = cidr;
+  routes4_.Add(Route<wire::Ipv4Address>{net, std::nullopt, id});
+  return absl::OkStatus();
+}
+
+absl::Status Stack::AddAddress(NicId id, const Ipv6Cidr& cidr) {
+  Nic* nic = FindNic(id);
+  if (nic == nullptr) return absl::NotFoundError(absl::StrCat("no NIC ", id));
+  if (cidr.address.IsZero() || cidr.address.IsMulticast()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ToString(cidr), " is not a unicast address"));
+  }
+  nic->ipv6.push_back(cidr);
+  routes6_.Add(Route<wire::Ipv6Address>{cidr, std::nullopt, id});
+  return absl::OkStatus();
+}
+
+absl::Status Stack::AddRoute(const Route<wire::Ipv4Address>& route) {
+  if (FindNic(route.nic) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no NIC ", route.nic));
+  }
+  routes4_.Add(route);
+  return absl::OkStatus();
+}
+
+absl::Status Stack::AddRoute(const Route<wire::Ipv6Address>& route) {
+  if (FindNic(route.nic) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no NIC ", route.nic));
+  }
+  routes6_.Add(route);
+  return absl::OkStatus();
+}
+
+Stack::Nic* Stack::FindNic(NicId id) {
+  if (id == 0 || id > nics_.size()) return nullptr;
+  return nics_[id - 1].get();
+}
+
+Instant Stack::NextDeadline() const {
+  Instant next = retry_tx_at_;
+  next = std::min(next, arp_.NextDeadline());
+  next = std::min(next, ndp_.NextDeadline());
+  next = std::min(next, reassembler_.NextDeadline());
+  return next;
+}
+
+void Stack::Poll(Instant now) {
+  reassembler_.Poll(now, [&](const ip::ExpiredDatagram& e) {
+    if (e.first_fragment_received) SendReassemblyTimeExceeded(e, now);
+  });
+  arp_.Poll(
+      now,
+      [&](const wire::Ipv4Address& ip) {
+        // Re-solicit on the NIC that routes to it.
+        if (auto hop = routes4_.Lookup(ip)) {
+          if (Nic* nic = FindNic(hop->nic)) {
+            if (auto src = SourceFor(*nic, ip)) {
+              SendArp(*nic, static_cast<uint16_t>(wire::ArpOperation::kRequest),
+                      wire::MacAddress::Broadcast(), *src, wire::MacAddress(),
+                      ip, now);
+            }
+          }
+        }
+      },
+      [&](const wire::Ipv4Address&, buffer::PacketChain chain) {
+        DropChain(std::move(chain), DropReason::kNeighborUnreachable);
+      });
+  ndp_.Poll(
+      now,
+      [&](const wire::Ipv6Address& ip) {
+        if (auto hop = routes6_.Lookup(ip)) {
+          if (Nic* nic = FindNic(hop->nic)) {
+            SendNeighborSolicitation(*nic, ip, now);
+          }
+        }
+      },
+      [&](const wire::Ipv6Address&, buffer::PacketChain chain) {
+        DropChain(std::move(chain), DropReason::kNeighborUnreachable);
+      });
+  Flush(now);
+}
+
+void Stack::SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e,
+                                       Instant now) {
+  // RFC 792 / RFC 8200 4.5: Time Exceeded, code 1, quoting the first
+  // fragment. The reassembler's spans die with this callback, so copy the
+  // quote into a chunk of its own (a rare slow path).
+  buffer::ChunkRef chunk = chunks_.Allocate();
+  if (!chunk) return Drop(DropReason::kNoBuffer);
+  const size_t quote_data = e.key.family == ip::IpFamily::kIpv4 ? 8 : 1024;
+  const size_t n_hdr = e.first_header.size();
+  const size_t n_data = std::min(quote_data, e.first_data.size());
+  auto mem = chunk->mutable_data();
+  std::copy(e.first_header.begin(), e.first_header.end(), mem.begin());
+  std::copy(e.first_data.begin(), e.first_data.begin() + n_data,
+            mem.begin() + n_hdr);
+  buffer::PayloadView all(chunk, 0, static_cast<uint32_t>(n_hdr + n_data));
+  if (e.key.family == ip::IpFamily::kIpv4) {
+    Ipv4Datagram d;
+    if (wire::Ipv4Repr::Parse(wire::Ipv4Packet(all.bytes()), d.ip) !=
+        wire::WireError::kOk) {
+      return;
+    }
+    d.header = all.Subview(0, static_cast<uint32_t>(n_hdr));
+    d.payload = all.Subview(static_cast<uint32_t>(n_hdr),
+                            static_cast<uint32_t>(n_data));
+    d.ip.fragment_offset = 0;
+    SendIcmpv4Error(d, 11, 1, 0, now);
+  } else {
+    Ipv6Datagram d;
+    if (n_hdr < wire::Ipv6Packet::kHeaderLen) return;
+    wire::Ipv6Packet fixed(all.bytes().first(wire::Ipv6Packet::kHeaderLen));
+    d.ip.src = fixed.Source();
+    d.ip.dst = fixed.Destination();
+    d.packet = all;
+    for (const auto& nic : nics_) {
+      if (IsOurIpv6(*nic, d.ip.dst)) d.nic = nic->id;
+    }
+    SendIcmpv6Error(d, 3, 1, 0, now);
+  }
+}
+
+void Stack::Flush(Instant now) {
+  retry_tx_at_ = kNever;
+  for (auto& nic : nics_) {
+    if (nic->tx.empty()) continue;
+    const size_t sent = nic->link->Transmit(nic->tx, now);
+    counters_.tx_packets += sent;
+    if (!nic->tx.empty()) {
+      // The link would block. Retry soon; an event loop that watches the
+      // link's WriteFd() calls Flush() earlier.
+      retry_tx_at_ = now + absl::Milliseconds(1);
+    }
+  }
+}
+
+void Stack::DeliverFrames(Nic& nic, std::span<link::InboundFrame> frames,
+                          Instant now) {
+  for (const link::InboundFrame& f : frames) HandleFrame(nic, f, now);
+  Flush(now);
+}
+
+void Stack::HandleFrame(Nic& nic, const link::InboundFrame& frame,
+                        Instant now) {
+  ++counters_.rx_frames;
+  const wire::EthernetFrame eth(frame.frame.bytes());
+  wire::EthernetRepr repr;
+  if (wire::EthernetRepr::Parse(eth, repr) != wire::WireError::kOk) {
+    return Drop(DropReason::kEthernetMalformed);
+  }
+  if (repr.dst != nic.caps.mac && !repr.dst.IsMulticast()) {
+    return Drop(DropReason::kNotOurMac);
+  }
+  if (repr.vlan) {
+    // We are not a VLAN-aware host: a tagged frame is for someone else.
+    return Drop(DropReason::kUnknownEthertype);
+  }
+  const uint32_t hlen = static_cast<uint32_t>(eth.HeaderLen());
+  buffer::PayloadView payload =
+      frame.frame.Subview(hlen, frame.frame.size() - hlen);
+  switch (static_cast<wire::EtherType>(repr.ethertype)) {
+    case wire::EtherType::kArp:
+      return HandleArp(nic, payload.bytes(), now);
+    case wire::EtherType::kIpv4:
+      return HandleIpv4(nic, frame, std::move(payload), now);
+    case wire::EtherType::kIpv6:
+      return HandleIpv6(nic, frame, std::move(payload), now);
+    default:
+      return Drop(DropReason::kUnknownEthertype);
+  }
+}
+
+void Stack::QueueFrame(Nic& nic, buffer::PacketPtr packet,
+                       const wire::MacAddress& dst, uint16_t ethertype) {
+  if (nic.tx.size() >= options_.tx_queue_limit) {
+    return Drop(DropReason::kTxQueueFull);
+  }
+  wire::EthernetRepr eth;
+  eth.src = nic.caps.mac;
+  eth.dst = dst;
+  eth.ethertype = ethertype;
+  auto hdr = packet->headers().Prepend(eth.BufferLen());
+  if (!hdr) return Drop(DropReason::kNoBuffer);
+  eth.Emit(wire::MutableEthernetFrame(*hdr));
+  nic.tx.PushBack(std::move(packet));
+}
+
+void Stack::DropChain(buffer::PacketChain chain, DropReason reason) {
+  counters_.drops[static_cast<size_t>(reason)] += chain.size();
+  chain.Clear();
+}
+
+std::string Stack::FormatCounters() const {
+  std::string out = counters_.Format();
+  const auto& r = reassembler_.stats();
+  absl::StrAppend(&out, "reassembly.bytes_held ", r.bytes_held, "\n",
+                  "reassembly.peak_bytes_held ", r.peak_bytes_held, "\n");
+  for (const auto& nic : nics_) {
+    const link::LinkStats s = nic->link->Stats();
+    absl::StrAppend(&out, "link.", nic->name, ".rx_frames ", s.rx_frames,
+                    "\nlink.", nic->name, ".tx_frames ", s.tx_frames,
+                    "\nlink.", nic->name, ".rx_dropped ", s.rx_dropped,
+                    "\nlink.", nic->name, ".tx_dropped ", s.tx_dropped,
+                    "\nlink.", nic->name, ".tx_syscalls ", s.tx_syscalls,
+                    "\nlink.", nic->name, ".rx_syscalls ", s.rx_syscalls,
+                    "\n");
+  }
+  return out;
+}
+
+}  // namespace netstack::stack

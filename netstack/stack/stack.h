@@ -1,0 +1,186 @@
+// The network stack core: NICs and their addresses, the routing tables,
+// the neighbour caches, and the network layer (IPv4/ARP/ICMPv4,
+// IPv6/NDP/ICMPv6, fragmentation and reassembly).
+//
+// Time is an argument: every entry point takes `now`, NextDeadline() says
+// when Poll() must run next, and nothing here reads a clock or does I/O
+// except through the LinkEndpoints it was given. A production event loop
+// (netstack/eventloop) and a fake-clock test drive the same code.
+//
+// Receive: a link delivers a batch of frames; each is parsed once, layer by
+// layer, and either handled (an event counter says how) or dropped under
+// exactly one DropReason. Packets produced while handling the batch are
+// queued per NIC and handed to the link in one Transmit() call per NIC at
+// the end of the batch (Flush), so a link can send them with one sendmmsg.
+#ifndef NETSTACK_STACK_STACK_H_
+#define NETSTACK_STACK_STACK_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "link/link_endpoint.h"
+#include "netstack/base/time.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
+#include "netstack/ip/fragment.h"
+#include "netstack/ip/reassembly.h"
+#include "netstack/stack/counters.h"
+#include "netstack/stack/neighbor_cache.h"
+#include "netstack/stack/route_table.h"
+#include "netstack/wire/address.h"
+#include "netstack/wire/ipv4.h"
+#include "netstack/wire/ipv6.h"
+
+namespace netstack::stack {
+
+struct StackOptions {
+  NeighborOptions neighbor;
+  ip::ReassemblerOptions reassembly;
+  // Packets waiting for a link that would block, per NIC.
+  size_t tx_queue_limit = 4096;
+  uint8_t ipv4_ttl = 64;
+  uint8_t ipv6_hop_limit = 64;
+};
+
+// An IPv4 datagram handed to a transport: header fields and the payload
+// (after reassembly, if it was fragmented).
+struct Ipv4Datagram {
+  NicId nic = 0;
+  wire::Ipv4Repr ip;
+  // The received IP header (of the first fragment, if reassembled): quoted
+  // in ICMP errors.
+  buffer::PayloadView header;
+  buffer::PayloadView payload;
+  bool checksum_verified = false;  // see link::InboundFrame
+  bool checksum_partial = false;
+};
+
+struct Ipv6Datagram {
+  NicId nic = 0;
+  wire::Ipv6Repr ip;
+  // The received packet from the IPv6 header on (for ICMPv6 errors, which
+  // quote as much of it as fits, RFC 4443 section 2.4(c)).
+  buffer::PayloadView packet;
+  uint8_t protocol = 0;  // after the extension headers
+  buffer::PayloadView payload;
+  bool checksum_verified = false;
+  bool checksum_partial = false;
+};
+
+class Stack {
+ public:
+  Stack(const StackOptions& options, buffer::ChunkPool& chunks,
+        buffer::PacketPool& packets);
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+  ~Stack();
+
+  // Adds a NIC on `link` (not owned; must outlive the stack) and attaches
+  // the stack as its receiver. The NIC gets an IPv6 link-local address
+  // derived from the link's MAC (modified EUI-64, RFC 4291 appendix A).
+  absl::StatusOr<NicId> AddNic(link::LinkEndpoint* link, std::string name);
+  // Adds an address and the on-link route for its prefix.
+  absl::Status AddAddress(NicId nic, const Ipv4Cidr& cidr);
+  absl::Status AddAddress(NicId nic, const Ipv6Cidr& cidr);
+  absl::Status AddRoute(const Route<wire::Ipv4Address>& route);
+  absl::Status AddRoute(const Route<wire::Ipv6Address>& route);
+
+  // Timers: neighbour re-solicitation, reassembly expiry, retrying a
+  // blocked link. Poll() runs what is due and flushes; NextDeadline() is
+  // kNever when nothing is pending.
+  Instant NextDeadline() const;
+  void Poll(Instant now);
+  // Hands every NIC's queued packets to its link.
+  void Flush(Instant now);
+
+  const StackCounters& counters() const { return counters_; }
+  const ip::Reassembler::Stats& reassembly_stats() const {
+    return reassembler_.stats();
+  }
+  std::string FormatCounters() const;
+
+  // Sends an IPv4 datagram whose transport header and payload are already
+  // in `packet` (headers prepended, payload views). Fills the IPv4 header
+  // from `ip` (src/dst/protocol required; ttl, ident and length are set
+  // here when zero), fragments if needed and allowed, resolves the next
+  // hop. Returns false if the packet was dropped (counted).
+  bool SendIpv4(wire::Ipv4Repr ip, buffer::PacketPtr packet, Instant now);
+  bool SendIpv6(wire::Ipv6Repr ip, buffer::PacketPtr packet, Instant now);
+
+ private:
+  struct Nic;
+  class NicReceiver;
+
+  // Receive path, one function per layer.
+  void DeliverFrames(Nic& nic, std::span<link::InboundFrame> frames,
+                     Instant now);
+  void HandleFrame(Nic& nic, const link::InboundFrame& frame, Instant now);
+  void HandleArp(Nic& nic, std::span<const uint8_t> bytes, Instant now);
+  void HandleIpv4(Nic& nic, const link::InboundFrame& frame,
+                  buffer::PayloadView packet, Instant now);
+  void DeliverIpv4(Ipv4Datagram& d, Instant now);
+  void HandleIcmpv4(Ipv4Datagram& d, Instant now);
+  void HandleIpv6(Nic& nic, const link::InboundFrame& frame,
+                  buffer::PayloadView packet, Instant now);
+  void DeliverIpv6(Ipv6Datagram& d, Instant now);
+  void HandleIcmpv6(Ipv6Datagram& d, Instant now);
+
+  // Transmit path.
+  void SendArp(Nic& nic, uint16_t op, const wire::MacAddress& dst_mac,
+               const wire::Ipv4Address& sender_ip,
+               const wire::MacAddress& target_mac,
+               const wire::Ipv4Address& target_ip, Instant now);
+  void SendNeighborSolicitation(Nic& nic, const wire::Ipv6Address& target,
+                                Instant now);
+  void SendIcmpv4Error(const Ipv4Datagram& offending, uint8_t type,
+                       uint8_t code, uint16_t mtu, Instant now);
+  void SendIcmpv6Error(const Ipv6Datagram& offending, uint8_t type,
+                       uint8_t code, uint32_t mtu, Instant now);
+  void SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e, Instant now);
+  // Adds the Ethernet header and queues the packet on the NIC.
+  void QueueFrame(Nic& nic, buffer::PacketPtr packet,
+                  const wire::MacAddress& dst, uint16_t ethertype);
+  // Resolves `next_hop` on `nic` and queues, or parks the packet in the
+  // neighbour cache and solicits.
+  void ResolveAndQueue4(Nic& nic, const wire::Ipv4Address& next_hop,
+                        buffer::PacketPtr packet, Instant now);
+  void ResolveAndQueue6(Nic& nic, const wire::Ipv6Address& next_hop,
+                        buffer::PacketPtr packet, Instant now);
+  void Drop(DropReason reason) { ++counters_.drops[static_cast<size_t>(reason)]; }
+  void DropChain(buffer::PacketChain chain, DropReason reason);
+
+  // Address helpers.
+  Nic* FindNic(NicId id);
+  bool IsOurIpv4(const Nic& nic, const wire::Ipv4Address& a) const;
+  bool IsIpv4BroadcastFor(const Nic& nic, const wire::Ipv4Address& a) const;
+  bool AcceptsIpv6(const Nic& nic, const wire::Ipv6Address& a) const;
+  bool IsOurIpv6(const Nic& nic, const wire::Ipv6Address& a) const;
+  std::optional<wire::Ipv4Address> SourceFor(const Nic& nic,
+                                             const wire::Ipv4Address& dst) const;
+  std::optional<wire::Ipv6Address> SourceFor(const Nic& nic,
+                                             const wire::Ipv6Address& dst) const;
+
+  StackOptions options_;
+  buffer::ChunkPool& chunks_;
+  buffer::PacketPool& packets_;
+  std::vector<std::unique_ptr<Nic>> nics_;
+  RouteTable<wire::Ipv4Address> routes4_;
+  RouteTable<wire::Ipv6Address> routes6_;
+  NeighborCache<wire::Ipv4Address> arp_;
+  NeighborCache<wire::Ipv6Address> ndp_;
+  ip::Reassembler reassembler_;
+  StackCounters counters_;
+  uint16_t next_ipv4_ident_ = 1;
+  uint32_t next_ipv6_frag_ident_ = 1;
+  Instant retry_tx_at_ = kNever;
+};
+
+}  // namespace netstack::stack
+
+#endif  // NETSTACK_STACK_STACK_H_
