@@ -70,6 +70,8 @@ std::string_view DropReasonName(DropReason r);
 // Things the stack did, for the same printout.
 #define NETSTACK_EVENT_COUNTERS(X)               \
   X(rx_frames, "rx_frames")                      \
+  X(rx_consumed, "rx_consumed")                  \
+  X(rx_dropped_frames, "rx_dropped_frames")      \
   X(tx_packets, "tx_packets")                    \
   X(arp_requests_received, "arp_requests_received") \
   X(arp_replies_sent, "arp_replies_sent")        \
@@ -95,6 +97,10 @@ std::string_view DropReasonName(DropReason r);
   X(ndp_na_received, "ndp_na_received")          \
   X(delivered_to_transport, "delivered_to_transport")
 
+// Accounting invariant, checked by the fuzz test: every received frame is
+// either consumed (handled, or held for reassembly) or dropped, so
+//   rx_frames == rx_consumed + rx_dropped_frames,
+// and a dropped frame bumped at least one drop reason.
 struct StackCounters {
 #define NETSTACK_FIELD(f, name) uint64_t f = 0;
   NETSTACK_EVENT_COUNTERS(NETSTACK_FIELD)

@@ -1,10 +1,12 @@
 // IPv4, ARP and ICMPv4 (RFC 791, 826, 792, 1122, 1812).
+#include <array>
 #include <utility>
 
 #include "netstack/stack/nic.h"
 #include "netstack/stack/stack.h"
 #include "netstack/wire/arp.h"
 #include "netstack/wire/checksum.h"
+#include "netstack/wire/ethernet.h"
 #include "netstack/wire/icmpv4.h"
 #include "netstack/wire/ip_protocol.h"
 #include "netstack/wire/udp.h"
@@ -310,9 +312,16 @@ bool Stack::SendIpv4(wire::Ipv4Repr ip, buffer::PacketPtr packet,
     Drop(DropReason::kFragmentationNeeded);
     return false;
   }
+  // Slow path: the transport header lives in the packet's headroom, but
+  // the fragmenter cuts payload views, so give the header a chunk of its
+  // own. The payload itself is still never copied.
+  std::array<buffer::PayloadView, buffer::PacketBuffer::kMaxPayloadViews + 1>
+      views;
+  const size_t n_views = ToPayloadViews(*packet, views);
   buffer::PacketChain fragments;
-  if (ip::FragmentIpv4(ip, *packet, nic->caps.mtu, chunks_, packets_,
-                       fragments) != ip::FragmentResult::kOk) {
+  if (n_views == 0 ||
+      ip::FragmentIpv4(ip, std::span(views.data(), n_views), nic->caps.mtu,
+                       packets_, fragments) != ip::FragmentStatus::kOk) {
     Drop(DropReason::kNoBuffer);
     return false;
   }

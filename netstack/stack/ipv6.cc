@@ -1,10 +1,12 @@
 // IPv6, NDP and ICMPv6 (RFC 8200, 4861, 4443).
+#include <array>
 #include <utility>
 #include <variant>
 
 #include "netstack/stack/nic.h"
 #include "netstack/stack/stack.h"
 #include "netstack/wire/checksum.h"
+#include "netstack/wire/ethernet.h"
 #include "netstack/wire/icmpv6.h"
 #include "netstack/wire/ip_protocol.h"
 #include "netstack/wire/udp.h"
@@ -405,10 +407,15 @@ bool Stack::SendIpv6(wire::Ipv6Repr ip, buffer::PacketPtr packet,
     Drop(DropReason::kFragmentationNeeded);
     return false;
   }
+  std::array<buffer::PayloadView, buffer::PacketBuffer::kMaxPayloadViews + 1>
+      views;
+  const size_t n_views = ToPayloadViews(*packet, views);
   buffer::PacketChain fragments;
-  if (ip::FragmentIpv6(ip, next_ipv6_frag_ident_++, *packet, nic->caps.mtu,
-                       chunks_, packets_,
-                       fragments) != ip::FragmentResult::kOk) {
+  if (n_views == 0 ||
+      ip::FragmentIpv6(ip, next_ipv6_frag_ident_++,
+                       std::span(views.data(), n_views), nic->caps.mtu,
+                       packets_,
+                       fragments) != ip::FragmentStatus::kOk) {
     Drop(DropReason::kNoBuffer);
     return false;
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "netstack/stack/nic.h"
+#include "netstack/wire/arp.h"
 #include "netstack/wire/ethernet.h"
 
 namespace netstack::stack {
@@ -194,13 +195,21 @@ void Stack::Flush(Instant now) {
 
 void Stack::DeliverFrames(Nic& nic, std::span<link::InboundFrame> frames,
                           Instant now) {
-  for (const link::InboundFrame& f : frames) HandleFrame(nic, f, now);
+  for (const link::InboundFrame& f : frames) {
+    ++counters_.rx_frames;
+    const uint64_t drops_before = total_drops_;
+    HandleFrame(nic, f, now);
+    if (total_drops_ != drops_before) {
+      ++counters_.rx_dropped_frames;
+    } else {
+      ++counters_.rx_consumed;
+    }
+  }
   Flush(now);
 }
 
 void Stack::HandleFrame(Nic& nic, const link::InboundFrame& frame,
                         Instant now) {
-  ++counters_.rx_frames;
   const wire::EthernetFrame eth(frame.frame.bytes());
   wire::EthernetRepr repr;
   if (wire::EthernetRepr::Parse(eth, repr) != wire::WireError::kOk) {
@@ -243,8 +252,24 @@ void Stack::QueueFrame(Nic& nic, buffer::PacketPtr packet,
   nic.tx.PushBack(std::move(packet));
 }
 
+size_t Stack::ToPayloadViews(
+    const buffer::PacketBuffer& packet,
+    std::array<buffer::PayloadView,
+               buffer::PacketBuffer::kMaxPayloadViews + 1>& out) {
+  buffer::ChunkRef chunk = chunks_.Allocate();
+  if (!chunk) return 0;
+  const auto hdr = packet.headers().data();
+  std::copy(hdr.begin(), hdr.end(), chunk->mutable_data().begin());
+  size_t n = 0;
+  out[n++] = buffer::PayloadView(std::move(chunk), 0,
+                                 static_cast<uint32_t>(hdr.size()));
+  for (const auto& v : packet.payload()) out[n++] = v;
+  return n;
+}
+
 void Stack::DropChain(buffer::PacketChain chain, DropReason reason) {
   counters_.drops[static_cast<size_t>(reason)] += chain.size();
+  total_drops_ += chain.size();
   chain.Clear();
 }
 

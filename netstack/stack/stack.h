@@ -15,6 +15,7 @@
 #ifndef NETSTACK_STACK_STACK_H_
 #define NETSTACK_STACK_STACK_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -152,7 +153,16 @@ class Stack {
                         buffer::PacketPtr packet, Instant now);
   void ResolveAndQueue6(Nic& nic, const wire::Ipv6Address& next_hop,
                         buffer::PacketPtr packet, Instant now);
-  void Drop(DropReason reason) { ++counters_.drops[static_cast<size_t>(reason)]; }
+  // The packet's headers (moved into a fresh chunk) followed by its
+  // payload views; 0 if no chunk is available.
+  size_t ToPayloadViews(
+      const buffer::PacketBuffer& packet,
+      std::array<buffer::PayloadView,
+                 buffer::PacketBuffer::kMaxPayloadViews + 1>& out);
+  void Drop(DropReason reason) {
+    ++counters_.drops[static_cast<size_t>(reason)];
+    ++total_drops_;
+  }
   void DropChain(buffer::PacketChain chain, DropReason reason);
 
   // Address helpers.
@@ -179,6 +189,7 @@ class Stack {
   uint16_t next_ipv4_ident_ = 1;
   uint32_t next_ipv6_frag_ident_ = 1;
   Instant retry_tx_at_ = kNever;
+  uint64_t total_drops_ = 0;  // running sum of counters_.drops
 };
 
 }  // namespace netstack::stack
