@@ -46,7 +46,7 @@ class FakeLink : public link::LinkEndpoint {
     for (const auto& f : frames) {
       buffer::ChunkRef c = chunks_.Allocate();
       if (!c || f.size() > buffer::kChunkSize) continue;
-      std::memcpy(c->mutable_data().data(), f.data(), f.size());
+      if (!f.empty()) std::memcpy(c->mutable_data().data(), f.data(), f.size());
       link::InboundFrame in;
       in.frame = buffer::PayloadView(std::move(c), 0,
                                      static_cast<uint32_t>(f.size()));
