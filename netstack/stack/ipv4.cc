@@ -29,11 +29,15 @@ bool Stack::IsOurIpv4(const Nic& nic, const wire::Ipv4Address& a) const {
 
 bool Stack::IsIpv4BroadcastFor(const Nic& nic,
                                const wire::Ipv4Address& a) const {
-  if (a.IsBroadcast()) return true;
+  const uint32_t v = a.ToU32();
+  if (v == 0xffffffffu) return true;
   for (const Ipv4Cidr& c : nic.ipv4) {
     if (c.prefix_len >= 31) continue;  // RFC 3021: /31 has no broadcast
     const uint32_t host_mask = 0xffffffffu >> c.prefix_len;
-    if (c.Contains(a) && (a.ToU32() & host_mask) == host_mask) return true;
+    if ((v | host_mask) == (c.address.ToU32() | host_mask) &&
+        (v & host_mask) == host_mask) {
+      return true;
+    }
   }
   return false;
 }
