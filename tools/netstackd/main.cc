@@ -1,0 +1,332 @@
+// netstackd: runs one netstack Stack on one link.
+//
+//   netstackd --packet veth1 --netns b --addr 10.9.0.2/24 --addr6 fd00:9::2/64
+//   netstackd --tap tap0 --netns b --addr 10.9.0.2/24 --pcap /tmp/ns.pcap
+//
+// The link is opened inside --netns (the daemon itself stays in its own
+// namespace). Counters are printed on SIGUSR1 and at exit; SIGINT and
+// SIGTERM stop it cleanly. Bad input is a clear message and exit status 2
+// (usage) or 1 (a resource could not be set up), with nothing left behind.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "link/fault_injector.h"
+#include "link/packet_endpoint.h"
+#include "link/sniffer_endpoint.h"
+#include "link/tap_endpoint.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/stack/route_table.h"
+#include "netstack/stack/stack.h"
+
+ABSL_FLAG(std::string, tap, "", "Attach to the TAP device NAME (created if needed).");
+ABSL_FLAG(std::string, packet, "",
+          "Attach to the interface IFNAME with an AF_PACKET socket (e.g. one "
+          "end of a veth pair).");
+ABSL_FLAG(std::string, netns, "",
+          "Open the link inside this network namespace (/var/run/netns/NAME).");
+ABSL_FLAG(std::vector<std::string>, addr, {},
+          "IPv4 address with prefix, e.g. 10.0.0.2/24. Repeatable (comma-separated).");
+ABSL_FLAG(std::vector<std::string>, addr6, {},
+          "IPv6 address with prefix, e.g. fd00::2/64. Repeatable (comma-separated).");
+ABSL_FLAG(std::string, gateway, "",
+          "Default gateway (IPv4 or IPv6 address; on-link).");
+ABSL_FLAG(int, mtu, 0, "Link MTU (IP packet size); 0 = the link's own.");
+ABSL_FLAG(std::string, mac, "", "Our MAC address; default: the link's / derived.");
+ABSL_FLAG(std::string, pcap, "",
+          "Write every frame in and out to this pcap file (as on the wire, "
+          "before fault injection on the way out).");
+ABSL_FLAG(double, loss, 0, "Drop this fraction of frames (0.01 = 1%).");
+ABSL_FLAG(double, duplicate, 0, "Duplicate this fraction of frames.");
+ABSL_FLAG(double, reorder, 0, "Hold back this fraction of frames behind later ones.");
+ABSL_FLAG(double, corrupt, 0, "Flip one bit in this fraction of frames.");
+ABSL_FLAG(absl::Duration, delay, absl::ZeroDuration(),
+          "Delay every frame by this much, e.g. 10ms.");
+ABSL_FLAG(absl::Duration, jitter, absl::ZeroDuration(),
+          "Vary the delay uniformly by up to this much, e.g. 2ms.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the fault injector's random choices.");
+ABSL_FLAG(bool, fault_ingress, false,
+          "Apply the faults to received frames too (default: sent frames only).");
+
+namespace netstack::tools {
+namespace {
+
+struct Config {
+  std::vector<stack::Ipv4Cidr> addrs;
+  std::vector<stack::Ipv6Cidr> addrs6;
+  std::optional<wire::Ipv4Address> gateway4;
+  std::optional<wire::Ipv6Address> gateway6;
+  std::optional<wire::MacAddress> mac;
+  link::FaultProfile faults;
+  bool any_fault = false;
+};
+
+absl::Status Usage(std::string message) {
+  return absl::InvalidArgumentError(std::move(message));
+}
+
+absl::StatusOr<Config> ParseConfig() {
+  Config c;
+  const int links = !absl::GetFlag(FLAGS_tap).empty() +
+                    !absl::GetFlag(FLAGS_packet).empty();
+  if (links != 1) {
+    return Usage("exactly one of --tap or --packet is required");
+  }
+  for (const std::string& a : absl::GetFlag(FLAGS_addr)) {
+    auto cidr = stack::ParseIpv4Cidr(a);
+    if (!cidr) return Usage(absl::StrCat("--addr: bad IPv4 CIDR '", a, "' (want e.g. 10.0.0.2/24)"));
+    c.addrs.push_back(*cidr);
+  }
+  for (const std::string& a : absl::GetFlag(FLAGS_addr6)) {
+    auto cidr = stack::ParseIpv6Cidr(a);
+    if (!cidr) return Usage(absl::StrCat("--addr6: bad IPv6 CIDR '", a, "' (want e.g. fd00::2/64)"));
+    c.addrs6.push_back(*cidr);
+  }
+  if (c.addrs.empty() && c.addrs6.empty()) {
+    return Usage("at least one --addr or --addr6 is required");
+  }
+  const std::string gw = absl::GetFlag(FLAGS_gateway);
+  if (!gw.empty()) {
+    if (auto v4 = wire::Ipv4Address::Parse(gw)) {
+      c.gateway4 = v4;
+    } else if (auto v6 = wire::Ipv6Address::Parse(gw)) {
+      c.gateway6 = v6;
+    } else {
+      return Usage(absl::StrCat("--gateway: '", gw, "' is not an IP address"));
+    }
+  }
+  const int mtu = absl::GetFlag(FLAGS_mtu);
+  if (mtu != 0 && (mtu < 1280 || mtu > 65535)) {
+    return Usage(absl::StrCat("--mtu ", mtu, " out of range [1280, 65535]"));
+  }
+  const std::string mac = absl::GetFlag(FLAGS_mac);
+  if (!mac.empty()) {
+    c.mac = wire::MacAddress::Parse(mac);
+    if (!c.mac || c.mac->IsMulticast()) {
+      return Usage(absl::StrCat("--mac: '", mac, "' is not a unicast MAC"));
+    }
+  }
+  auto fraction = [&](const char* name, double v) -> absl::Status {
+    if (!(v >= 0 && v <= 1)) {
+      return Usage(absl::StrCat("--", name, " ", v,
+                                " is not a fraction in [0, 1] (0.01 = 1%)"));
+    }
+    return absl::OkStatus();
+  };
+  c.faults.loss = absl::GetFlag(FLAGS_loss);
+  c.faults.duplicate = absl::GetFlag(FLAGS_duplicate);
+  c.faults.reorder = absl::GetFlag(FLAGS_reorder);
+  c.faults.corrupt = absl::GetFlag(FLAGS_corrupt);
+  c.faults.delay = absl::GetFlag(FLAGS_delay);
+  c.faults.jitter = absl::GetFlag(FLAGS_jitter);
+  for (auto [name, v] : {std::pair{"loss", c.faults.loss},
+                         std::pair{"duplicate", c.faults.duplicate},
+                         std::pair{"reorder", c.faults.reorder},
+                         std::pair{"corrupt", c.faults.corrupt}}) {
+    if (auto s = fraction(name, v); !s.ok()) return s;
+  }
+  if (c.faults.delay < absl::ZeroDuration() ||
+      c.faults.jitter < absl::ZeroDuration()) {
+    return Usage("--delay and --jitter must not be negative");
+  }
+  if (c.faults.jitter > c.faults.delay) {
+    return Usage("--jitter must not exceed --delay");
+  }
+  c.any_fault = c.faults.Active();
+  return c;
+}
+
+// Calls the outermost endpoint when the base link's fd is readable.
+class LinkHandler : public eventloop::Handler {
+ public:
+  explicit LinkHandler(link::LinkEndpoint& link) : link_(link) {}
+  void OnReadable(Instant now) override { link_.OnReadable(now); }
+
+ private:
+  link::LinkEndpoint& link_;
+};
+
+int Run(const Config& c) {
+  buffer::ChunkPool chunks(1024);   // 64 MiB of payload chunks at most
+  buffer::PacketPool packets(16384);
+  std::unique_ptr<link::LinkEndpoint> link;
+  if (!absl::GetFlag(FLAGS_tap).empty()) {
+    link::TapOptions o;
+    o.name = absl::GetFlag(FLAGS_tap);
+    o.netns = absl::GetFlag(FLAGS_netns);
+    o.mac = c.mac;
+    if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
+    auto tap = link::TapEndpoint::Open(o, chunks);
+    if (!tap.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n", std::string(tap.status().message()).c_str());
+      return 1;
+    }
+    link = std::move(*tap);
+  } else {
+    link::PacketOptions o;
+    o.interface = absl::GetFlag(FLAGS_packet);
+    o.netns = absl::GetFlag(FLAGS_netns);
+    o.mac = c.mac;
+    if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
+    auto pkt = link::PacketEndpoint::Open(o, chunks);
+    if (!pkt.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n", std::string(pkt.status().message()).c_str());
+      return 1;
+    }
+    link = std::move(*pkt);
+  }
+  const int read_fd = link->ReadFd();
+  if (!absl::GetFlag(FLAGS_pcap).empty()) {
+    auto sniffer =
+        link::SnifferEndpoint::Create(std::move(link), absl::GetFlag(FLAGS_pcap));
+    if (!sniffer.ok()) {
+      std::fprintf(stderr, "netstackd: --pcap: %s\n",
+                   std::string(sniffer.status().message()).c_str());
+      return 1;
+    }
+    link = std::move(*sniffer);
+  }
+  link::FaultInjector* faults = nullptr;
+  if (c.any_fault) {
+    link::FaultInjectorOptions fo;
+    fo.egress = c.faults;
+    fo.seed = absl::GetFlag(FLAGS_seed);
+    if (absl::GetFlag(FLAGS_fault_ingress)) fo.ingress = c.faults;
+    auto fi = link::FaultInjector::Create(std::move(link), packets, chunks, fo);
+    if (!fi.ok()) {
+      std::fprintf(stderr, "netstackd: faults: %s\n",
+                   std::string(fi.status().message()).c_str());
+      return 1;
+    }
+    faults = fi->get();
+    link = std::move(*fi);
+  }
+
+  stack::Stack st(stack::StackOptions{}, chunks, packets);
+  const std::string nic_name = !absl::GetFlag(FLAGS_tap).empty()
+                                   ? absl::GetFlag(FLAGS_tap)
+                                   : absl::GetFlag(FLAGS_packet);
+  auto nic = st.AddNic(link.get(), nic_name);
+  if (!nic.ok()) {
+    std::fprintf(stderr, "netstackd: %s\n", std::string(nic.status().message()).c_str());
+    return 1;
+  }
+  for (const auto& a : c.addrs) {
+    if (auto s = st.AddAddress(*nic, a); !s.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  for (const auto& a : c.addrs6) {
+    if (auto s = st.AddAddress(*nic, a); !s.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  if (c.gateway4) {
+    (void)st.AddRoute(stack::Route<wire::Ipv4Address>{
+        stack::Ipv4Cidr{wire::Ipv4Address(), 0}, c.gateway4, *nic});
+  }
+  if (c.gateway6) {
+    (void)st.AddRoute(stack::Route<wire::Ipv6Address>{
+        stack::Ipv6Cidr{wire::Ipv6Address(), 0}, c.gateway6, *nic});
+  }
+
+  auto loop_or = eventloop::EventLoop::Create();
+  if (!loop_or.ok()) {
+    std::fprintf(stderr, "netstackd: %s\n", std::string(loop_or.status().message()).c_str());
+    return 1;
+  }
+  eventloop::EventLoop& loop = **loop_or;
+  LinkHandler handler(*link);
+  if (auto s = loop.Add(read_fd, eventloop::EventLoop::kReadable, &handler);
+      !s.ok()) {
+    std::fprintf(stderr, "netstackd: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  eventloop::PollerRef<stack::Stack> stack_poller(&st);
+  eventloop::PollerRef<link::LinkEndpoint> link_poller(link.get());
+  loop.AddPoller(&stack_poller);
+  loop.AddPoller(&link_poller);
+  loop.AddTurnEndHook([&](Instant now) { st.Flush(now); });
+
+  auto print_counters = [&](const char* why) {
+    std::string text = st.FormatCounters();
+    if (faults != nullptr) {
+      for (auto [dir, f] : {std::pair{"egress", &faults->egress_stats()},
+                            std::pair{"ingress", &faults->ingress_stats()}}) {
+        absl::StrAppend(&text, "fault.", dir, ".in ", f->packets_in, "\n",
+                        "fault.", dir, ".out ", f->packets_out, "\n",
+                        "fault.", dir, ".dropped ", f->dropped, "\n",
+                        "fault.", dir, ".duplicated ", f->duplicated, "\n",
+                        "fault.", dir, ".reordered ", f->reordered, "\n",
+                        "fault.", dir, ".corrupted ", f->corrupted, "\n",
+                        "fault.", dir, ".delayed ", f->delayed, "\n",
+                        "fault.", dir, ".overflow ", f->overflow, "\n");
+      }
+    }
+    std::fprintf(stderr, "netstackd: counters (%s):\n%s", why, text.c_str());
+    std::fflush(stderr);
+  };
+  if (auto s = loop.HandleSignals(
+          {SIGINT, SIGTERM, SIGUSR1},
+          [&](int signo, Instant) {
+            if (signo == SIGUSR1) {
+              print_counters("SIGUSR1");
+            } else {
+              loop.Stop();
+            }
+          });
+      !s.ok()) {
+    std::fprintf(stderr, "netstackd: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "netstackd: running on %s (nic %u), pid %d\n",
+               link->Name().c_str(), *nic, static_cast<int>(getpid()));
+  std::fflush(stderr);
+  const absl::Status run = loop.Run();
+  print_counters("exit");
+  if (!run.ok()) {
+    std::fprintf(stderr, "netstackd: %s\n", std::string(run.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace netstack::tools
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Runs a netstack userspace TCP/IP stack on one link.\n"
+      "usage: netstackd (--tap NAME | --packet IFNAME) [--netns NS] "
+      "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
+      "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
+      "--seed N]\n"
+      "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
+      "reassembly). Counters go to stderr on SIGUSR1 and at exit; SIGINT or "
+      "SIGTERM stop it. Exit status: 0 after a clean stop, 1 if the link or "
+      "a resource could not be set up, 2 for bad flags.");
+  absl::ParseCommandLine(argc, argv);
+  auto config = netstack::tools::ParseConfig();
+  if (!config.ok()) {
+    std::fprintf(stderr, "netstackd: %s (see --help)\n",
+                 std::string(config.status().message()).c_str());
+    return 2;
+  }
+  return netstack::tools::Run(*config);
+}
