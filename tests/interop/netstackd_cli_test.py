@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""netstackd's command line: bad input gets a clear message, a non-zero
+exit status and leaves nothing behind; SIGUSR1 prints counters; SIGTERM
+stops it cleanly. Needs root (namespaces, TAP)."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+RUNFILES = os.environ.get("TEST_SRCDIR", "")
+WORKSPACE = os.environ.get("TEST_WORKSPACE", "netstack")
+NETSTACKD = os.path.join(RUNFILES, WORKSPACE, "tools/netstackd/netstackd")
+
+
+def run(*cmd, check=True):
+    return subprocess.run(list(cmd), check=check, capture_output=True,
+                          text=True, timeout=60)
+
+
+class NetstackdCli(unittest.TestCase):
+    def setUp(self):
+        self.assertEqual(os.geteuid(), 0, "this test needs root")
+        self.ns = f"nst-cli-{os.getpid()}"
+        run("ip", "netns", "add", self.ns)
+        self.addCleanup(run, "ip", "netns", "del", self.ns, check=False)
+        self.tmp = tempfile.mkdtemp(prefix="nst-cli-")
+        self.addCleanup(lambda: os.rmdir(self.tmp))
+
+    def expect_failure(self, args, code, message):
+        p = run(NETSTACKD, *args, check=False)
+        self.assertEqual(p.returncode, code, p.stderr)
+        self.assertIn(message, p.stderr)
+        self.assertEqual(os.listdir(self.tmp), [], "left files behind")
+        return p
+
+    def test_bad_flags(self):
+        self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2"], 2,
+                            "bad IPv4 CIDR '10.0.0.2'")
+        self.expect_failure(["--tap", "t0", "--addr6", "fd00::2/129"], 2,
+                            "bad IPv6 CIDR")
+        self.expect_failure(["--addr", "10.0.0.2/24"], 2,
+                            "exactly one of --tap or --packet")
+        self.expect_failure(["--tap", "t0", "--packet", "p0", "--addr",
+                             "10.0.0.2/24"], 2, "exactly one of")
+        self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",
+                             "--loss", "5"], 2, "not a fraction")
+        self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",
+                             "--delay", "1ms", "--jitter", "5ms"], 2,
+                            "--jitter must not exceed --delay")
+        self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",
+                             "--gateway", "nope"], 2, "not an IP address")
+        self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",
+                             "--mtu", "100"], 2, "out of range")
+
+    def test_missing_resources(self):
+        self.expect_failure(["--packet", "nst-nothere", "--netns", self.ns,
+                             "--addr", "10.0.0.2/24"], 1, "does not exist")
+        self.expect_failure(["--tap", "t0", "--netns", "nst-no-such-ns",
+                             "--addr", "10.0.0.2/24"], 1,
+                            "netns 'nst-no-such-ns' does not exist")
+        # An unwritable pcap path: the link is opened first, so the error
+        # must also close it (the TAP is not left attached).
+        self.expect_failure(["--tap", "nstcli0", "--netns", self.ns,
+                             "--addr", "10.0.0.2/24", "--pcap",
+                             "/nonexistent-dir/x.pcap"], 1, "--pcap")
+
+    def test_busy_tap_signals_and_clean_stop(self):
+        log = os.path.join(self.tmp, "log")
+        pcap = os.path.join(self.tmp, "x.pcap")
+        with open(log, "w") as f:
+            proc = subprocess.Popen(
+                [NETSTACKD, "--tap", "nstcli1", "--netns", self.ns,
+                 "--addr", "10.0.0.2/24", "--pcap", pcap],
+                stdout=f, stderr=f)
+        try:
+            deadline = time.time() + 10
+            while "running on" not in open(log).read():
+                self.assertIsNone(proc.poll(), open(log).read())
+                self.assertLess(time.time(), deadline, "did not start")
+                time.sleep(0.05)
+            # A second daemon on the same TAP: busy.
+            p = run(NETSTACKD, "--tap", "nstcli1", "--netns", self.ns,
+                    "--addr", "10.0.0.3/24", check=False)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("busy", p.stderr)
+            proc.send_signal(signal.SIGUSR1)
+            deadline = time.time() + 10
+            while "counters (SIGUSR1)" not in open(log).read():
+                self.assertLess(time.time(), deadline, open(log).read())
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=10), 0, open(log).read())
+            self.assertIn("counters (exit)", open(log).read())
+            self.assertTrue(os.path.getsize(pcap) >= 24, "pcap header missing")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for name in os.listdir(self.tmp):
+                os.unlink(os.path.join(self.tmp, name))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
