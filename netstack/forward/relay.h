@@ -1,0 +1,135 @@
+// Relay: moves bytes both ways between two host stream sockets (TCP <->
+// TCP, UNIX <-> TCP, IPv4 and IPv6) on the event loop, through a pipe with
+// splice(2) so the payload never enters user memory, with a recv/send copy
+// path where splice loses or cannot work.
+//
+// Lessons this design keeps (../shared/DESIGN.md, "Lessons from the
+// anchors"):
+//   - one pipe per direction, from a pool; F_SETPIPE_SZ up to 1 MiB,
+//     falling back to what the kernel grants;
+//   - the bytes in each pipe are counted (spliced in minus spliced out); an
+//     EAGAIN on the write side does not mean the pipe is empty, and after an
+//     EPOLLOUT wake-up the whole pipe is drained, not just the last read
+//     (passt lost ~97 KB of a podman pull this way);
+//   - a half-close (FIN) is forwarded only after its pipe has drained;
+//   - a pipe that still holds data never goes back to the pool (Go);
+//   - on EINVAL before any byte moved, and when the pool cannot grow
+//     (pipe-user-pages-soft), the direction falls back to copying; the
+//     connection never fails for either reason;
+//   - TCP_NODELAY on both legs (Nagle added 40 ms stalls in passt).
+#ifndef NETSTACK_FORWARD_RELAY_H_
+#define NETSTACK_FORWARD_RELAY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "netstack/eventloop/event_loop.h"
+
+namespace netstack::forward {
+
+enum class RelayMode : uint8_t {
+  kSplice,  // always splice (falls back to copy only for the reasons above)
+  kCopy,    // always recv/send through a user buffer
+  kAuto,    // copy for small transfers, splice for large (see RelayOptions)
+};
+std::string_view RelayModeName(RelayMode mode);
+std::optional<RelayMode> ParseRelayMode(std::string_view text);
+
+struct RelayOptions {
+  RelayMode mode = RelayMode::kAuto;
+  // kAuto: a direction moves to splice once a single read returned at
+  // least this many bytes (data arrives in large chunks: splice wins), and
+  // stays on copy while reads are smaller (small messages: one recv+send
+  // beats splice in + splice out, as HAProxy found). The default is the
+  // crossover measured by //bench:splice_benchmark (docs/BENCHMARKS.md).
+  size_t auto_splice_threshold = 16 * 1024;
+  // User buffer of the copy path, per direction.
+  size_t copy_buffer_size = 64 * 1024;
+  bool tcp_nodelay = true;
+};
+
+struct DirectionStats {
+  uint64_t bytes = 0;         // delivered to the destination socket
+  uint64_t splice_bytes = 0;  // of which through the pipe
+  uint64_t copy_bytes = 0;    // of which through the user buffer
+  uint64_t splice_syscalls = 0;
+  uint64_t copy_syscalls = 0;  // recv/send (read/write)
+  uint64_t would_block = 0;    // writes that returned EAGAIN
+  bool fell_back_einval = false;    // splice said EINVAL before any byte
+  bool fell_back_no_pipe = false;   // the pipe pool could not grow
+  bool eof_forwarded = false;       // shutdown(SHUT_WR) sent after draining
+};
+
+struct RelayStats {
+  DirectionStats a_to_b;
+  DirectionStats b_to_a;
+};
+
+// A bounded pool of pipes sized with F_SETPIPE_SZ.
+class PipePool {
+ public:
+  struct Options {
+    size_t max_pipes = 4096;
+    size_t pipe_size = size_t{1} << 20;  // asked for; the kernel may refuse
+  };
+  struct Pipe {
+    int read_fd = -1;
+    int write_fd = -1;
+    size_t capacity = 0;  // what F_SETPIPE_SZ granted (or the default)
+  };
+  struct Stats {
+    uint64_t created = 0;
+    uint64_t reused = 0;
+    uint64_t closed_with_data = 0;  // released non-empty: closed, not pooled
+    uint64_t acquire_failed = 0;    // limit, EMFILE/ENFILE, or user pages
+    uint64_t resize_refused = 0;    // got less than pipe_size
+    size_t in_use = 0;
+    size_t pooled = 0;
+  };
+
+  explicit PipePool(Options options);
+  PipePool(const PipePool&) = delete;
+  PipePool& operator=(const PipePool&) = delete;
+  ~PipePool();  // closes the pooled pipes
+
+  // A pipe, or nullopt when the pool cannot grow: the caller copies.
+  std::optional<Pipe> Acquire();
+  // Gives a pipe back. `bytes_in_pipe` must be 0 for it to be pooled;
+  // otherwise it is closed (its data belongs to a dead connection).
+  void Release(Pipe pipe, size_t bytes_in_pipe);
+  const Stats& stats() const;
+};
+
+class Relay {
+ public:
+  // Runs once, on the loop, when the relay is finished: both directions
+  // forwarded their EOF with empty pipes (OK), or an error on one leg
+  // closed both (the status names the leg and the errno). `done` may
+  // destroy the Relay.
+  using DoneCallback = absl::AnyInvocable<void(Relay& relay, absl::Status)>;
+
+  // Takes ownership of `fd_a` and `fd_b`: connected stream sockets (TCP or
+  // UNIX), made non-blocking here, registered with `loop`. Fails (and
+  // closes both) only if the loop refuses them.
+  static absl::StatusOr<std::unique_ptr<Relay>> Create(
+      eventloop::EventLoop& loop, PipePool& pipes, int fd_a, int fd_b,
+      const RelayOptions& options, DoneCallback done);
+
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+  // Unregisters, closes both fds, returns or closes the pipes.
+  ~Relay();
+
+  const RelayStats& stats() const;
+  bool finished() const;
+};
+
+}  // namespace netstack::forward
+
+#endif  // NETSTACK_FORWARD_RELAY_H_
