@@ -137,6 +137,7 @@ void Stack::HandleIpv4(Nic& nic, const link::InboundFrame& frame,
   d.checksum_partial = frame.checksum_partial;
   if (ip.more_fragments || ip.fragment_offset != 0) {
     ++counters_.ipv4_fragments_received;
+    if (reassembler_.NextDeadline() <= now) ExpireReassembly(now);
     ip::AddResult r = reassembler_.Add(
         ip::ReassemblyKey::Ipv4(ip.src, ip.dst, ip.protocol, ip.ident),
         ip.fragment_offset, ip.more_fragments, d.payload.bytes(), now,

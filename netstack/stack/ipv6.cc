@@ -87,6 +87,7 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
   d.checksum_partial = frame.checksum_partial;
   if (ext.fragment) {
     ++counters_.ipv6_fragments_received;
+    if (reassembler_.NextDeadline() <= now) ExpireReassembly(now);
     const auto& frag = ext.fragment->header;
     const uint32_t data_at = static_cast<uint32_t>(
         ext.fragment->header_offset + wire::Ipv6FragmentHeader::kHeaderLen);

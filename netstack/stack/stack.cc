@@ -103,10 +103,14 @@ Instant Stack::NextDeadline() const {
   return next;
 }
 
-void Stack::Poll(Instant now) {
+void Stack::ExpireReassembly(Instant now) {
   reassembler_.Poll(now, [&](const ip::ExpiredDatagram& e) {
     if (e.first_fragment_received) SendReassemblyTimeExceeded(e, now);
   });
+}
+
+void Stack::Poll(Instant now) {
+  ExpireReassembly(now);
   arp_.Poll(
       now,
       [&](const wire::Ipv4Address& ip) {
@@ -155,11 +159,15 @@ void Stack::SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e,
             mem.begin() + n_hdr);
   buffer::PayloadView all(chunk, 0, static_cast<uint32_t>(n_hdr + n_data));
   if (e.key.family == ip::IpFamily::kIpv4) {
+    // The kept header was validated when its fragment arrived; its Total
+    // Length describes that fragment, not this quote, so read the fields
+    // we need directly instead of re-parsing.
+    if (n_hdr < wire::Ipv4Packet::kMinHeaderLen) return;
+    const wire::Ipv4Packet quoted(all.bytes());
     Ipv4Datagram d;
-    if (wire::Ipv4Repr::Parse(wire::Ipv4Packet(all.bytes()), d.ip) !=
-        wire::WireError::kOk) {
-      return;
-    }
+    d.ip.src = quoted.Source();
+    d.ip.dst = quoted.Destination();
+    d.ip.protocol = quoted.Protocol();
     d.header = all.Subview(0, static_cast<uint32_t>(n_hdr));
     d.payload = all.Subview(static_cast<uint32_t>(n_hdr),
                             static_cast<uint32_t>(n_data));

@@ -143,6 +143,9 @@ class Stack {
                        uint8_t code, uint16_t mtu, Instant now);
   void SendIcmpv6Error(const Ipv6Datagram& offending, uint8_t type,
                        uint8_t code, uint32_t mtu, Instant now);
+  // Expires timed-out datagrams; called from Poll and before a fragment is
+  // added, so a late fragment never joins a datagram past its deadline.
+  void ExpireReassembly(Instant now);
   void SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e, Instant now);
   // Adds the Ethernet header and queues the packet on the NIC.
   void QueueFrame(Nic& nic, buffer::PacketPtr packet,

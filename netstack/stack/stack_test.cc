@@ -206,6 +206,35 @@ TEST_F(StackTest, LargeEchoIsReassembledAndReplyFragmented) {
   EXPECT_TRUE(std::equal(echo.begin() + 8, echo.end(), whole.begin() + 8));
 }
 
+// RFC 792: a datagram whose first fragment arrived but that never
+// completed gets Time Exceeded (code 1) when reassembly times out; a late
+// fragment does not revive it.
+TEST_F(StackTest, ReassemblyTimeoutSendsTimeExceeded) {
+  link_->Inject(testing::ArpRequest(peer_, our_ip4_), now_);
+  TakeSent();
+  auto frames = testing::Ipv4Packets(peer_.ip4, our_ip4_, 1, 99,
+                                     testing::Icmpv4Echo(9, 1, 3000), 1500);
+  ASSERT_EQ(frames.size(), 3u);
+  link_->Inject(testing::WithEthernet(peer_.mac, our_mac_, kIpv4, frames[0]),
+                now_);
+  EXPECT_TRUE(TakeSent().empty());
+  EXPECT_EQ(stack_->NextDeadline(), now_ + absl::Seconds(30));
+  // The rest arrives too late: the datagram expires first.
+  now_ += absl::Seconds(31);
+  link_->Inject(testing::WithEthernet(peer_.mac, our_mac_, kIpv4, frames[1]),
+                now_);
+  auto sent = TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  SentIpv4 s = ParseSentIpv4(sent[0]);
+  EXPECT_EQ(s.payload[0], 11);  // time exceeded
+  EXPECT_EQ(s.payload[1], 1);   // fragment reassembly time exceeded
+  EXPECT_EQ(wire::InternetChecksum(s.payload), 0);
+  link_->Inject(testing::WithEthernet(peer_.mac, our_mac_, kIpv4, frames[2]),
+                now_);
+  EXPECT_TRUE(TakeSent().empty());
+  EXPECT_EQ(stack_->counters().ipv4_reassembled, 0u);
+}
+
 TEST_F(StackTest, MalformedFramesAreDroppedWithReasons) {
   link_->Inject(testing::ArpRequest(peer_, our_ip4_), now_);
   TakeSent();
