@@ -1,0 +1,172 @@
+// A link endpoint on an AF_PACKET socket (SOCK_RAW, ETH_P_ALL) bound to
+// one Ethernet interface, typically our end of a veth pair whose other end
+// sits in the guest's network namespace.
+//
+// The socket reads every frame that arrives on the interface and sends
+// frames out of it. Frames this socket sends are not read back
+// (PACKET_IGNORE_OUTGOING, and PACKET_OUTGOING frames are skipped in case
+// the kernel predates it).
+//
+// Our MAC is the interface's own address (SIOCGIFHWADDR) unless
+// PacketOptions::mac gives one. On a veth end that only the stack uses,
+// that is the address the peer already resolves the link to, and frames to
+// it arrive as PACKET_HOST without promiscuous mode. A different address
+// works on veth too (frames to it are PACKET_OTHERHOST, which packet
+// sockets still see) but would need promiscuous mode on a real NIC.
+//
+// What the caller must do on the kernel side:
+//   - bring the interface (and its peer) up;
+//   - leave the interface without IP addresses, and disable IPv6 on it
+//     (net.ipv6.conf.IF.disable_ipv6=1), so the kernel of this namespace
+//     does not answer ARP/NDP or send its own traffic alongside the stack;
+//   - turn off TSO/GSO on the peer (`ethtool -K PEER tso off gso off`), or
+//     receive with big slots (rx_frame_size = 65536): a veth carries the
+//     peer kernel's 64 KiB GSO super-frames as they are, and a frame larger
+//     than a receive slot is dropped (counted in rx_truncated).
+//
+// Checksums: frames that crossed a veth from a local sender carry
+// CHECKSUM_PARTIAL TCP/UDP checksums (only the pseudo-header sum is in the
+// field). The endpoint asks for PACKET_AUXDATA and reports
+// TP_STATUS_CSUMNOTREADY as InboundFrame::checksum_partial and
+// TP_STATUS_CSUM_VALID as checksum_verified (or the virtio-net header's
+// flags with vnet_hdr). What we send must carry complete checksums.
+//
+// Transmit: one sendmmsg(2) per chain, one mmsghdr per packet with the
+// iovecs of PacketBuffer::ToIovecs; a chain longer than kMaxTxBatch
+// packets takes one call per kMaxTxBatch. Packets the kernel would refuse
+// (shorter than an Ethernet header, longer than MTU + 14, or + 18 when
+// tagged) are dropped and counted without splitting the batch. After a
+// partial send the rest is offered again at once; EAGAIN leaves it in the
+// chain. Receive: one recvmmsg(2) of up to rx_batch frames per
+// OnReadable(), packed into shared chunks.
+#ifndef NETSTACK_LINK_PACKET_ENDPOINT_H_
+#define NETSTACK_LINK_PACKET_ENDPOINT_H_
+
+#include <linux/if_packet.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "link/fd_util.h"
+#include "link/link_endpoint.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/wire/address.h"
+
+namespace netstack::link {
+
+struct PacketOptions {
+  // The interface to bind to; required.
+  std::string interface;
+  // Network namespace (a name under /var/run/netns) of the interface;
+  // empty = the calling thread's. The socket stays in it.
+  std::string netns;
+  // L3 MTU. 0: the interface's MTU (SIOCGIFMTU). The interface itself is
+  // not changed.
+  uint32_t mtu = 0;
+  // Our Ethernet address; default: the interface's own (see above).
+  std::optional<wire::MacAddress> mac;
+  // PACKET_VNET_HDR: a 10-byte virtio-net header on every frame.
+  bool vnet_hdr = false;
+  // Socket buffer sizes. Set with SO_RCVBUFFORCE/SO_SNDBUFFORCE (beyond
+  // net.core.rmem_max, needs CAP_NET_ADMIN), else SO_RCVBUF/SO_SNDBUF,
+  // which the kernel caps at rmem_max/wmem_max.
+  int rcvbuf_bytes = 4 << 20;
+  int sndbuf_bytes = 4 << 20;
+  // Most frames per recvmmsg.
+  size_t rx_batch = 64;
+  // Largest frame received, which sets the slot size; 0: MTU + Ethernet +
+  // VLAN. Up to 65536 for GSO/GRO super-frames (then one per chunk).
+  uint32_t rx_frame_size = 0;
+};
+
+class PacketEndpoint final : public LinkEndpoint {
+ public:
+  // Most packets per sendmmsg; the kernel caps vlen at UIO_MAXIOV (1024).
+  static constexpr size_t kMaxTxBatch = 1024;
+
+  // Opens the socket in `options.netns` and binds it to the interface.
+  // Errors: NotFound "netns 'x' does not exist" / "interface 'veth0' does
+  // not exist in netns 'x'", PermissionDenied without CAP_NET_RAW,
+  // InvalidArgument for a non-Ethernet interface or bad options.
+  static absl::StatusOr<std::unique_ptr<PacketEndpoint>> Open(
+      const PacketOptions& options, buffer::ChunkPool& pool);
+
+  ~PacketEndpoint() override = default;
+
+  LinkCapabilities Capabilities() const override { return caps_; }
+  void Attach(LinkReceiver* receiver) override { receiver_ = receiver; }
+  size_t Transmit(buffer::PacketChain& chain, Instant now) override;
+  int ReadFd() const override { return fd_.get(); }
+  void OnReadable(Instant now) override;
+  LinkStats Stats() const override { return stats_; }
+  std::string Name() const override;
+
+  const FdEndpointStats& fd_stats() const { return fd_stats_; }
+  const std::string& interface_name() const { return ifname_; }
+  int interface_index() const { return ifindex_; }
+  uint32_t rx_slot_size() const { return slots_.slot_size(); }
+  // The socket buffer sizes the kernel granted (SO_RCVBUF/SO_SNDBUF).
+  int rcvbuf_bytes() const { return rcvbuf_; }
+  int sndbuf_bytes() const { return sndbuf_; }
+
+ private:
+  struct Config;
+  PacketEndpoint(UniqueFd fd, const Config& config, buffer::ChunkPool& pool);
+
+  // Frames one received message, or counts why it is dropped; true if
+  // frames_[kept] was filled.
+  bool TakeFrame(size_t msg, size_t slot, bool have_slot, size_t kept);
+  // One sendmmsg of the first `count` prepared messages; returns the
+  // number sent or -1 with errno.
+  int SendBatch(size_t count);
+  bool Sendable(const buffer::PacketBuffer& p) const;
+  // Drops the (unsendable) front packet, counted as runt or oversize.
+  void DropFront(buffer::PacketChain& chain);
+
+  UniqueFd fd_;
+  const std::string ifname_;
+  const std::string netns_;
+  const int ifindex_;
+  const LinkCapabilities caps_;
+  const size_t vnet_len_;
+  const uint32_t max_frame_;
+  const size_t rx_batch_;
+  const int rcvbuf_;
+  const int sndbuf_;
+  RxSlots slots_;
+  LinkReceiver* receiver_ = nullptr;
+
+  // Receive: one mmsghdr per message, each with its own address, control
+  // buffer, vnet header room and iovecs. Allocated once.
+  struct RxMsg {
+    sockaddr_ll addr;
+    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(tpacket_auxdata))];
+    uint8_t vnet[kVnetHdrLen];
+    iovec iov[2];
+  };
+  std::vector<mmsghdr> rx_hdrs_;
+  std::vector<RxMsg> rx_msgs_;
+  std::unique_ptr<uint8_t[]> scratch_;  // frames with no slot are dropped
+  std::vector<InboundFrame> frames_;
+
+  // Transmit: mmsghdrs and their iovecs, for up to kMaxTxBatch packets.
+  static constexpr size_t kTxIovPerPacket =
+      1 + 1 + buffer::PacketBuffer::kMaxPayloadViews;
+  std::vector<mmsghdr> tx_hdrs_;
+  std::vector<iovec> tx_iov_;
+  const uint8_t tx_vnet_[kVnetHdrLen] = {};
+
+  LinkStats stats_;
+  FdEndpointStats fd_stats_;
+};
+
+}  // namespace netstack::link
+
+#endif  // NETSTACK_LINK_PACKET_ENDPOINT_H_

@@ -1,0 +1,302 @@
+#include "link/tap_endpoint.h"
+
+#include <fcntl.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "link/netns.h"
+
+namespace netstack::link {
+namespace {
+
+// Frames start 2 bytes into their slot so that the IP header after the
+// 14-byte Ethernet header is 4-byte aligned (Linux's NET_IP_ALIGN).
+constexpr uint32_t kRxPad = 2;
+constexpr size_t kMaxRxBatch = 1024;
+// Offloads that make the kernel send GSO super-frames to the TAP.
+constexpr unsigned kGsoOffloads = TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_UFO
+#ifdef TUN_F_USO4
+                                  | TUN_F_USO4 | TUN_F_USO6
+#endif
+    ;
+
+std::string TapLabel(const std::string& name, const std::string& netns) {
+  return absl::StrCat("TAP '", name, "' in ", NetnsLabel(netns));
+}
+
+absl::Status ValidateOptions(const TapOptions& o) {
+  if (!o.name.empty()) {
+    if (absl::Status s = ValidateInterfaceName(o.name); !s.ok()) return s;
+  }
+  if (o.offloads != 0 && !o.vnet_hdr) {
+    return absl::InvalidArgumentError(
+        "TAP offloads need vnet_hdr: without a virtio-net header the "
+        "kernel cannot say which checksums are partial");
+  }
+  if (o.rx_batch == 0 || o.rx_batch > kMaxRxBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rx_batch must be 1..", kMaxRxBatch));
+  }
+  return absl::OkStatus();
+}
+
+// Attaches `fd` (an open /dev/net/tun) to the TAP named in `ifr`.
+absl::Status SetIff(int fd, ifreq& ifr, const TapOptions& o) {
+  if (::ioctl(fd, TUNSETIFF, &ifr) == 0) return absl::OkStatus();
+  const int err = errno;
+  const std::string label = TapLabel(o.name, o.netns);
+  switch (err) {
+    case EBUSY:
+      return absl::FailedPreconditionError(absl::StrCat(
+          label, " is busy: another process or endpoint has it open"));
+    case EPERM:
+      return absl::PermissionDeniedError(absl::StrCat(
+          label, ": creating or attaching a TAP needs CAP_NET_ADMIN"));
+    case EINVAL:
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": the name belongs to a device that is not a TAP, or to a ",
+          "TAP with other flags (TUNSETIFF: ", std::strerror(err), ")"));
+    default:
+      return ErrnoStatus(err, absl::StrCat(label, ": TUNSETIFF"));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
+    const TapOptions& options, buffer::ChunkPool& pool) {
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+
+  // The tun fd and a control socket for the MTU ioctls, both created in
+  // the target namespace (the TAP device is created in the namespace of
+  // the fd's opener).
+  UniqueFd tun;
+  UniqueFd ctl;
+  absl::Status opened = RunInNetns(options.netns, [&]() -> absl::Status {
+    tun.reset(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
+    if (!tun.valid()) {
+      const int err = errno;
+      if (err == ENOENT || err == ENODEV) {
+        return absl::FailedPreconditionError(
+            "/dev/net/tun is missing: the kernel has no TUN/TAP support "
+            "(modprobe tun)");
+      }
+      return ErrnoStatus(err, "open /dev/net/tun");
+    }
+    ctl.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!ctl.valid()) return ErrnoStatus(errno, "control socket");
+    return absl::OkStatus();
+  });
+  if (!opened.ok()) return opened;
+
+  ifreq ifr;
+  std::memset(&ifr, 0, sizeof(ifr));
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (options.vnet_hdr ? IFF_VNET_HDR : 0);
+  std::memcpy(ifr.ifr_name, options.name.data(), options.name.size());
+  if (absl::Status s = SetIff(tun.get(), ifr, options); !s.ok()) return s;
+  std::string ifname(ifr.ifr_name, strnlen(ifr.ifr_name, IFNAMSIZ));
+  const std::string label = TapLabel(ifname, options.netns);
+
+  size_t vnet_len = 0;
+  if (options.vnet_hdr) {
+    int hdr_len = static_cast<int>(kVnetHdrMrgLen);
+    if (::ioctl(tun.get(), TUNSETVNETHDRSZ, &hdr_len) < 0) {
+      return ErrnoStatus(errno, absl::StrCat(label, ": TUNSETVNETHDRSZ"));
+    }
+    if (::ioctl(tun.get(), TUNSETOFFLOAD,
+                static_cast<unsigned long>(options.offloads)) < 0) {
+      return ErrnoStatus(errno, absl::StrCat(label, ": TUNSETOFFLOAD 0x",
+                                             absl::Hex(options.offloads)));
+    }
+    vnet_len = kVnetHdrMrgLen;
+  }
+
+  const bool gso_rx = (options.offloads & kGsoOffloads) != 0;
+  // A frame must fit its slot after the pad, with one byte to spare: the
+  // kernel cuts a frame that does not fit the read buffer and returns the
+  // buffer's size without a flag, so a read that fills the slot may have
+  // been cut short.
+  constexpr uint32_t kMaxMtu =
+      buffer::kChunkSize - kRxPad - kEthernetOverhead - 1;
+  uint32_t mtu = options.mtu;
+  if (mtu != 0) {
+    if (mtu < 68 || mtu > kMaxMtu) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, ": MTU ", mtu, " is outside 68..", kMaxMtu,
+                       " (a frame must fit one 64 KiB receive chunk)"));
+    }
+    if (absl::Status s = SetInterfaceMtu(ctl.get(), ifname, mtu); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(label, ": ", s.message()));
+    }
+  } else {
+    absl::StatusOr<uint32_t> got = InterfaceMtu(ctl.get(), ifname);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat(label, ": ", got.status().message()));
+    }
+    mtu = *got;
+    if (mtu > kMaxMtu) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, ": interface MTU ", mtu, " is above ", kMaxMtu,
+                       "; pass TapOptions::mtu to lower it"));
+    }
+  }
+
+  const uint32_t slot_size =
+      gso_rx ? buffer::kChunkSize : kRxPad + mtu + kEthernetOverhead + 1;
+  const uint32_t max_frame =
+      gso_rx ? buffer::kChunkSize - kRxPad - 1 : mtu + kEthernetOverhead;
+
+  LinkCapabilities caps;
+  caps.mtu = mtu;
+  caps.gso_max_size = 0;  // host GSO on transmit comes with a later issue
+  caps.tx_checksum_offload = false;  // we write zeroed vnet headers
+  caps.vnet_hdr = options.vnet_hdr;
+  caps.mac =
+      options.mac
+          ? *options.mac
+          : DeriveLocalMac(absl::StrCat("tap:", options.netns, "/", ifname));
+  return std::unique_ptr<TapEndpoint>(
+      new TapEndpoint(std::move(tun), std::move(ifname), options.netns, caps,
+                      vnet_len, max_frame, slot_size, options.rx_batch, pool));
+}
+
+TapEndpoint::TapEndpoint(UniqueFd fd, std::string ifname, std::string netns,
+                         const LinkCapabilities& caps, size_t vnet_len,
+                         uint32_t max_frame, uint32_t slot_size,
+                         size_t rx_batch, buffer::ChunkPool& pool)
+    : fd_(std::move(fd)),
+      ifname_(std::move(ifname)),
+      netns_(std::move(netns)),
+      caps_(caps),
+      vnet_len_(vnet_len),
+      max_frame_(max_frame),
+      rx_batch_(rx_batch),
+      slots_(pool, slot_size, rx_batch),
+      scratch_(new uint8_t[slots_.slot_size()]),
+      frames_(rx_batch) {}
+
+std::string TapEndpoint::Name() const {
+  if (netns_.empty()) return absl::StrCat("tap:", ifname_);
+  return absl::StrCat("tap:", ifname_, "@", netns_);
+}
+
+size_t TapEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
+  size_t sent = 0;
+  while (!chain.empty()) {
+    const buffer::PacketBuffer& p = chain.front();
+    const size_t size = p.size();
+    if (!FrameFitsMtu(p, caps_.mtu)) {
+      ++(size < kMinFrameLen ? fd_stats_.tx_runt : fd_stats_.tx_oversize);
+      ++stats_.tx_dropped;
+      chain.PopFront();
+      continue;
+    }
+    size_t iovcnt = 0;
+    if (vnet_len_ > 0) {
+      // GSO_NONE, no flags: the frame is complete, checksums included.
+      tx_iov_[iovcnt++] = iovec{const_cast<uint8_t*>(tx_vnet_), vnet_len_};
+    }
+    iovcnt += p.ToIovecs(
+        std::span<iovec>(tx_iov_ + iovcnt, std::size(tx_iov_) - iovcnt));
+    ssize_t n;
+    do {
+      n = ::writev(fd_.get(), tx_iov_, static_cast<int>(iovcnt));
+      ++stats_.tx_syscalls;
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        ++fd_stats_.tx_blocked;
+        break;
+      }
+      // EIO (device down), EINVAL (rejected frame): the frame is lost.
+      ++fd_stats_.tx_errors;
+      ++stats_.tx_dropped;
+      chain.PopFront();
+      continue;
+    }
+    ++stats_.tx_frames;
+    stats_.tx_bytes += size;
+    ++sent;
+    chain.PopFront();
+  }
+  return sent;
+}
+
+ssize_t TapEndpoint::ReadFrame(uint8_t* buf, size_t cap) {
+  ssize_t n;
+  do {
+    if (vnet_len_ > 0) {
+      iovec iov[2] = {{rx_vnet_, vnet_len_}, {buf, cap}};
+      n = ::readv(fd_.get(), iov, 2);
+    } else {
+      n = ::read(fd_.get(), buf, cap);
+    }
+    ++stats_.rx_syscalls;
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+void TapEndpoint::OnReadable(Instant now) {
+  const size_t cap = slots_.slot_size() - kRxPad;
+  size_t kept = 0;
+  for (size_t i = 0; i < rx_batch_; ++i) {
+    // A frame is read into the next free slot; a dropped frame leaves the
+    // slot free for the next read. Slots are prepared one at a time, so a
+    // short batch does not take a second chunk.
+    const bool have_slot = slots_.Prepare(kept + 1) > kept;
+    uint8_t* buf = have_slot ? slots_.Slot(kept) + kRxPad : scratch_.get();
+    const ssize_t n = ReadFrame(buf, cap);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) ++fd_stats_.rx_errors;
+      break;
+    }
+    if (static_cast<size_t>(n) < vnet_len_ + kMinFrameLen) {
+      ++fd_stats_.rx_runt;
+      ++stats_.rx_dropped;
+      continue;
+    }
+    const size_t len = static_cast<size_t>(n) - vnet_len_;
+    if (len > max_frame_) {
+      ++fd_stats_.rx_truncated;
+      ++stats_.rx_dropped;
+      continue;
+    }
+    if (!have_slot || receiver_ == nullptr) {
+      ++(have_slot ? fd_stats_.rx_no_receiver : fd_stats_.rx_no_buffer);
+      ++stats_.rx_dropped;
+      continue;
+    }
+    VnetRxInfo info;
+    if (vnet_len_ > 0) info = ParseVnetHeader(rx_vnet_);
+    fd_stats_.rx_checksum_partial += info.checksum_partial;
+    fd_stats_.rx_checksum_verified += info.checksum_verified;
+    fd_stats_.rx_gso += info.gso;
+    frames_[kept] =
+        InboundFrame{slots_.View(kept, kRxPad, static_cast<uint32_t>(len)),
+                     info.checksum_verified, info.checksum_partial};
+    ++stats_.rx_frames;
+    stats_.rx_bytes += len;
+    ++kept;
+  }
+  slots_.Consume(kept);
+  Deliver(kept, now);
+}
+
+void TapEndpoint::Deliver(size_t count, Instant now) {
+  if (count == 0) return;
+  receiver_->DeliverFrames(std::span<InboundFrame>(frames_.data(), count), now);
+  // Drop our references now, so chunks recycle once the receiver is done.
+  for (size_t i = 0; i < count; ++i) frames_[i] = InboundFrame{};
+}
+
+}  // namespace netstack::link

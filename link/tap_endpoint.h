@@ -1,0 +1,133 @@
+// A link endpoint on a TAP device (/dev/net/tun, IFF_TAP | IFF_NO_PI).
+//
+// The kernel side of the TAP is an ordinary Ethernet interface in some
+// network namespace; this endpoint is the other end of the wire, the
+// "NIC" of the stack. What the kernel sends out of the interface we
+// receive, and what we write the kernel receives on it.
+//
+// What the caller must do on the kernel side (this endpoint does not):
+//   - bring the interface up (`ip -n NS link set tap0 up`); until then
+//     reads return nothing and the kernel drops what we write;
+//   - give it addresses and routes (`ip -n NS addr add 10.0.2.1/24 dev
+//     tap0`) if the kernel is to talk to the stack.
+// The endpoint sets the interface MTU only when TapOptions::mtu asks for
+// one, so both sides agree on the largest frame.
+//
+// Checksums: without offloads (the default) the kernel completes every
+// checksum before a frame reaches the TAP, and expects complete checksums
+// in what we write. With vnet_hdr the per-frame virtio-net header says
+// whether a checksum is partial (NEEDS_CSUM) or already verified
+// (DATA_VALID); see InboundFrame.
+//
+// Transmit writes one frame per writev(2): a tun fd is not a socket, so
+// there is no sendmmsg. While the interface is down each write fails with
+// EIO; the frame is dropped and counted (tx_errors). Receive reads up to
+// rx_batch frames per OnReadable(), packing several into each 64 KiB
+// chunk. The device lives as long as this endpoint's fd (unless made
+// persistent with TUNSETPERSIST elsewhere); if someone deletes it anyway,
+// reads fail (counted in rx_errors) and the endpoint should be closed.
+#ifndef NETSTACK_LINK_TAP_ENDPOINT_H_
+#define NETSTACK_LINK_TAP_ENDPOINT_H_
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "link/fd_util.h"
+#include "link/link_endpoint.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/wire/address.h"
+
+namespace netstack::link {
+
+struct TapOptions {
+  // Interface name (at most 15 bytes). Empty: the kernel picks "tapN";
+  // interface_name() tells which.
+  std::string name;
+  // Network namespace (a name under /var/run/netns) the TAP is created or
+  // attached in; empty = the calling thread's.
+  std::string netns;
+  // L3 MTU. 0: use the interface's current MTU (1500 for a new TAP).
+  // Otherwise it is set on the interface (SIOCSIFMTU).
+  uint32_t mtu = 0;
+  // IFF_VNET_HDR with a 12-byte virtio-net header on every frame.
+  bool vnet_hdr = false;
+  // TUN_F_* flags for TUNSETOFFLOAD (needs vnet_hdr). 0, the default: the
+  // kernel sends complete checksums and no GSO frames. With TUN_F_CSUM the
+  // kernel may hand us partial checksums (flagged per frame); with
+  // TUN_F_TSO4/6 or TUN_F_UFO/USO also 64 KiB super-frames, so receive
+  // slots become whole chunks.
+  unsigned offloads = 0;
+  // Our Ethernet address. Default: DeriveLocalMac("tap:<netns>/<name>").
+  // (The kernel side of the TAP has its own, different address.)
+  std::optional<wire::MacAddress> mac;
+  // Most frames read per OnReadable() call.
+  size_t rx_batch = 64;
+};
+
+class TapEndpoint final : public LinkEndpoint {
+ public:
+  // Opens /dev/net/tun in `options.netns` and attaches to (or creates) the
+  // TAP. Errors name the device and namespace, e.g. NotFound "netns 'x'
+  // does not exist", FailedPrecondition "TAP 'tap0' is busy".
+  static absl::StatusOr<std::unique_ptr<TapEndpoint>> Open(
+      const TapOptions& options, buffer::ChunkPool& pool);
+
+  ~TapEndpoint() override = default;
+
+  LinkCapabilities Capabilities() const override { return caps_; }
+  void Attach(LinkReceiver* receiver) override { receiver_ = receiver; }
+  size_t Transmit(buffer::PacketChain& chain, Instant now) override;
+  int ReadFd() const override { return fd_.get(); }
+  void OnReadable(Instant now) override;
+  LinkStats Stats() const override { return stats_; }
+  std::string Name() const override;
+
+  const FdEndpointStats& fd_stats() const { return fd_stats_; }
+  // The kernel's name for the device (as chosen by the kernel when
+  // TapOptions::name was empty).
+  const std::string& interface_name() const { return ifname_; }
+  // Bytes of each receive slot (frames per chunk = 65536 / this).
+  uint32_t rx_slot_size() const { return slots_.slot_size(); }
+
+ private:
+  TapEndpoint(UniqueFd fd, std::string ifname, std::string netns,
+              const LinkCapabilities& caps, size_t vnet_len, uint32_t max_frame,
+              uint32_t slot_size, size_t rx_batch, buffer::ChunkPool& pool);
+
+  // Reads one frame into `buf` (capacity cap); returns the read(2) result.
+  ssize_t ReadFrame(uint8_t* buf, size_t cap);
+  void Deliver(size_t count, Instant now);
+
+  UniqueFd fd_;
+  const std::string ifname_;
+  const std::string netns_;
+  const LinkCapabilities caps_;
+  const size_t vnet_len_;     // 0 or kVnetHdrMrgLen
+  const uint32_t max_frame_;  // largest frame accepted either way
+  const size_t rx_batch_;
+  RxSlots slots_;
+  LinkReceiver* receiver_ = nullptr;
+
+  // Receive scratch: the vnet header of the frame being read, and a frame
+  // buffer for reads that have no chunk slot (pool exhausted).
+  uint8_t rx_vnet_[kVnetHdrMrgLen] = {};
+  std::unique_ptr<uint8_t[]> scratch_;
+  std::vector<InboundFrame> frames_;  // rx_batch entries, reused
+  // Transmit: the zero virtio-net header and per-packet iovecs.
+  const uint8_t tx_vnet_[kVnetHdrMrgLen] = {};
+  iovec tx_iov_[1 + 1 + buffer::PacketBuffer::kMaxPayloadViews];
+
+  LinkStats stats_;
+  FdEndpointStats fd_stats_;
+};
+
+}  // namespace netstack::link
+
+#endif  // NETSTACK_LINK_TAP_ENDPOINT_H_

@@ -1,0 +1,417 @@
+// TapEndpoint against the Linux kernel: a TAP in a fresh network
+// namespace, the kernel on one side (10.201.1.1) and the endpoint on the
+// other (10.201.1.2). Needs root.
+#include "link/tap_endpoint.h"
+
+#include <linux/if_tun.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "link/fd_test_util.h"
+#include "link/fd_util.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
+
+namespace netstack::link {
+namespace {
+
+using testing::Bytes;
+using testing::CapturedFrame;
+using testing::CapturingReceiver;
+using testing::Host;
+using testing::TestNetns;
+
+constexpr char kTap[] = "nstap0";
+const wire::Ipv4Address kKernelIp = wire::Ipv4Address::FromU32(0x0ac90101);
+const wire::Ipv4Address kOurIp = wire::Ipv4Address::FromU32(0x0ac90102);
+constexpr uint16_t kKernelPort = 5555;
+constexpr uint16_t kOurPort = 6666;
+
+class TapTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(testing::IsRoot()) << testing::kNeedRoot;
+    auto ns = TestNetns::Create();
+    ASSERT_TRUE(ns.ok()) << ns.status();
+    ns_ = std::move(*ns);
+  }
+  void TearDown() override {
+    ep_.reset();
+    ns_.reset();  // deletes the namespace, whatever the test left in it
+  }
+
+  void Open(TapOptions o = {}) {
+    if (o.name.empty()) o.name = kTap;
+    o.netns = ns_->name();
+    auto ep = TapEndpoint::Open(o, chunks_);
+    ASSERT_TRUE(ep.ok()) << ep.status();
+    ep_ = std::move(*ep);
+    ep_->Attach(&rx_);
+  }
+
+  // Address and link up on the kernel side, as the caller must do.
+  void ConfigureKernelSide() {
+    ASSERT_TRUE(ns_->Ip(absl::StrCat("addr add ", kKernelIp.ToString(),
+                                     "/24 dev ", kTap))
+                    .ok());
+    ASSERT_TRUE(ns_->Ip(absl::StrCat("link set ", kTap, " up")).ok());
+  }
+
+  wire::MacAddress KernelMac() {
+    std::string out;
+    EXPECT_TRUE(
+        ns_->Exec(absl::StrCat("cat /sys/class/net/", kTap, "/address"), &out)
+            .ok());
+    auto mac = wire::MacAddress::Parse(out.substr(0, 17));
+    EXPECT_TRUE(mac.has_value()) << out;
+    return mac.value_or(wire::MacAddress());
+  }
+
+  // A UDP socket of the kernel, bound in the namespace.
+  UniqueFd KernelSocket() {
+    auto fd = testing::OpenUdpSocket(ns_->name(), kKernelIp, kKernelPort);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    return UniqueFd(fd.value_or(-1));
+  }
+
+  Host Us() { return Host{ep_->Capabilities().mac, kOurIp}; }
+
+  // Tells the kernel our MAC without ARP.
+  void AddStaticNeighbour() {
+    ASSERT_TRUE(ns_->Ip(absl::StrCat("neigh replace ", kOurIp.ToString(),
+                                     " lladdr ", Us().mac.ToString(), " dev ",
+                                     kTap, " nud permanent"))
+                    .ok());
+  }
+
+  // Waits for the UDP datagram with `payload` from the kernel.
+  std::optional<size_t> WaitForUdp(const std::vector<uint8_t>& payload,
+                                   size_t from = 0) {
+    return testing::WaitForFrame(
+        *ep_, rx_,
+        [&](const CapturedFrame& f) {
+          auto udp = testing::ParseUdpFrame(f.bytes);
+          return udp && udp->payload == payload;
+        },
+        from);
+  }
+
+  size_t Send(buffer::PacketPtr p) {
+    buffer::PacketChain chain;
+    chain.PushBack(std::move(p));
+    return ep_->Transmit(chain, absl::Now());
+  }
+
+  buffer::ChunkPool chunks_{64};
+  buffer::PacketPool packets_{256};
+  CapturingReceiver rx_;
+  std::unique_ptr<TestNetns> ns_;
+  std::unique_ptr<TapEndpoint> ep_;
+};
+
+TEST_F(TapTest, KernelResolvesUsWithArpThenUdpFlowsBothWays) {
+  Open();
+  ConfigureKernelSide();
+  const wire::MacAddress kernel_mac = KernelMac();
+  UniqueFd sock = KernelSocket();
+
+  // The kernel sends to 10.201.1.2: first it asks who has it.
+  ASSERT_TRUE(testing::SendUdp(sock.get(), kOurIp, kOurPort,
+                               Bytes("hello from the kernel"))
+                  .ok());
+  auto arp_at = testing::WaitForFrame(*ep_, rx_, [&](const CapturedFrame& f) {
+    auto arp = testing::ParseArpFrame(f.bytes);
+    return arp && arp->operation == wire::ArpOperation::kRequest &&
+           arp->target_ip == kOurIp;
+  });
+  ASSERT_TRUE(arp_at.has_value()) << "no ARP request from the kernel";
+  const auto request = *testing::ParseArpFrame(rx_.frames[*arp_at].bytes);
+  EXPECT_EQ(request.sender_ip, kKernelIp);
+  EXPECT_EQ(request.sender_mac, kernel_mac);
+
+  // We answer; the kernel learns our MAC and sends the queued datagram.
+  const uint64_t tx_calls = ep_->Stats().tx_syscalls;
+  ASSERT_EQ(
+      Send(testing::MakeArpPacket(packets_, wire::ArpOperation::kReply, Us(),
+                                  Host{kernel_mac, kKernelIp}, kernel_mac)),
+      1u);
+  EXPECT_EQ(ep_->Stats().tx_syscalls, tx_calls + 1);
+  auto udp_at = WaitForUdp(Bytes("hello from the kernel"), *arp_at);
+  ASSERT_TRUE(udp_at.has_value()) << "the kernel did not send after ARP";
+  const CapturedFrame& f = rx_.frames[*udp_at];
+  auto udp = testing::ParseUdpFrame(f.bytes);
+  EXPECT_EQ(udp->eth.dst, Us().mac);
+  EXPECT_EQ(udp->ip.src, kKernelIp);
+  EXPECT_EQ(udp->udp.src_port, kKernelPort);
+  EXPECT_EQ(udp->udp.dst_port, kOurPort);
+  // No offloads: the kernel computed the full checksum before the TAP.
+  EXPECT_TRUE(udp->checksum_valid);
+  EXPECT_FALSE(f.checksum_partial);
+  EXPECT_FALSE(f.checksum_verified);
+
+  std::string neigh;
+  ASSERT_TRUE(
+      ns_->Ip(absl::StrCat("neigh show ", kOurIp.ToString(), " dev ", kTap),
+              &neigh)
+          .ok());
+  EXPECT_NE(neigh.find(Us().mac.ToString()), std::string::npos) << neigh;
+  EXPECT_NE(neigh.find("REACHABLE"), std::string::npos) << neigh;
+
+  // And a datagram we build reaches the kernel's socket.
+  ASSERT_EQ(Send(testing::MakeUdpPacket(packets_, chunks_, Us(),
+                                        Host{kernel_mac, kKernelIp}, kOurPort,
+                                        kKernelPort, Bytes("hello, kernel"))),
+            1u);
+  wire::Ipv4Address from;
+  uint16_t from_port = 0;
+  auto got = testing::RecvUdp(sock.get(), 2000, &from, &from_port);
+  ASSERT_TRUE(got.has_value()) << "the kernel socket got nothing";
+  EXPECT_EQ(*got, Bytes("hello, kernel"));
+  EXPECT_EQ(from, kOurIp);
+  EXPECT_EQ(from_port, kOurPort);
+
+  const LinkStats s = ep_->Stats();
+  EXPECT_EQ(s.tx_frames, 2u);
+  EXPECT_EQ(s.tx_dropped, 0u);
+  EXPECT_GE(s.rx_frames, 2u);
+  EXPECT_EQ(s.rx_dropped, 0u);
+}
+
+TEST_F(TapTest, FramesOfOneBatchShareAChunk) {
+  Open();
+  ConfigureKernelSide();
+  AddStaticNeighbour();
+  UniqueFd sock = KernelSocket();
+  rx_.keep_views = true;
+  constexpr int kCount = 10;
+  for (int i = 0; i < kCount; ++i) {
+    ASSERT_TRUE(testing::SendUdp(sock.get(), kOurIp, kOurPort,
+                                 Bytes(absl::StrCat("datagram ", i)))
+                    .ok());
+  }
+  // The datagrams are queued on the TAP by the time sendto returns.
+  ASSERT_TRUE(testing::WaitReadable(ep_->ReadFd(), 2000));
+  const uint64_t reads_before = ep_->Stats().rx_syscalls;
+  ep_->OnReadable(absl::Now());
+  ASSERT_EQ(rx_.frames.size(), static_cast<size_t>(kCount));
+  EXPECT_EQ(rx_.batches, 1u);
+  // One read per frame, plus the one that found the queue empty.
+  EXPECT_EQ(ep_->Stats().rx_syscalls - reads_before, kCount + 1u);
+  const uint32_t slot = ep_->rx_slot_size();
+  EXPECT_EQ(slot, 1536u);  // MTU 1500: 42 frames per 64 KiB chunk
+  for (int i = 0; i < kCount; ++i) {
+    const CapturedFrame& f = rx_.frames[i];
+    EXPECT_EQ(f.view.chunk().get(), rx_.frames[0].view.chunk().get());
+    EXPECT_EQ(f.view.offset(), i * slot + 2);
+    auto udp = testing::ParseUdpFrame(f.bytes);
+    ASSERT_TRUE(udp.has_value());
+    EXPECT_EQ(udp->payload, Bytes(absl::StrCat("datagram ", i)));
+  }
+  EXPECT_EQ(chunks_.stats().in_use, 1u);
+  // The views keep the chunk; once they are gone the endpoint reuses it
+  // from its first slot.
+  EXPECT_EQ(rx_.frames[0].view.chunk()->refs(), kCount + 1u);
+  rx_.frames.clear();
+  ASSERT_TRUE(
+      testing::SendUdp(sock.get(), kOurIp, kOurPort, Bytes("again")).ok());
+  auto at = WaitForUdp(Bytes("again"));
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(rx_.frames[*at].view.offset(), 2u);
+  EXPECT_EQ(chunks_.stats().allocations, 1u);
+}
+
+TEST_F(TapTest, VnetHeaderWithoutOffloads) {
+  TapOptions o;
+  o.vnet_hdr = true;
+  Open(o);
+  EXPECT_TRUE(ep_->Capabilities().vnet_hdr);
+  ConfigureKernelSide();
+  AddStaticNeighbour();
+  UniqueFd sock = KernelSocket();
+  ASSERT_TRUE(
+      testing::SendUdp(sock.get(), kOurIp, kOurPort, Bytes("vnet")).ok());
+  auto at = WaitForUdp(Bytes("vnet"));
+  ASSERT_TRUE(at.has_value());  // the header was stripped: Ethernet first
+  const CapturedFrame& f = rx_.frames[*at];
+  auto udp = testing::ParseUdpFrame(f.bytes);
+  EXPECT_TRUE(udp->checksum_valid);
+  EXPECT_FALSE(f.checksum_partial);
+  std::printf("TAP vnet_hdr, no offloads: checksum_verified=%d partial=%d\n",
+              f.checksum_verified, f.checksum_partial);
+  // Our frames go out behind a zeroed header.
+  ASSERT_EQ(Send(testing::MakeUdpPacket(packets_, chunks_, Us(),
+                                        Host{KernelMac(), kKernelIp}, kOurPort,
+                                        kKernelPort, Bytes("via vnet"))),
+            1u);
+  auto got = testing::RecvUdp(sock.get(), 2000);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, Bytes("via vnet"));
+}
+
+TEST_F(TapTest, ChecksumOffloadMarksFramesPartial) {
+  TapOptions o;
+  o.vnet_hdr = true;
+  o.offloads = TUN_F_CSUM;
+  Open(o);
+  ConfigureKernelSide();
+  AddStaticNeighbour();
+  UniqueFd sock = KernelSocket();
+  ASSERT_TRUE(
+      testing::SendUdp(sock.get(), kOurIp, kOurPort, Bytes("partial")).ok());
+  auto at = WaitForUdp(Bytes("partial"));
+  ASSERT_TRUE(at.has_value());
+  const CapturedFrame& f = rx_.frames[*at];
+  auto udp = testing::ParseUdpFrame(f.bytes);
+  // With TUN_F_CSUM the kernel leaves the UDP checksum to us: the field
+  // holds only the pseudo-header sum, and the header says NEEDS_CSUM.
+  EXPECT_TRUE(f.checksum_partial);
+  EXPECT_FALSE(udp->checksum_valid);
+  EXPECT_EQ(udp->checksum_field, udp->pseudo_header_sum);
+  EXPECT_EQ(ep_->fd_stats().rx_checksum_partial, 1u);
+}
+
+TEST_F(TapTest, FrameLargerThanOurMtuIsDroppedAndCounted) {
+  Open();  // MTU 1500 on both sides
+  ConfigureKernelSide();
+  AddStaticNeighbour();
+  // The kernel side is raised behind our back: its frames outgrow our slots.
+  ASSERT_TRUE(ns_->Ip(absl::StrCat("link set ", kTap, " mtu 4000")).ok());
+  UniqueFd sock = KernelSocket();
+  ASSERT_TRUE(testing::SendUdp(sock.get(), kOurIp, kOurPort,
+                               std::vector<uint8_t>(3000, 'x'))
+                  .ok());
+  ASSERT_TRUE(
+      testing::SendUdp(sock.get(), kOurIp, kOurPort, Bytes("small")).ok());
+  auto at = WaitForUdp(Bytes("small"));
+  ASSERT_TRUE(at.has_value());  // the stream of frames continues
+  EXPECT_EQ(ep_->fd_stats().rx_truncated, 1u);
+  EXPECT_EQ(ep_->Stats().rx_dropped, 1u);
+  for (const CapturedFrame& f : rx_.frames) EXPECT_LE(f.bytes.size(), 1518u);
+}
+
+TEST_F(TapTest, BadPacketsAreDroppedWithoutSyscalls) {
+  Open();
+  ConfigureKernelSide();
+  buffer::PacketChain chain;
+  buffer::PacketPtr runt = packets_.Allocate();
+  ASSERT_TRUE(runt->headers().Prepend(10).has_value());
+  chain.PushBack(std::move(runt));
+  chain.PushBack(testing::MakeUdpPacket(
+      packets_, chunks_, Us(), Host{KernelMac(), kKernelIp}, kOurPort,
+      kKernelPort, std::vector<uint8_t>(1500, 'y')));  // 1542-byte frame
+  EXPECT_EQ(ep_->Transmit(chain, absl::Now()), 0u);
+  EXPECT_TRUE(chain.empty());
+  EXPECT_EQ(ep_->fd_stats().tx_runt, 1u);
+  EXPECT_EQ(ep_->fd_stats().tx_oversize, 1u);
+  EXPECT_EQ(ep_->Stats().tx_dropped, 2u);
+  EXPECT_EQ(ep_->Stats().tx_syscalls, 0u);
+}
+
+TEST_F(TapTest, WritesWhileTheLinkIsDownAreCounted) {
+  Open();  // never brought up
+  buffer::PacketChain chain;
+  for (int i = 0; i < 3; ++i) {
+    chain.PushBack(testing::MakeUdpPacket(
+        packets_, chunks_, Us(), Host{wire::MacAddress::Broadcast(), kKernelIp},
+        kOurPort, kKernelPort, Bytes("nobody listens")));
+  }
+  // The kernel refuses each write with EIO; every packet is dropped and
+  // counted, and the chain does not stall.
+  EXPECT_EQ(ep_->Transmit(chain, absl::Now()), 0u);
+  EXPECT_TRUE(chain.empty());
+  const LinkStats s = ep_->Stats();
+  EXPECT_EQ(s.tx_syscalls, 3u);
+  EXPECT_EQ(s.tx_dropped, 3u);
+  EXPECT_EQ(ep_->fd_stats().tx_errors, 3u);
+}
+
+TEST_F(TapTest, MtuOptionIsSetOnTheInterface) {
+  TapOptions o;
+  o.mtu = 9000;
+  Open(o);
+  EXPECT_EQ(ep_->Capabilities().mtu, 9000u);
+  std::string out;
+  ASSERT_TRUE(
+      ns_->Exec(absl::StrCat("cat /sys/class/net/", kTap, "/mtu"), &out).ok());
+  EXPECT_EQ(out, "9000\n");
+  EXPECT_EQ(ep_->rx_slot_size(), 9024u);  // 2 + 9018 + 1, rounded to 64
+  EXPECT_EQ(ep_->Name(), absl::StrCat("tap:", kTap, "@", ns_->name()));
+}
+
+TEST_F(TapTest, KernelPicksTheNameWhenNoneIsGiven) {
+  TapOptions o;
+  o.netns = ns_->name();
+  auto ep = TapEndpoint::Open(o, chunks_);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  EXPECT_EQ((*ep)->interface_name().rfind("tap", 0), 0u)
+      << (*ep)->interface_name();
+  EXPECT_EQ((*ep)->Capabilities().mtu, 1500u);
+  // Derived MAC: locally administered unicast, stable for the same name.
+  const wire::MacAddress mac = (*ep)->Capabilities().mac;
+  EXPECT_EQ(mac.bytes[0] & 0x03, 0x02);
+  EXPECT_EQ(mac, DeriveLocalMac(absl::StrCat("tap:", ns_->name(), "/",
+                                             (*ep)->interface_name())));
+}
+
+TEST_F(TapTest, SecondOpenOfTheSameTapIsBusy) {
+  Open();
+  TapOptions o;
+  o.name = kTap;
+  o.netns = ns_->name();
+  auto second = TapEndpoint::Open(o, chunks_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(second.status())) << second.status();
+  EXPECT_NE(std::string(second.status().message())
+                .find(absl::StrCat("TAP '", kTap, "' in netns '", ns_->name(),
+                                   "' is busy")),
+            std::string::npos)
+      << second.status();
+}
+
+TEST_F(TapTest, OptionErrors) {
+  TapOptions o;
+  o.netns = ns_->name();
+  o.name = "this-name-is-too-long";
+  EXPECT_TRUE(absl::IsInvalidArgument(TapEndpoint::Open(o, chunks_).status()));
+  o.name = kTap;
+  o.offloads = TUN_F_CSUM;  // without vnet_hdr
+  EXPECT_TRUE(absl::IsInvalidArgument(TapEndpoint::Open(o, chunks_).status()));
+  o.offloads = 0;
+  o.mtu = 70000;
+  EXPECT_TRUE(absl::IsInvalidArgument(TapEndpoint::Open(o, chunks_).status()));
+  // A name taken by a device that is not a TAP.
+  ASSERT_TRUE(ns_->Ip("link add nsdummy type dummy").ok() ||
+              ns_->Ip("link add nsdummy type veth peer name nsdummy1").ok());
+  o.mtu = 0;
+  o.name = "nsdummy";
+  auto taken = TapEndpoint::Open(o, chunks_);
+  EXPECT_FALSE(taken.ok());
+  EXPECT_NE(std::string(taken.status().message()).find("not a TAP"),
+            std::string::npos)
+      << taken.status();
+}
+
+TEST(TapOpenTest, MissingNamespaceIsAClearError) {
+  ASSERT_TRUE(testing::IsRoot()) << testing::kNeedRoot;
+  buffer::ChunkPool chunks(1);
+  TapOptions o;
+  o.name = kTap;
+  o.netns = testing::MissingNetnsName();
+  auto ep = TapEndpoint::Open(o, chunks);
+  ASSERT_FALSE(ep.ok());
+  EXPECT_TRUE(absl::IsNotFound(ep.status())) << ep.status();
+  EXPECT_NE(std::string(ep.status().message())
+                .find(absl::StrCat("netns '", o.netns, "' does not exist")),
+            std::string::npos)
+      << ep.status();
+}
+
+}  // namespace
+}  // namespace netstack::link
