@@ -3,6 +3,8 @@
 //   netstackd --packet veth1 --netns b --addr 10.9.0.2/24 --addr6 fd00:9::2/64
 //   netstackd --tap tap0 --netns b --addr 10.9.0.2/24 --pcap /tmp/ns.pcap
 //
+//   netstackd --unix /run/vm0.sock --addr 10.0.2.2/24   (QEMU -netdev stream)
+//
 // The link is opened inside --netns (the daemon itself stays in its own
 // namespace). Counters are printed on SIGUSR1 and at exit; SIGINT and
 // SIGTERM stop it cleanly. Bad input is a clear message and exit status 2
@@ -27,6 +29,7 @@
 #include "link/packet_endpoint.h"
 #include "link/sniffer_endpoint.h"
 #include "link/tap_endpoint.h"
+#include "link/unix_stream_endpoint.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/eventloop/event_loop.h"
@@ -37,6 +40,14 @@ ABSL_FLAG(std::string, tap, "", "Attach to the TAP device NAME (created if neede
 ABSL_FLAG(std::string, packet, "",
           "Attach to the interface IFNAME with an AF_PACKET socket (e.g. one "
           "end of a veth pair).");
+ABSL_FLAG(std::string, unix, "",
+          "Serve a VM over a UNIX stream socket at PATH (frames with a 4-byte "
+          "big-endian length prefix, as QEMU's -netdev stream and passt). "
+          "netstackd listens there; QEMU connects with "
+          "-netdev stream,id=n0,server=off,addr.type=unix,addr.path=PATH. "
+          "\"@name\" is an abstract socket.");
+ABSL_FLAG(bool, unix_connect, false,
+          "With --unix: connect to PATH instead of listening on it.");
 ABSL_FLAG(std::string, netns, "",
           "Open the link inside this network namespace (/var/run/netns/NAME).");
 ABSL_FLAG(std::vector<std::string>, addr, {},
@@ -82,9 +93,17 @@ absl::Status Usage(std::string message) {
 absl::StatusOr<Config> ParseConfig() {
   Config c;
   const int links = !absl::GetFlag(FLAGS_tap).empty() +
-                    !absl::GetFlag(FLAGS_packet).empty();
+                    !absl::GetFlag(FLAGS_packet).empty() +
+                    !absl::GetFlag(FLAGS_unix).empty();
   if (links != 1) {
-    return Usage("exactly one of --tap or --packet is required");
+    return Usage("exactly one of --tap, --packet or --unix is required");
+  }
+  if (absl::GetFlag(FLAGS_unix_connect) && absl::GetFlag(FLAGS_unix).empty()) {
+    return Usage("--unix_connect needs --unix PATH");
+  }
+  if (!absl::GetFlag(FLAGS_unix).empty() && !absl::GetFlag(FLAGS_netns).empty()) {
+    return Usage("--netns does not apply to --unix (a UNIX socket has no "
+                 "network namespace)");
   }
   for (const std::string& a : absl::GetFlag(FLAGS_addr)) {
     auto cidr = stack::ParseIpv4Cidr(a);
@@ -176,6 +195,20 @@ int Run(const Config& c) {
       return 1;
     }
     link = std::move(*tap);
+  } else if (!absl::GetFlag(FLAGS_unix).empty()) {
+    link::UnixStreamOptions o;
+    o.path = absl::GetFlag(FLAGS_unix);
+    o.mode = absl::GetFlag(FLAGS_unix_connect)
+                 ? link::UnixStreamOptions::Mode::kConnect
+                 : link::UnixStreamOptions::Mode::kListen;
+    o.mac = c.mac;
+    if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
+    auto us = link::UnixStreamEndpoint::Open(o, chunks);
+    if (!us.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n", std::string(us.status().message()).c_str());
+      return 1;
+    }
+    link = std::move(*us);
   } else {
     link::PacketOptions o;
     o.interface = absl::GetFlag(FLAGS_packet);
@@ -219,7 +252,9 @@ int Run(const Config& c) {
   stack::Stack st(stack::StackOptions{}, chunks, packets);
   const std::string nic_name = !absl::GetFlag(FLAGS_tap).empty()
                                    ? absl::GetFlag(FLAGS_tap)
-                                   : absl::GetFlag(FLAGS_packet);
+                               : !absl::GetFlag(FLAGS_packet).empty()
+                                   ? absl::GetFlag(FLAGS_packet)
+                                   : "unix0";
   auto nic = st.AddNic(link.get(), nic_name);
   if (!nic.ok()) {
     std::fprintf(stderr, "netstackd: %s\n", std::string(nic.status().message()).c_str());
@@ -313,7 +348,7 @@ int Run(const Config& c) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs a netstack userspace TCP/IP stack on one link.\n"
-      "usage: netstackd (--tap NAME | --packet IFNAME) [--netns NS] "
+      "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH) [--netns NS] "
       "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
       "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
       "--seed N]\n"
