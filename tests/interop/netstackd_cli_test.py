@@ -42,7 +42,7 @@ class NetstackdCli(unittest.TestCase):
         self.expect_failure(["--tap", "t0", "--addr6", "fd00::2/129"], 2,
                             "bad IPv6 CIDR")
         self.expect_failure(["--addr", "10.0.0.2/24"], 2,
-                            "exactly one of --tap or --packet")
+                            "exactly one of --tap, --packet or --unix")
         self.expect_failure(["--tap", "t0", "--packet", "p0", "--addr",
                              "10.0.0.2/24"], 2, "exactly one of")
         self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",
@@ -54,6 +54,12 @@ class NetstackdCli(unittest.TestCase):
                              "--gateway", "nope"], 2, "not an IP address")
         self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",
                              "--mtu", "100"], 2, "out of range")
+        self.expect_failure(["--unix", "/tmp/x.sock", "--netns", "x",
+                             "--addr", "10.0.0.2/24"], 2,
+                            "--netns does not apply to --unix")
+        self.expect_failure(["--tap", "t0", "--unix_connect",
+                             "--addr", "10.0.0.2/24"], 2,
+                            "--unix_connect needs --unix")
 
     def test_missing_resources(self):
         self.expect_failure(["--packet", "nst-nothere", "--netns", self.ns,
