@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -41,6 +42,9 @@ enum class RelayMode : uint8_t {
 std::string_view RelayModeName(RelayMode mode);
 std::optional<RelayMode> ParseRelayMode(std::string_view text);
 
+// The default of RelayOptions::auto_splice_threshold; see there.
+inline constexpr size_t kDefaultAutoSpliceThreshold = 16 * 1024;
+
 struct RelayOptions {
   RelayMode mode = RelayMode::kAuto;
   // kAuto: a direction moves to splice once a single read returned at
@@ -48,7 +52,9 @@ struct RelayOptions {
   // stays on copy while reads are smaller (small messages: one recv+send
   // beats splice in + splice out, as HAProxy found). The default is the
   // crossover measured by //bench:splice_benchmark (docs/BENCHMARKS.md).
-  size_t auto_splice_threshold = 16 * 1024;
+  // A threshold above copy_buffer_size acts as copy_buffer_size (a full
+  // buffer counts).
+  size_t auto_splice_threshold = kDefaultAutoSpliceThreshold;
   // User buffer of the copy path, per direction.
   size_t copy_buffer_size = 64 * 1024;
   bool tcp_nodelay = true;
@@ -71,7 +77,14 @@ struct RelayStats {
   DirectionStats b_to_a;
 };
 
-// A bounded pool of pipes sized with F_SETPIPE_SZ.
+// A bounded pool of pipes sized with F_SETPIPE_SZ. Not thread-safe: one
+// pool per event loop.
+//
+// Acquire() fails (nullopt, stats().acquire_failed) when max_pipes pipes
+// are in use, when pipe2() fails (EMFILE, ENFILE, ENOMEM), and when the
+// kernel hands out a pipe smaller than its default 16 pages (and smaller
+// than pipe_size): that is the sign of pipe-user-pages-soft being reached,
+// and such a pipe would move less per splice than the copy buffer.
 class PipePool {
  public:
   struct Options {
@@ -103,7 +116,14 @@ class PipePool {
   // Gives a pipe back. `bytes_in_pipe` must be 0 for it to be pooled;
   // otherwise it is closed (its data belongs to a dead connection).
   void Release(Pipe pipe, size_t bytes_in_pipe);
-  const Stats& stats() const;
+  const Stats& stats() const { return stats_; }
+
+ private:
+  static void Close(const Pipe& pipe);
+
+  const Options options_;
+  std::vector<Pipe> pooled_;
+  Stats stats_;
 };
 
 class Relay {
@@ -111,12 +131,18 @@ class Relay {
   // Runs once, on the loop, when the relay is finished: both directions
   // forwarded their EOF with empty pipes (OK), or an error on one leg
   // closed both (the status names the leg and the errno). `done` may
-  // destroy the Relay.
+  // destroy the Relay. By then both fds are closed (each exactly once) and
+  // the pipes are back in the pool (or closed, if they held data).
   using DoneCallback = absl::AnyInvocable<void(Relay& relay, absl::Status)>;
 
   // Takes ownership of `fd_a` and `fd_b`: connected stream sockets (TCP or
   // UNIX), made non-blocking here, registered with `loop`. Fails (and
-  // closes both) only if the loop refuses them.
+  // closes both) only if the loop refuses them, or for invalid fds.
+  //
+  // splice(2) into a socket cannot pass MSG_NOSIGNAL, so a peer that went
+  // away would raise SIGPIPE: if SIGPIPE is at its default disposition
+  // (terminate), Create sets it to SIG_IGN, process-wide. A handler the
+  // program installed is left alone.
   static absl::StatusOr<std::unique_ptr<Relay>> Create(
       eventloop::EventLoop& loop, PipePool& pipes, int fd_a, int fd_b,
       const RelayOptions& options, DoneCallback done);
@@ -128,6 +154,12 @@ class Relay {
 
   const RelayStats& stats() const;
   bool finished() const;
+
+ private:
+  class Core;  // relay.cc: the legs, the two directions, the pump
+  explicit Relay(std::unique_ptr<Core> core);
+
+  std::unique_ptr<Core> core_;
 };
 
 }  // namespace netstack::forward
