@@ -23,6 +23,12 @@ uint64_t StackCounters::TotalDrops() const {
   return total;
 }
 
+uint64_t StackCounters::RxDrops() const {
+  uint64_t total = 0;
+  for (size_t i = 0; i < kFirstTxDropReason; ++i) total += drops[i];
+  return total;
+}
+
 std::string StackCounters::Format() const {
   std::string out;
 #define NETSTACK_LINE(f, name) \

@@ -15,24 +15,30 @@ namespace netstack::stack {
 // X(enumerator, "name")
 #define NETSTACK_DROP_REASONS(X)                                       \
   X(kEthernetMalformed, "ethernet_malformed")                         \
+  X(kEthernetBadSource, "ethernet_bad_source")                        \
   X(kNotOurMac, "not_our_mac")                                        \
+  X(kVlanTagged, "vlan_tagged")                                       \
   X(kUnknownEthertype, "unknown_ethertype")                           \
   X(kArpMalformed, "arp_malformed")                                   \
   X(kArpNotForUs, "arp_not_for_us")                                   \
   X(kArpBadSender, "arp_bad_sender")                                  \
+  X(kArpAddressConflict, "arp_address_conflict")                      \
   X(kIpv4Malformed, "ipv4_malformed")                                 \
   X(kIpv4BadChecksum, "ipv4_bad_checksum")                            \
   X(kIpv4BadSource, "ipv4_bad_source")                                \
   X(kIpv4NotForUs, "ipv4_not_for_us")                                 \
+  X(kIpv4LinkBroadcast, "ipv4_unicast_in_link_broadcast")             \
   X(kIpv4FragmentDropped, "ipv4_fragment_dropped")                    \
   X(kIpv4UnknownProtocol, "ipv4_unknown_protocol")                    \
   X(kIcmpv4Malformed, "icmpv4_malformed")                             \
   X(kIcmpv4BadChecksum, "icmpv4_bad_checksum")                        \
   X(kIcmpv4Unhandled, "icmpv4_unhandled")                             \
+  X(kIcmpv4EchoToBroadcast, "icmpv4_echo_to_broadcast")               \
   X(kIcmpv4ErrorReceived, "icmpv4_error_received")                    \
   X(kIpv6Malformed, "ipv6_malformed")                                 \
   X(kIpv6BadSource, "ipv6_bad_source")                                \
   X(kIpv6NotForUs, "ipv6_not_for_us")                                 \
+  X(kIpv6LinkMulticast, "ipv6_unicast_in_link_multicast")             \
   X(kIpv6ExtensionMalformed, "ipv6_extension_malformed")              \
   X(kIpv6UnrecognizedOption, "ipv6_unrecognized_option")              \
   X(kIpv6FragmentDropped, "ipv6_fragment_dropped")                    \
@@ -42,13 +48,18 @@ namespace netstack::stack {
   X(kIcmpv6Unhandled, "icmpv6_unhandled")                             \
   X(kIcmpv6ErrorReceived, "icmpv6_error_received")                    \
   X(kNdpInvalid, "ndp_invalid")                                       \
+  X(kNdpNotForUs, "ndp_not_for_us")                                   \
   X(kUdpMalformed, "udp_malformed")                                   \
   X(kUdpBadChecksum, "udp_bad_checksum")                              \
   X(kUdpNoListener, "udp_no_listener")                                \
   X(kTcpMalformed, "tcp_malformed")                                   \
   X(kTcpBadChecksum, "tcp_bad_checksum")                              \
   X(kTcpNoListener, "tcp_no_listener")                                \
+  /* Transmit side: a packet we were sending (a reply, an error, a     \
+     packet waiting for a neighbour) was dropped. These do not decide   \
+     a received frame's disposition. */                                 \
   X(kNoRoute, "no_route")                                             \
+  X(kIcmpRateLimited, "icmp_rate_limited")                            \
   X(kNeighborUnreachable, "neighbor_unreachable")                     \
   X(kNeighborQueueFull, "neighbor_queue_full")                        \
   X(kFragmentationNeeded, "fragmentation_needed")                     \
@@ -64,6 +75,12 @@ enum class DropReason : uint8_t {
 
 inline constexpr size_t kDropReasonCount =
     static_cast<size_t>(DropReason::kCount);
+// Reasons from kNoRoute on are transmit-side (see the list above).
+inline constexpr size_t kFirstTxDropReason =
+    static_cast<size_t>(DropReason::kNoRoute);
+constexpr bool IsReceiveDrop(DropReason r) {
+  return static_cast<size_t>(r) < kFirstTxDropReason;
+}
 
 std::string_view DropReasonName(DropReason r);
 
@@ -97,10 +114,14 @@ std::string_view DropReasonName(DropReason r);
   X(ndp_na_received, "ndp_na_received")          \
   X(delivered_to_transport, "delivered_to_transport")
 
-// Accounting invariant, checked by the fuzz test: every received frame is
-// either consumed (handled, or held for reassembly) or dropped, so
-//   rx_frames == rx_consumed + rx_dropped_frames,
-// and a dropped frame bumped at least one drop reason.
+// Accounting invariant, checked by the tests and the fuzz test: every
+// received frame is either consumed (handled, or held for reassembly) or
+// dropped under exactly one receive-side reason, so
+//   rx_frames == rx_consumed + rx_dropped_frames == rx_consumed + RxDrops().
+// Transmit-side reasons count packets we failed to send (a reply, an ICMP
+// error, packets waiting for a neighbour); they never change a received
+// frame's disposition. Fragments accepted for reassembly are consumed; what
+// later happens to their datagram is in the reassembler's statistics.
 struct StackCounters {
 #define NETSTACK_FIELD(f, name) uint64_t f = 0;
   NETSTACK_EVENT_COUNTERS(NETSTACK_FIELD)
@@ -111,6 +132,7 @@ struct StackCounters {
     return drops[static_cast<size_t>(r)];
   }
   uint64_t TotalDrops() const;
+  uint64_t RxDrops() const;
   // "name value" lines: every non-zero event counter, then "drop.<reason>"
   // for every non-zero drop reason.
   std::string Format() const;

@@ -17,6 +17,12 @@ namespace {
 constexpr uint16_t kIpv4Type = static_cast<uint16_t>(wire::EtherType::kIpv4);
 constexpr uint16_t kArpType = static_cast<uint16_t>(wire::EtherType::kArp);
 constexpr uint8_t kIcmp = static_cast<uint8_t>(wire::IpProtocol::kIcmp);
+constexpr uint8_t kIcmpUnreachable =
+    static_cast<uint8_t>(wire::Icmpv4Type::kDestUnreachable);
+constexpr uint8_t kCodeProtocolUnreachable =
+    static_cast<uint8_t>(wire::Icmpv4UnreachableCode::kProtocolUnreachable);
+constexpr uint8_t kCodePortUnreachable =
+    static_cast<uint8_t>(wire::Icmpv4UnreachableCode::kPortUnreachable);
 
 }  // namespace
 
@@ -62,6 +68,11 @@ void Stack::HandleArp(Nic& nic, std::span<const uint8_t> bytes, Instant now) {
       arp.sender_ip.IsBroadcast()) {
     return Drop(DropReason::kArpBadSender);
   }
+  if (IsOurIpv4(nic, arp.sender_ip)) {
+    // Someone else claims our address (RFC 5227 2.4): learn nothing and
+    // do not answer.
+    return Drop(DropReason::kArpAddressConflict);
+  }
   const bool for_us = IsOurIpv4(nic, arp.target_ip);
   const bool is_request = arp.operation == wire::ArpOperation::kRequest;
   if (is_request) {
@@ -70,12 +81,13 @@ void Stack::HandleArp(Nic& nic, std::span<const uint8_t> bytes, Instant now) {
     ++counters_.arp_replies_received;
   }
   // RFC 826 merge: update an existing entry from any ARP; create one only
-  // when the packet is for us. A probe (sender 0.0.0.0, RFC 5227) teaches
-  // nothing.
+  // for a request to us (the requester will talk to us next). A reply
+  // confirms the entry our own request created; an unsolicited reply
+  // creates nothing. A probe (sender 0.0.0.0, RFC 5227) teaches nothing.
   if (!arp.sender_ip.IsZero()) {
     buffer::PacketChain waiting = arp_.Update(
         arp.sender_ip, arp.sender_mac, /*confirmed=*/for_us && !is_request,
-        /*create=*/for_us, now);
+        /*create=*/for_us && is_request, now);
     while (buffer::PacketPtr p = waiting.PopFront()) {
       QueueFrame(nic, std::move(p), arp.sender_mac, kIpv4Type);
     }
@@ -110,21 +122,30 @@ void Stack::SendArp(Nic& nic, uint16_t op, const wire::MacAddress& dst_mac,
 }
 
 void Stack::HandleIpv4(Nic& nic, const link::InboundFrame& frame,
-                       buffer::PayloadView packet, Instant now) {
+                       buffer::PayloadView packet, bool link_multicast,
+                       Instant now) {
   const wire::Ipv4Packet view(packet.bytes());
   wire::Ipv4Repr ip;
   if (wire::Ipv4Repr::Parse(view, ip) != wire::WireError::kOk) {
     return Drop(DropReason::kIpv4Malformed);
   }
   if (!view.HeaderChecksumValid()) return Drop(DropReason::kIpv4BadChecksum);
-  if (ip.src.IsMulticast() || ip.src.IsBroadcast() ||
-      IsIpv4BroadcastFor(nic, ip.src)) {
+  // RFC 1122 3.2.1.3: martian sources. 0/8 ("this network"; we are not
+  // a DHCP server), 127/8, 240/4 (class E, limited broadcast), multicast,
+  // a subnet broadcast, or one of our own addresses.
+  const uint32_t src = ip.src.ToU32();
+  if ((src >> 24) == 0 || (src >> 24) == 127 || (src >> 28) >= 0xe ||
+      IsIpv4BroadcastFor(nic, ip.src) || IsOurIpv4(nic, ip.src)) {
     return Drop(DropReason::kIpv4BadSource);
   }
   const bool broadcast = IsIpv4BroadcastFor(nic, ip.dst);
   if (!IsOurIpv4(nic, ip.dst) && !broadcast) {
     // We are a host, not a router (RFC 1122 3.3.4): no forwarding.
     return Drop(DropReason::kIpv4NotForUs);
+  }
+  if (link_multicast && !broadcast) {
+    // A unicast datagram in a link-layer broadcast (RFC 1122 3.3.6).
+    return Drop(DropReason::kIpv4LinkBroadcast);
   }
   ++counters_.ipv4_received;
   const uint32_t hlen = static_cast<uint32_t>(view.HeaderLen());
@@ -135,6 +156,7 @@ void Stack::HandleIpv4(Nic& nic, const link::InboundFrame& frame,
   d.payload = packet.Subview(hlen, ip.payload_len);
   d.checksum_verified = frame.checksum_verified;
   d.checksum_partial = frame.checksum_partial;
+  d.link_multicast = link_multicast;
   if (ip.more_fragments || ip.fragment_offset != 0) {
     ++counters_.ipv4_fragments_received;
     if (reassembler_.NextDeadline() <= now) ExpireReassembly(now);
@@ -170,29 +192,24 @@ void Stack::DeliverIpv4(Ipv4Datagram& d, Instant now) {
       }
       if (!d.checksum_verified && !d.checksum_partial &&
           !udp.ChecksumValid(
+              // RFC 768: the pseudo-header carries the UDP Length, which
+              // may be shorter than the IP payload.
               wire::Ipv4PseudoHeaderSum(d.ip.src, d.ip.dst, d.ip.protocol,
-                                        d.ip.payload_len),
+                                        udp.Length()),
               wire::UdpZeroChecksum::kAccept)) {
         return Drop(DropReason::kUdpBadChecksum);
       }
       // No UDP endpoints yet (issue 4): port unreachable (RFC 1122
-      // 4.1.3.1), but never in answer to a broadcast.
-      Nic* nic = FindNic(d.nic);
-      if (nic != nullptr && !IsIpv4BroadcastFor(*nic, d.ip.dst)) {
-        SendIcmpv4Error(d, 3, 3, 0, now);
-      }
+      // 4.1.3.1). SendIcmpv4Error refuses broadcasts and the like.
+      SendIcmpv4Error(d, kIcmpUnreachable, kCodePortUnreachable, 0, now);
       return Drop(DropReason::kUdpNoListener);
     }
     case wire::IpProtocol::kTcp:
       // TCP arrives with issue 4 (and will answer with RST).
       return Drop(DropReason::kTcpNoListener);
-    default: {
-      Nic* nic = FindNic(d.nic);
-      if (nic != nullptr && !IsIpv4BroadcastFor(*nic, d.ip.dst)) {
-        SendIcmpv4Error(d, 3, 2, 0, now);  // protocol unreachable
-      }
+    default:
+      SendIcmpv4Error(d, kIcmpUnreachable, kCodeProtocolUnreachable, 0, now);
       return Drop(DropReason::kIpv4UnknownProtocol);
-    }
   }
 }
 
@@ -218,7 +235,7 @@ void Stack::HandleIcmpv4(Ipv4Datagram& d, Instant now) {
   Nic* nic = FindNic(d.nic);
   if (nic == nullptr || IsIpv4BroadcastFor(*nic, d.ip.dst)) {
     // Like Linux's icmp_echo_ignore_broadcasts (RFC 1122 3.2.2.6 allows).
-    return Drop(DropReason::kIcmpv4Unhandled);
+    return Drop(DropReason::kIcmpv4EchoToBroadcast);
   }
   // The reply shares the request's data: a sub-view of the received chunk
   // (or of the reassembly chunk), never a copy. Its checksum follows from
@@ -243,19 +260,28 @@ void Stack::HandleIcmpv4(Ipv4Datagram& d, Instant now) {
   ip.src = d.ip.dst;
   ip.dst = d.ip.src;
   ip.protocol = kIcmp;
-  ip.dscp_ecn = d.ip.dscp_ecn;
+  ip.dscp_ecn = d.ip.dscp_ecn & 0xfc;  // DSCP only: ECN is per hop (RFC 3168)
   if (SendIpv4(ip, std::move(reply), now)) ++counters_.icmpv4_echo_replies_sent;
 }
 
 void Stack::SendIcmpv4Error(const Ipv4Datagram& offending, uint8_t type,
                             uint8_t code, uint16_t mtu, Instant now) {
-  // RFC 1122 3.2.2: never about an ICMP error, a non-first fragment, or a
-  // non-unicast source.
-  if (offending.ip.fragment_offset != 0 || offending.ip.src.IsZero()) return;
+  // RFC 1122 3.2.2: never about an ICMP error, a datagram sent to a
+  // broadcast or multicast address (IP or link layer), a non-first
+  // fragment, or a source that does not name a single host.
+  Nic* nic = FindNic(offending.nic);
+  if (nic == nullptr || offending.link_multicast ||
+      offending.ip.fragment_offset != 0 || offending.ip.dst.IsMulticast() ||
+      IsIpv4BroadcastFor(*nic, offending.ip.dst) || offending.ip.src.IsZero() ||
+      offending.ip.src.IsMulticast() || IsIpv4BroadcastFor(*nic, offending.ip.src)) {
+    return;
+  }
   if (offending.ip.protocol == kIcmp && offending.payload.size() > 0) {
+    // Only queries and replies may be answered with an error.
     const uint8_t t = offending.payload.bytes()[0];
     if (t != 0 && t != 8 && t != 13 && t != 14 && t != 15 && t != 16) return;
   }
+  if (!TakeIcmpErrorToken(now)) return;
   buffer::PacketPtr p = packets_.Allocate();
   if (p == nullptr) return Drop(DropReason::kNoBuffer);
   // Quote the IP header and the first 8 bytes of its payload (RFC 792),
@@ -277,7 +303,15 @@ void Stack::SendIcmpv4Error(const Ipv4Datagram& offending, uint8_t type,
   for (const auto& v : p->payload()) sum.Add(v.bytes());
   out.SetChecksum(sum.Checksum());
   wire::Ipv4Repr ip;
-  ip.src = offending.ip.dst;
+  // From the address the datagram was sent to when it is ours (RFC 1812
+  // 4.3.2.4), else from our address on the way back.
+  if (IsOurIpv4(*nic, offending.ip.dst)) {
+    ip.src = offending.ip.dst;
+  } else if (auto src = SourceFor(*nic, offending.ip.src)) {
+    ip.src = *src;
+  } else {
+    return;
+  }
   ip.dst = offending.ip.src;
   ip.protocol = kIcmp;
   if (SendIpv4(ip, std::move(p), now)) ++counters_.icmpv4_errors_sent;
@@ -299,7 +333,7 @@ bool Stack::SendIpv4(wire::Ipv4Repr ip, buffer::PacketPtr packet,
     }
     ip.src = *src;
   }
-  if (ip.ttl == 0) ip.ttl = options_.ipv4_ttl;
+  ip.ttl = options_.ipv4_ttl;
   ip.ident = next_ipv4_ident_++;
   const size_t l4_len = packet->size();
   if (ip.HeaderLen() + l4_len <= nic->caps.mtu) {
@@ -330,6 +364,14 @@ bool Stack::SendIpv4(wire::Ipv4Repr ip, buffer::PacketPtr packet,
     Drop(DropReason::kNoBuffer);
     return false;
   }
+  if (!arp_.Lookup(hop->address, now) && !IsIpv4BroadcastFor(*nic, hop->address) &&
+      !hop->address.IsMulticast() &&
+      arp_.QueueRoom(hop->address) < fragments.size()) {
+    // Half a datagram is worth nothing: do not queue a fragment train
+    // that cannot wait whole for the neighbour's resolution.
+    DropChain(std::move(fragments), DropReason::kNeighborQueueFull);
+    return false;
+  }
   counters_.ipv4_fragments_sent += fragments.size();
   while (buffer::PacketPtr f = fragments.PopFront()) {
     ResolveAndQueue4(*nic, hop->address, std::move(f), now);
@@ -350,7 +392,12 @@ void Stack::ResolveAndQueue4(Nic& nic, const wire::Ipv4Address& next_hop,
   if (auto mac = arp_.Lookup(next_hop, now)) {
     return QueueFrame(nic, std::move(packet), *mac, kIpv4Type);
   }
-  switch (arp_.Enqueue(next_hop, std::move(packet), now)) {
+  buffer::PacketChain evicted;
+  const auto result = arp_.Enqueue(next_hop, std::move(packet), now, evicted);
+  if (!evicted.empty()) {
+    DropChain(std::move(evicted), DropReason::kNeighborQueueFull);
+  }
+  switch (result) {
     case NeighborCache<wire::Ipv4Address>::EnqueueResult::kSolicit:
       if (auto src = SourceFor(nic, next_hop)) {
         SendArp(nic, static_cast<uint16_t>(wire::ArpOperation::kRequest),

@@ -5,6 +5,7 @@
 
 #include "netstack/stack/nic.h"
 #include "netstack/stack/stack.h"
+#include "netstack/wire/bytes.h"
 #include "netstack/wire/checksum.h"
 #include "netstack/wire/ethernet.h"
 #include "netstack/wire/icmpv6.h"
@@ -17,6 +18,16 @@ namespace {
 constexpr uint16_t kIpv6Type = static_cast<uint16_t>(wire::EtherType::kIpv6);
 constexpr uint8_t kIcmpv6 = static_cast<uint8_t>(wire::IpProtocol::kIcmpv6);
 constexpr uint8_t kNdpHopLimit = 255;  // RFC 4861 section 7.1
+
+constexpr uint8_t kIcmpv6Unreachable = 1;       // RFC 4443 3.1
+constexpr uint8_t kCodePortUnreachable = 4;
+constexpr uint8_t kIcmpv6ParameterProblem = 4;  // RFC 4443 3.4
+constexpr uint8_t kCodeUnknownNextHeader = 1;
+
+const wire::Ipv6Address& Loopback6() {
+  static const wire::Ipv6Address a = *wire::Ipv6Address::Parse("::1");
+  return a;
+}
 
 const wire::Ipv6Address& AllNodes() {
   static const wire::Ipv6Address a = *wire::Ipv6Address::Parse("ff02::1");
@@ -58,14 +69,23 @@ std::optional<wire::Ipv6Address> Stack::SourceFor(
 }
 
 void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
-                       buffer::PayloadView packet, Instant now) {
+                       buffer::PayloadView packet, bool link_multicast,
+                       Instant now) {
   const wire::Ipv6Packet view(packet.bytes());
   wire::Ipv6Repr ip;
   if (wire::Ipv6Repr::Parse(view, ip) != wire::WireError::kOk) {
     return Drop(DropReason::kIpv6Malformed);
   }
-  if (ip.src.IsMulticast()) return Drop(DropReason::kIpv6BadSource);
+  // RFC 4291 2.5.3 / RFC 8200: never from a multicast or the loopback
+  // address, nor from one of ours (a loop or a spoof). The unspecified
+  // source is legal only for DAD's solicitations (checked there).
+  if (ip.src.IsMulticast() || ip.src == Loopback6() || IsOurIpv6(nic, ip.src)) {
+    return Drop(DropReason::kIpv6BadSource);
+  }
   if (!AcceptsIpv6(nic, ip.dst)) return Drop(DropReason::kIpv6NotForUs);
+  if (link_multicast && !ip.dst.IsMulticast()) {
+    return Drop(DropReason::kIpv6LinkMulticast);
+  }
   ++counters_.ipv6_received;
   const uint32_t hlen = wire::Ipv6Packet::kHeaderLen;
   buffer::PayloadView payload = packet.Subview(hlen, ip.payload_len);
@@ -85,6 +105,7 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
   d.packet = packet.Subview(0, hlen + ip.payload_len);
   d.checksum_verified = frame.checksum_verified;
   d.checksum_partial = frame.checksum_partial;
+  d.link_multicast = link_multicast;
   if (ext.fragment) {
     ++counters_.ipv6_fragments_received;
     if (reassembler_.NextDeadline() <= now) ExpireReassembly(now);
@@ -131,6 +152,10 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
 }
 
 void Stack::DeliverIpv6(Ipv6Datagram& d, Instant now) {
+  if (d.ip.src.IsZero() &&
+      d.protocol != static_cast<uint8_t>(wire::IpProtocol::kIcmpv6)) {
+    return Drop(DropReason::kIpv6BadSource);
+  }
   switch (static_cast<wire::IpProtocol>(d.protocol)) {
     case wire::IpProtocol::kIcmpv6:
       return HandleIcmpv6(d, now);
@@ -143,11 +168,11 @@ void Stack::DeliverIpv6(Ipv6Datagram& d, Instant now) {
       if (!d.checksum_verified && !d.checksum_partial &&
           !udp.ChecksumValid(
               wire::Ipv6PseudoHeaderSum(d.ip.src, d.ip.dst, d.protocol,
-                                        d.payload.size()),
+                                        udp.Length()),
               wire::UdpZeroChecksum::kReject)) {
         return Drop(DropReason::kUdpBadChecksum);
       }
-      if (!d.ip.dst.IsMulticast()) SendIcmpv6Error(d, 1, 4, 0, now);
+      SendIcmpv6Error(d, kIcmpv6Unreachable, kCodePortUnreachable, 0, now);
       return Drop(DropReason::kUdpNoListener);
     }
     case wire::IpProtocol::kTcp:
@@ -157,7 +182,8 @@ void Stack::DeliverIpv6(Ipv6Datagram& d, Instant now) {
     default:
       // RFC 8200 4: unrecognized Next Header -> Parameter Problem code 1.
       // Pointer left 0: we do not track the field's offset here.
-      if (!d.ip.dst.IsMulticast()) SendIcmpv6Error(d, 4, 1, 0, now);
+      SendIcmpv6Error(d, kIcmpv6ParameterProblem, kCodeUnknownNextHeader, 0,
+                      now);
       return Drop(DropReason::kIpv6UnknownProtocol);
   }
 }
@@ -174,7 +200,8 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
   Nic* nic = FindNic(d.nic);
   if (nic == nullptr) return Drop(DropReason::kIcmpv6Unhandled);
 
-  if (const auto* echo = std::get_if<wire::Icmpv6EchoRequest>(&repr.message)) {
+  if (std::holds_alternative<wire::Icmpv6EchoRequest>(repr.message)) {
+    if (d.ip.src.IsZero()) return Drop(DropReason::kIpv6BadSource);
     ++counters_.icmpv6_echo_requests;
     buffer::PacketPtr reply = packets_.Allocate();
     if (reply == nullptr) return Drop(DropReason::kNoBuffer);
@@ -192,7 +219,7 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
     ip.dst = d.ip.src;
     ip.src = d.ip.dst.IsMulticast() ? *SourceFor(*nic, d.ip.src) : d.ip.dst;
     ip.next_header = kIcmpv6;
-    ip.traffic_class = d.ip.traffic_class;
+    ip.traffic_class = d.ip.traffic_class & 0xfc;  // not the ECN bits
     out.SetType(static_cast<uint8_t>(wire::Icmpv6Type::kEchoReply));
     out.SetCode(0);
     if (ip.src == d.ip.dst) {
@@ -213,7 +240,6 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
       for (const auto& v : reply->payload()) sum.Add(v.bytes());
       out.SetChecksum(sum.Checksum());
     }
-    (void)echo;
     if (SendIpv6(ip, std::move(reply), now)) {
       ++counters_.icmpv6_echo_replies_sent;
     }
@@ -228,9 +254,13 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
     if (d.ip.hop_limit != kNdpHopLimit ||
         (unspecified_src &&
          (d.ip.dst != SolicitedNodeMulticast(ns->target) ||
-          ns->options.source_link_layer))) {
+          ns->options.source_link_layer)) ||
+        (ns->options.source_link_layer &&
+         ns->options.source_link_layer->IsMulticast())) {
       return Drop(DropReason::kNdpInvalid);
     }
+    // RFC 4861 7.2.3: a solicitation for someone else teaches nothing.
+    if (!IsOurIpv6(*nic, ns->target)) return Drop(DropReason::kNdpNotForUs);
     if (!unspecified_src && ns->options.source_link_layer) {
       buffer::PacketChain waiting =
           ndp_.Update(d.ip.src, *ns->options.source_link_layer,
@@ -240,7 +270,6 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
                    kIpv6Type);
       }
     }
-    if (!IsOurIpv6(*nic, ns->target)) return Drop(DropReason::kNdpInvalid);
     // RFC 4861 7.2.4: answer with a solicited NA, or to all-nodes when the
     // solicitation came from the unspecified address (DAD).
     wire::Icmpv6Repr na;
@@ -267,16 +296,16 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
     ip.Emit(wire::MutableIpv6Packet(*ip_hdr));
     // The solicitation told us the sender's MAC; send straight to it
     // (or to the all-nodes group) without another resolution round.
-    const wire::MacAddress dst_mac =
-        unspecified_src ? Ipv6MulticastMac(ip.dst)
-        : ns->options.source_link_layer
-            ? *ns->options.source_link_layer
-            : wire::MacAddress();
-    if (!unspecified_src && !ns->options.source_link_layer) {
-      // A unicast NS without SLLAO (RFC 4861 7.2.4 allows): resolve.
-      ResolveAndQueue6(*nic, ip.dst, std::move(p), now);
+    // The solicitation told us where to answer: the all-nodes group for
+    // DAD, the SLLAO's MAC, or (a unicast NS without SLLAO, which RFC 4861
+    // 7.2.4 allows) whatever resolution says.
+    if (unspecified_src) {
+      QueueFrame(*nic, std::move(p), Ipv6MulticastMac(ip.dst), kIpv6Type);
+    } else if (ns->options.source_link_layer) {
+      QueueFrame(*nic, std::move(p), *ns->options.source_link_layer,
+                 kIpv6Type);
     } else {
-      QueueFrame(*nic, std::move(p), dst_mac, kIpv6Type);
+      ResolveAndQueue6(*nic, ip.dst, std::move(p), now);
     }
     ++counters_.ndp_na_sent;
     return;
@@ -286,17 +315,17 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
           std::get_if<wire::NdpNeighborAdvertisement>(&repr.message)) {
     ++counters_.ndp_na_received;
     if (d.ip.hop_limit != kNdpHopLimit ||
-        (d.ip.dst.IsMulticast() && na->solicited)) {
+        (d.ip.dst.IsMulticast() && na->solicited) ||
+        (na->options.target_link_layer &&
+         na->options.target_link_layer->IsMulticast())) {
       return Drop(DropReason::kNdpInvalid);
     }
-    if (na->options.target_link_layer) {
-      buffer::PacketChain waiting =
-          ndp_.Update(na->target, *na->options.target_link_layer,
-                      /*confirmed=*/na->solicited, /*create=*/false, now);
-      while (buffer::PacketPtr p = waiting.PopFront()) {
-        QueueFrame(*nic, std::move(p), *na->options.target_link_layer,
-                   kIpv6Type);
-      }
+    buffer::PacketChain waiting =
+        ndp_.Advertise(na->target, na->options.target_link_layer,
+                       na->solicited, na->override_flag, now);
+    while (buffer::PacketPtr p = waiting.PopFront()) {
+      QueueFrame(*nic, std::move(p), *na->options.target_link_layer,
+                 kIpv6Type);
     }
     return;
   }
@@ -337,21 +366,26 @@ void Stack::SendNeighborSolicitation(Nic& nic, const wire::Ipv6Address& target,
   if (!ip_hdr) return Drop(DropReason::kNoBuffer);
   ip.Emit(wire::MutableIpv6Packet(*ip_hdr));
   ++counters_.ndp_ns_sent;
-  (void)now;
   QueueFrame(nic, std::move(p), Ipv6MulticastMac(ip.dst), kIpv6Type);
 }
 
 void Stack::SendIcmpv6Error(const Ipv6Datagram& offending, uint8_t type,
                             uint8_t code, uint32_t mtu, Instant now) {
-  // RFC 4443 2.4(e): not about an ICMPv6 error, not to a multicast or
-  // unspecified source.
-  if (offending.ip.src.IsZero() || offending.ip.src.IsMulticast()) return;
+  // RFC 4443 2.4(e): not about an ICMPv6 error, not about a packet sent to
+  // a multicast address (IPv6 or link layer; Packet Too Big and Parameter
+  // Problem code 2 would be allowed, and we send neither), not to an
+  // unspecified or multicast source.
+  Nic* nic = FindNic(offending.nic);
+  if (nic == nullptr || offending.link_multicast ||
+      offending.ip.dst.IsMulticast() || offending.ip.src.IsZero() ||
+      offending.ip.src.IsMulticast()) {
+    return;
+  }
   if (offending.protocol == kIcmpv6 && offending.payload.size() > 0 &&
       offending.payload.bytes()[0] < 128) {
     return;
   }
-  Nic* nic = FindNic(offending.nic);
-  if (nic == nullptr) return;
+  if (!TakeIcmpErrorToken(now)) return;
   buffer::PacketPtr p = packets_.Allocate();
   if (p == nullptr) return Drop(DropReason::kNoBuffer);
   // As much of the offending packet as fits in the minimum MTU.
@@ -365,13 +399,11 @@ void Stack::SendIcmpv6Error(const Ipv6Datagram& offending, uint8_t type,
   out.SetType(type);
   out.SetCode(code);
   out.SetChecksum(0);
-  for (int i = 0; i < 4; ++i) {
-    (*hdr)[4 + i] = static_cast<uint8_t>(mtu >> (24 - 8 * i));
-  }
+  wire::StoreBe32(hdr->data() + 4, mtu);
   wire::Ipv6Repr ip;
   ip.dst = offending.ip.src;
-  ip.src = offending.ip.dst.IsMulticast() ? *SourceFor(*nic, ip.dst)
-                                          : offending.ip.dst;
+  ip.src = IsOurIpv6(*nic, offending.ip.dst) ? offending.ip.dst
+                                             : *SourceFor(*nic, ip.dst);
   ip.next_header = kIcmpv6;
   wire::ChecksumAccumulator sum;
   sum.AddFolded(wire::Ipv6PseudoHeaderSum(
@@ -391,7 +423,7 @@ bool Stack::SendIpv6(wire::Ipv6Repr ip, buffer::PacketPtr packet,
     return false;
   }
   if (ip.src.IsZero()) ip.src = *SourceFor(*nic, ip.dst);
-  if (ip.hop_limit == 0) ip.hop_limit = options_.ipv6_hop_limit;
+  ip.hop_limit = options_.ipv6_hop_limit;
   const size_t l4_len = packet->size();
   if (wire::Ipv6Packet::kHeaderLen + l4_len <= nic->caps.mtu) {
     ip.payload_len = static_cast<uint16_t>(l4_len);
@@ -420,6 +452,11 @@ bool Stack::SendIpv6(wire::Ipv6Repr ip, buffer::PacketPtr packet,
     Drop(DropReason::kNoBuffer);
     return false;
   }
+  if (!hop->address.IsMulticast() && !ndp_.Lookup(hop->address, now) &&
+      ndp_.QueueRoom(hop->address) < fragments.size()) {
+    DropChain(std::move(fragments), DropReason::kNeighborQueueFull);
+    return false;
+  }
   counters_.ipv6_fragments_sent += fragments.size();
   while (buffer::PacketPtr f = fragments.PopFront()) {
     ResolveAndQueue6(*nic, hop->address, std::move(f), now);
@@ -436,7 +473,12 @@ void Stack::ResolveAndQueue6(Nic& nic, const wire::Ipv6Address& next_hop,
   if (auto mac = ndp_.Lookup(next_hop, now)) {
     return QueueFrame(nic, std::move(packet), *mac, kIpv6Type);
   }
-  switch (ndp_.Enqueue(next_hop, std::move(packet), now)) {
+  buffer::PacketChain evicted;
+  const auto result = ndp_.Enqueue(next_hop, std::move(packet), now, evicted);
+  if (!evicted.empty()) {
+    DropChain(std::move(evicted), DropReason::kNeighborQueueFull);
+  }
+  switch (result) {
     case NeighborCache<wire::Ipv6Address>::EnqueueResult::kSolicit:
       return SendNeighborSolicitation(nic, next_hop, now);
     case NeighborCache<wire::Ipv6Address>::EnqueueResult::kQueued:

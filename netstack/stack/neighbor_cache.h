@@ -29,6 +29,11 @@ namespace netstack::stack {
 struct NeighborOptions {
   size_t capacity = 1024;
   size_t queue_limit = 16;  // packets waiting per unresolved neighbour
+  // Packets waiting across all neighbours, and unresolved entries: bounds
+  // what a flood of packets from spoofed on-link sources can pin (each
+  // reply we cannot send yet holds a packet and its request's chunk).
+  size_t max_pending_total = 256;
+  size_t max_incomplete = 64;
   Duration retransmit = absl::Seconds(1);
   int max_probes = 3;
   Duration reachable_time = absl::Seconds(30);
@@ -54,7 +59,9 @@ class NeighborCache {
     kDropped,  // queue full or cache full of unresolved entries
   };
 
-  explicit NeighborCache(const NeighborOptions& options) : options_(options) {}
+  explicit NeighborCache(const NeighborOptions& options) : options_(options) {
+    entries_.reserve(options_.capacity);
+  }
 
   // The MAC to send to, if resolved (REACHABLE or STALE).
   std::optional<wire::MacAddress> Lookup(const Address& ip, Instant now) {
@@ -79,13 +86,17 @@ class NeighborCache {
   buffer::PacketChain Update(const Address& ip, const wire::MacAddress& mac,
                              bool confirmed, bool create, Instant now) {
     auto it = entries_.find(ip);
+    bool was_incomplete = false;
     if (it == entries_.end()) {
       if (!create || !MakeRoom()) return {};
       it = entries_.emplace(ip, Entry{}).first;
       it->second.last_used = now;
+    } else {
+      was_incomplete = it->second.state == State::kIncomplete;
     }
     Entry& e = it->second;
-    const bool same_mac = e.state != State::kIncomplete && e.mac == mac;
+    if (was_incomplete) --incomplete_;
+    const bool same_mac = !was_incomplete && e.mac == mac;
     e.mac = mac;
     if (confirmed) {
       e.state = State::kReachable;
@@ -94,15 +105,71 @@ class NeighborCache {
       e.state = State::kStale;
     }
     e.probes = 0;
-    return std::move(e.pending);
+    return TakePending(e);
+  }
+
+  // A Neighbor Advertisement for `ip` (RFC 4861 section 7.2.5). Never
+  // creates an entry. Returns the packets released for sending.
+  buffer::PacketChain Advertise(const Address& ip,
+                                const std::optional<wire::MacAddress>& tlla,
+                                bool solicited, bool override_flag,
+                                Instant now) {
+    auto it = entries_.find(ip);
+    if (it == entries_.end()) return {};
+    Entry& e = it->second;
+    if (e.state == State::kIncomplete) {
+      if (!tlla) return {};
+      --incomplete_;
+      e.mac = *tlla;
+      e.state = solicited ? State::kReachable : State::kStale;
+      e.deadline = now + options_.reachable_time;
+      e.probes = 0;
+      return TakePending(e);
+    }
+    const bool different = tlla && *tlla != e.mac;
+    if (!override_flag && different) {
+      // Keep the address we have, but no longer trust it.
+      if (e.state == State::kReachable) e.state = State::kStale;
+      return {};
+    }
+    if (tlla) e.mac = *tlla;
+    if (solicited) {
+      e.state = State::kReachable;
+      e.deadline = now + options_.reachable_time;
+    } else if (different) {
+      e.state = State::kStale;
+    }
+    return {};
+  }
+
+  // How many more packets may wait for `ip` right now.
+  size_t QueueRoom(const Address& ip) const {
+    const size_t global = options_.max_pending_total > pending_total_
+                              ? options_.max_pending_total - pending_total_
+                              : 0;
+    auto it = entries_.find(ip);
+    size_t local = options_.queue_limit;
+    if (it != entries_.end()) {
+      if (it->second.state != State::kIncomplete) return global;
+      local = options_.queue_limit > it->second.pending.size()
+                  ? options_.queue_limit - it->second.pending.size()
+                  : 0;
+    }
+    return std::min(local, global);
   }
 
   // Queues a packet (IP header and up, no Ethernet header yet) until `ip`
-  // is resolved.
+  // is resolved. When the unresolved entries are at their limit, the
+  // oldest one is evicted and its packets are moved to `evicted` for the
+  // caller to count.
   EnqueueResult Enqueue(const Address& ip, buffer::PacketPtr packet,
-                        Instant now) {
+                        Instant now, buffer::PacketChain& evicted) {
+    if (pending_total_ >= options_.max_pending_total) {
+      return EnqueueResult::kDropped;
+    }
     auto it = entries_.find(ip);
     if (it == entries_.end()) {
+      if (incomplete_ >= options_.max_incomplete) EvictOldestIncomplete(evicted);
       if (!MakeRoom()) return EnqueueResult::kDropped;
       it = entries_.emplace(ip, Entry{}).first;
       Entry& e = it->second;
@@ -110,7 +177,9 @@ class NeighborCache {
       e.probes = 1;
       e.deadline = now + options_.retransmit;
       e.last_used = now;
+      ++incomplete_;
       e.pending.PushBack(std::move(packet));
+      ++pending_total_;
       return EnqueueResult::kSolicit;
     }
     Entry& e = it->second;
@@ -118,6 +187,7 @@ class NeighborCache {
       return EnqueueResult::kDropped;
     }
     e.pending.PushBack(std::move(packet));
+    ++pending_total_;
     return EnqueueResult::kQueued;
   }
 
@@ -133,7 +203,8 @@ class NeighborCache {
         continue;
       }
       if (e.probes >= options_.max_probes) {
-        give_up(it->first, std::move(e.pending));
+        give_up(it->first, TakePending(e));
+        --incomplete_;
         entries_.erase(it++);
         continue;
       }
@@ -156,6 +227,9 @@ class NeighborCache {
     return next;
   }
 
+  size_t pending_total() const { return pending_total_; }
+  size_t incomplete() const { return incomplete_; }
+
   std::optional<State> StateOf(const Address& ip) const {
     auto it = entries_.find(ip);
     if (it == entries_.end()) return std::nullopt;
@@ -173,8 +247,29 @@ class NeighborCache {
     buffer::PacketChain pending;
   };
 
+  buffer::PacketChain TakePending(Entry& e) {
+    pending_total_ -= e.pending.size();
+    return std::move(e.pending);
+  }
+
+  void EvictOldestIncomplete(buffer::PacketChain& evicted) {
+    auto victim = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->second.state != State::kIncomplete) continue;
+      if (victim == entries_.end() ||
+          it->second.last_used < victim->second.last_used) {
+        victim = it;
+      }
+    }
+    if (victim == entries_.end()) return;
+    evicted.Append(TakePending(victim->second));
+    --incomplete_;
+    entries_.erase(victim);
+  }
+
   // Ensures one free slot; false if every entry is unresolved (those are
-  // never evicted: they hold packets and a probe budget of their own).
+  // never evicted here: they hold packets and a probe budget of their own,
+  // and are bounded by max_incomplete instead).
   bool MakeRoom() {
     if (entries_.size() < options_.capacity) return true;
     auto victim = entries_.end();
@@ -192,6 +287,8 @@ class NeighborCache {
 
   NeighborOptions options_;
   absl::flat_hash_map<Address, Entry, AddressHash<Address>> entries_;
+  size_t pending_total_ = 0;
+  size_t incomplete_ = 0;
 };
 
 }  // namespace netstack::stack

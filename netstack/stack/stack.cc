@@ -168,6 +168,9 @@ void Stack::SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e,
     d.ip.src = quoted.Source();
     d.ip.dst = quoted.Destination();
     d.ip.protocol = quoted.Protocol();
+    for (const auto& nic : nics_) {
+      if (IsOurIpv4(*nic, d.ip.dst)) d.nic = nic->id;
+    }
     d.header = all.Subview(0, static_cast<uint32_t>(n_hdr));
     d.payload = all.Subview(static_cast<uint32_t>(n_hdr),
                             static_cast<uint32_t>(n_data));
@@ -180,11 +183,37 @@ void Stack::SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e,
     d.ip.src = fixed.Source();
     d.ip.dst = fixed.Destination();
     d.packet = all;
+    // The kept header ends with the Fragment header, whose Next Header is
+    // the protocol of the data (so an expired ICMPv6 error is not
+    // answered with another error, RFC 4443 2.4(e)).
+    if (n_hdr >= wire::Ipv6Packet::kHeaderLen + 8) {
+      d.protocol = e.first_header[n_hdr - 8];
+    }
+    d.payload = all.Subview(static_cast<uint32_t>(n_hdr),
+                            static_cast<uint32_t>(n_data));
     for (const auto& nic : nics_) {
       if (IsOurIpv6(*nic, d.ip.dst)) d.nic = nic->id;
     }
-    SendIcmpv6Error(d, 3, 1, 0, now);
+    SendIcmpv6Error(d, /*Time Exceeded*/ 3, /*reassembly*/ 1, 0, now);
   }
+}
+
+bool Stack::TakeIcmpErrorToken(Instant now) {
+  if (icmp_refill_at_ == absl::InfinitePast()) {
+    icmp_tokens_ = options_.icmp_error_burst;
+  } else if (now > icmp_refill_at_) {
+    icmp_tokens_ = std::min(
+        options_.icmp_error_burst,
+        icmp_tokens_ + absl::ToDoubleSeconds(now - icmp_refill_at_) *
+                           options_.icmp_errors_per_second);
+  }
+  icmp_refill_at_ = std::max(icmp_refill_at_, now);
+  if (icmp_tokens_ < 1) {
+    Drop(DropReason::kIcmpRateLimited);
+    return false;
+  }
+  icmp_tokens_ -= 1;
+  return true;
 }
 
 void Stack::Flush(Instant now) {
@@ -205,9 +234,9 @@ void Stack::DeliverFrames(Nic& nic, std::span<link::InboundFrame> frames,
                           Instant now) {
   for (const link::InboundFrame& f : frames) {
     ++counters_.rx_frames;
-    const uint64_t drops_before = total_drops_;
+    const uint64_t drops_before = rx_drops_;
     HandleFrame(nic, f, now);
-    if (total_drops_ != drops_before) {
+    if (rx_drops_ != drops_before) {
       ++counters_.rx_dropped_frames;
     } else {
       ++counters_.rx_consumed;
@@ -226,10 +255,15 @@ void Stack::HandleFrame(Nic& nic, const link::InboundFrame& frame,
   if (repr.dst != nic.caps.mac && !repr.dst.IsMulticast()) {
     return Drop(DropReason::kNotOurMac);
   }
+  if (repr.src == nic.caps.mac || repr.src.IsMulticast()) {
+    // Our own frame looped back, or a forged multicast source.
+    return Drop(DropReason::kEthernetBadSource);
+  }
   if (repr.vlan) {
     // We are not a VLAN-aware host: a tagged frame is for someone else.
-    return Drop(DropReason::kUnknownEthertype);
+    return Drop(DropReason::kVlanTagged);
   }
+  const bool link_multicast = repr.dst.IsMulticast();
   const uint32_t hlen = static_cast<uint32_t>(eth.HeaderLen());
   buffer::PayloadView payload =
       frame.frame.Subview(hlen, frame.frame.size() - hlen);
@@ -237,9 +271,9 @@ void Stack::HandleFrame(Nic& nic, const link::InboundFrame& frame,
     case wire::EtherType::kArp:
       return HandleArp(nic, payload.bytes(), now);
     case wire::EtherType::kIpv4:
-      return HandleIpv4(nic, frame, std::move(payload), now);
+      return HandleIpv4(nic, frame, std::move(payload), link_multicast, now);
     case wire::EtherType::kIpv6:
-      return HandleIpv6(nic, frame, std::move(payload), now);
+      return HandleIpv6(nic, frame, std::move(payload), link_multicast, now);
     default:
       return Drop(DropReason::kUnknownEthertype);
   }
@@ -276,8 +310,8 @@ size_t Stack::ToPayloadViews(
 }
 
 void Stack::DropChain(buffer::PacketChain chain, DropReason reason) {
+  // Only transmit-side reasons reach here: packets we were sending.
   counters_.drops[static_cast<size_t>(reason)] += chain.size();
-  total_drops_ += chain.size();
   chain.Clear();
 }
 

@@ -47,6 +47,10 @@ struct StackOptions {
   size_t tx_queue_limit = 4096;
   uint8_t ipv4_ttl = 64;
   uint8_t ipv6_hop_limit = 64;
+  // ICMP/ICMPv6 errors we send: a token bucket shared by both families,
+  // like Linux's icmp_msgs_per_sec / icmp_msgs_burst.
+  double icmp_errors_per_second = 1000;
+  double icmp_error_burst = 50;
 };
 
 // An IPv4 datagram handed to a transport: header fields and the payload
@@ -54,10 +58,12 @@ struct StackOptions {
 struct Ipv4Datagram {
   NicId nic = 0;
   wire::Ipv4Repr ip;
-  // The received IP header (of the first fragment, if reassembled): quoted
-  // in ICMP errors.
+  // The received IP header: quoted in ICMP errors.
   buffer::PayloadView header;
   buffer::PayloadView payload;
+  // The frame was a link-layer broadcast/multicast: never send an ICMP
+  // error about it (RFC 1122 3.2.2).
+  bool link_multicast = false;
   bool checksum_verified = false;  // see link::InboundFrame
   bool checksum_partial = false;
 };
@@ -68,6 +74,7 @@ struct Ipv6Datagram {
   // The received packet from the IPv6 header on (for ICMPv6 errors, which
   // quote as much of it as fits, RFC 4443 section 2.4(c)).
   buffer::PayloadView packet;
+  bool link_multicast = false;  // see Ipv4Datagram
   uint8_t protocol = 0;  // after the extension headers
   buffer::PayloadView payload;
   bool checksum_verified = false;
@@ -109,8 +116,8 @@ class Stack {
   // Sends an IPv4 datagram whose transport header and payload are already
   // in `packet` (headers prepended, payload views). Fills the IPv4 header
   // from `ip` (src/dst/protocol required; ttl, ident and length are set
-  // here when zero), fragments if needed and allowed, resolves the next
-  // hop. Returns false if the packet was dropped (counted).
+  // here: TTL from StackOptions, a fresh identification, the length),
+  // fragments if needed and allowed, resolves the next hop. Returns false if the packet was dropped (counted).
   bool SendIpv4(wire::Ipv4Repr ip, buffer::PacketPtr packet, Instant now);
   bool SendIpv6(wire::Ipv6Repr ip, buffer::PacketPtr packet, Instant now);
 
@@ -124,11 +131,13 @@ class Stack {
   void HandleFrame(Nic& nic, const link::InboundFrame& frame, Instant now);
   void HandleArp(Nic& nic, std::span<const uint8_t> bytes, Instant now);
   void HandleIpv4(Nic& nic, const link::InboundFrame& frame,
-                  buffer::PayloadView packet, Instant now);
+                  buffer::PayloadView packet, bool link_multicast,
+                  Instant now);
   void DeliverIpv4(Ipv4Datagram& d, Instant now);
   void HandleIcmpv4(Ipv4Datagram& d, Instant now);
   void HandleIpv6(Nic& nic, const link::InboundFrame& frame,
-                  buffer::PayloadView packet, Instant now);
+                  buffer::PayloadView packet, bool link_multicast,
+                  Instant now);
   void DeliverIpv6(Ipv6Datagram& d, Instant now);
   void HandleIcmpv6(Ipv6Datagram& d, Instant now);
 
@@ -146,6 +155,8 @@ class Stack {
   // Expires timed-out datagrams; called from Poll and before a fragment is
   // added, so a late fragment never joins a datagram past its deadline.
   void ExpireReassembly(Instant now);
+  // Takes one token of the ICMP error budget; false: rate limited.
+  bool TakeIcmpErrorToken(Instant now);
   void SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e, Instant now);
   // Adds the Ethernet header and queues the packet on the NIC.
   void QueueFrame(Nic& nic, buffer::PacketPtr packet,
@@ -164,7 +175,7 @@ class Stack {
                  buffer::PacketBuffer::kMaxPayloadViews + 1>& out);
   void Drop(DropReason reason) {
     ++counters_.drops[static_cast<size_t>(reason)];
-    ++total_drops_;
+    if (IsReceiveDrop(reason)) ++rx_drops_;
   }
   void DropChain(buffer::PacketChain chain, DropReason reason);
 
@@ -192,7 +203,10 @@ class Stack {
   uint16_t next_ipv4_ident_ = 1;
   uint32_t next_ipv6_frag_ident_ = 1;
   Instant retry_tx_at_ = kNever;
-  uint64_t total_drops_ = 0;  // running sum of counters_.drops
+  uint64_t rx_drops_ = 0;  // running sum of the receive-side drops
+  // ICMP error token bucket (RFC 1812 4.3.2.8, RFC 4443 2.4(f)).
+  double icmp_tokens_ = 0;
+  Instant icmp_refill_at_ = absl::InfinitePast();
 };
 
 }  // namespace netstack::stack

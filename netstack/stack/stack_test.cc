@@ -44,7 +44,8 @@ class StackTest : public ::testing::Test {
     const auto& c = stack_->counters();
     // Every frame is consumed or dropped under a reason.
     EXPECT_EQ(c.rx_frames, c.rx_consumed + c.rx_dropped_frames);
-    EXPECT_GE(c.TotalDrops(), c.rx_dropped_frames);
+    // Exactly one receive-side reason per dropped frame.
+    EXPECT_EQ(c.RxDrops(), c.rx_dropped_frames);
     stack_.reset();
     link_.reset();
     EXPECT_EQ(packets_.stats().in_use, 0u);
@@ -76,7 +77,9 @@ class StackTest : public ::testing::Test {
   }
   uint64_t Drops(DropReason r) const { return stack_->counters().drop(r); }
 
-  buffer::ChunkPool chunks_{256};
+  // FakeLink puts each injected frame in a chunk of its own: size the pool
+  // for the flood test's 800 frames.
+  buffer::ChunkPool chunks_{1024};
   buffer::PacketPool packets_{1024};
   std::unique_ptr<FakeLink> link_;
   std::unique_ptr<Stack> stack_;
@@ -281,6 +284,88 @@ TEST_F(StackTest, UdpToClosedPortGetsPortUnreachable) {
   EXPECT_EQ(Drops(DropReason::kUdpNoListener), 1u);
 }
 
+// RFC 1122 3.3.6: a unicast datagram in a link-layer broadcast is dropped,
+// and never answered (no smurf-style amplification).
+TEST_F(StackTest, UnicastIpInLinkBroadcastIsDroppedSilently) {
+  link_->Inject(testing::ArpRequest(peer_, our_ip4_), now_);
+  TakeSent();
+  auto pkt = testing::Ipv4Packets(peer_.ip4, our_ip4_, 1, 1,
+                                  testing::Icmpv4Echo(1, 1, 8), 1500)[0];
+  link_->Inject(testing::WithEthernet(peer_.mac, wire::MacAddress::Broadcast(),
+                                      kIpv4, pkt),
+                now_);
+  std::vector<uint8_t> udp = {0x30, 0x39, 0x00, 0x35, 0x00, 0x08, 0, 0};
+  auto upkt = testing::Ipv4Packets(peer_.ip4, our_ip4_, 17, 2, udp, 1500)[0];
+  link_->Inject(testing::WithEthernet(peer_.mac, wire::MacAddress::Broadcast(),
+                                      kIpv4, upkt),
+                now_);
+  EXPECT_TRUE(TakeSent().empty());
+  EXPECT_EQ(Drops(DropReason::kIpv4LinkBroadcast), 2u);
+}
+
+TEST_F(StackTest, MartianSourcesAreDropped) {
+  for (const char* src : {"0.0.0.0", "127.0.0.1", "10.9.0.2", "240.0.0.1",
+                          "10.9.0.255"}) {
+    auto pkt = testing::Ipv4Packets(*wire::Ipv4Address::Parse(src), our_ip4_,
+                                    1, 1, testing::Icmpv4Echo(1, 1, 8),
+                                    1500)[0];
+    link_->Inject(testing::WithEthernet(peer_.mac, our_mac_, kIpv4, pkt), now_);
+  }
+  EXPECT_TRUE(TakeSent().empty());
+  EXPECT_EQ(Drops(DropReason::kIpv4BadSource), 5u);
+}
+
+TEST_F(StackTest, ArpClaimingOurAddressIsAConflict) {
+  Peer liar = peer_;
+  liar.ip4 = our_ip4_;
+  link_->Inject(testing::ArpRequest(liar, peer_.ip4), now_);
+  EXPECT_TRUE(TakeSent().empty());
+  EXPECT_EQ(Drops(DropReason::kArpAddressConflict), 1u);
+}
+
+// RFC 1812 4.3.2.8 / RFC 4443 2.4(f): errors are rate limited (burst 50,
+// then 1000 per second).
+TEST_F(StackTest, IcmpErrorsAreRateLimited) {
+  link_->Inject(testing::ArpRequest(peer_, our_ip4_), now_);
+  TakeSent();
+  std::vector<uint8_t> udp = {0x30, 0x39, 0x00, 0x35, 0x00, 0x08, 0, 0};
+  for (int i = 0; i < 200; ++i) InjectIpv4(udp, 17, static_cast<uint16_t>(i));
+  EXPECT_EQ(TakeSent().size(), 50u);
+  EXPECT_EQ(Drops(DropReason::kIcmpRateLimited), 150u);
+  EXPECT_EQ(Drops(DropReason::kUdpNoListener), 200u);
+  now_ += absl::Milliseconds(10);  // 10 more tokens
+  for (int i = 0; i < 20; ++i) InjectIpv4(udp, 17, static_cast<uint16_t>(i));
+  EXPECT_EQ(TakeSent().size(), 10u);
+}
+
+// Pings from many spoofed on-link sources cannot pin the pools: the
+// packets waiting for resolution are bounded, and a real peer still gets
+// its answers.
+TEST_F(StackTest, NeighborFloodIsBounded) {
+  for (int i = 0; i < 200; ++i) {
+    auto src = wire::Ipv4Address::FromU32(0x0a090000 + 10 + i);
+    for (int j = 0; j < 4; ++j) {
+      auto pkt = testing::Ipv4Packets(src, our_ip4_, 1, 1,
+                                      testing::Icmpv4Echo(1, j, 8), 1500)[0];
+      link_->Inject(testing::WithEthernet(peer_.mac, our_mac_, kIpv4, pkt),
+                    now_);
+    }
+  }
+  EXPECT_EQ(stack_->counters().rx_frames, 800u);
+  // At most max_incomplete (64) neighbours x queue_limit, and at most
+  // max_pending_total (256) packets in all, wait; the rest are dropped.
+  EXPECT_LE(packets_.stats().in_use, 256u);
+  EXPECT_GT(Drops(DropReason::kNeighborQueueFull), 0u)
+      << stack_->FormatCounters();
+  TakeSent();
+  link_->Inject(testing::ArpRequest(peer_, our_ip4_), now_);
+  TakeSent();
+  InjectIpv4(testing::Icmpv4Echo(1, 99, 8), 1);
+  auto sent = TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(ParseSentIpv4(sent[0]).payload[0], 0);
+}
+
 TEST_F(StackTest, NeighborSolicitationGetsAdvertisement) {
   link_->Inject(testing::Icmpv6NeighborSolicitation(peer_, our_ip6_), now_);
   auto sent = TakeSent();
@@ -334,6 +419,29 @@ TEST_F(StackTest, Ipv6EchoSmallAndFragmented) {
   }
   EXPECT_EQ(stack_->counters().icmpv6_echo_replies_sent, 2u);
   EXPECT_EQ(stack_->counters().ipv6_reassembled, 1u);
+}
+
+// RFC 4861 7.2.3: an NS for someone else's target teaches nothing (it
+// would let anyone redirect our traffic); a multicast SLLAO is invalid.
+TEST_F(StackTest, NdpPoisoningIsRefused) {
+  Peer attacker = peer_;
+  attacker.mac = *wire::MacAddress::Parse("02:00:00:00:00:66");
+  link_->Inject(testing::Icmpv6NeighborSolicitation(
+                    attacker, *wire::Ipv6Address::Parse("fd00:9::99"),
+                    &our_ip6_, &our_mac_),
+                now_);
+  EXPECT_EQ(Drops(DropReason::kNdpNotForUs), 1u);
+  EXPECT_TRUE(TakeSent().empty());
+  Peer bcast = peer_;
+  bcast.mac = wire::MacAddress::Broadcast();
+  // (A multicast Ethernet source is refused even before NDP.)
+  link_->Inject(testing::Icmpv6NeighborSolicitation(bcast, our_ip6_), now_);
+  EXPECT_EQ(Drops(DropReason::kEthernetBadSource), 1u);
+  // The echo reply to peer_.ip6 must still need a resolution of its own.
+  InjectIpv6(testing::Icmpv6Echo(peer_.ip6, our_ip6_, 5, 1, 16), 58);
+  auto sent = TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0][0], 0x33);  // a solicitation, not a reply to the attacker
 }
 
 TEST_F(StackTest, Ipv6ReplyToUnknownNeighborSolicitsFirst) {

@@ -105,7 +105,8 @@ std::vector<uint8_t> Icmpv6Echo(const wire::Ipv6Address& src,
 }
 
 std::vector<uint8_t> Icmpv6NeighborSolicitation(
-    const Peer& from, const wire::Ipv6Address& target) {
+    const Peer& from, const wire::Ipv6Address& target,
+    const wire::Ipv6Address* dst, const wire::MacAddress* dst_mac) {
   wire::Icmpv6Repr ns;
   wire::NdpNeighborSolicitation sol;
   sol.target = target;
@@ -116,11 +117,13 @@ std::vector<uint8_t> Icmpv6NeighborSolicitation(
   wire::Ipv6Address snm;
   snm.bytes = {0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xff,
                target.bytes[13], target.bytes[14], target.bytes[15]};
+  if (dst != nullptr) snm = *dst;
   wire::MutableIcmpv6Packet(msg).FillChecksum(from.ip6, snm);
   auto pkts = Ipv6Packets(from.ip6, snm, 58, 255, 0, msg, 1500);
   wire::MacAddress mac;
   mac.bytes = {0x33, 0x33, snm.bytes[12], snm.bytes[13], snm.bytes[14],
                snm.bytes[15]};
+  if (dst_mac != nullptr) mac = *dst_mac;
   return WithEthernet(from.mac, mac,
                       static_cast<uint16_t>(wire::EtherType::kIpv6), pkts[0]);
 }

@@ -37,8 +37,11 @@ std::vector<uint8_t> WithEthernet(const wire::MacAddress& src,
 std::vector<uint8_t> Icmpv6Echo(const wire::Ipv6Address& src,
                                 const wire::Ipv6Address& dst, uint16_t id,
                                 uint16_t seq, size_t size);
-std::vector<uint8_t> Icmpv6NeighborSolicitation(const Peer& from,
-                                                const wire::Ipv6Address& target);
+// To the target's solicited-node group, or unicast to `dst`/`dst_mac`.
+std::vector<uint8_t> Icmpv6NeighborSolicitation(
+    const Peer& from, const wire::Ipv6Address& target,
+    const wire::Ipv6Address* dst = nullptr,
+    const wire::MacAddress* dst_mac = nullptr);
 std::vector<std::vector<uint8_t>> Ipv6Packets(const wire::Ipv6Address& src,
                                               const wire::Ipv6Address& dst,
                                               uint8_t next_header,
