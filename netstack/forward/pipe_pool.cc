@@ -83,8 +83,8 @@ std::optional<PipePool::Pipe> PipePool::Acquire() {
   } else if (options_.pipe_size < capacity && options_.pipe_size > 0) {
     // A smaller pipe was asked for (tests do, to fill it quickly). The
     // kernel rounds up to a power of two pages.
-    const int got = fcntl(fds[0], F_SETPIPE_SZ,
-                          static_cast<int>(options_.pipe_size));
+    const int got =
+        fcntl(fds[0], F_SETPIPE_SZ, static_cast<int>(options_.pipe_size));
     if (got > 0) capacity = static_cast<size_t>(got);
   }
   if (capacity == 0 ||

@@ -158,7 +158,7 @@ class Relay::Core {
     int small_reads = 0;  // kAuto on splice, see kSmallReadsBeforeCopy
 
     std::optional<PipePool::Pipe> pipe;
-    size_t in_pipe = 0;  // spliced in minus spliced out
+    size_t in_pipe = 0;            // spliced in minus spliced out
     bool pipe_maybe_full = false;  // splice-in said EAGAIN with in_pipe > 0
     bool spliced_in = false;       // a splice-in ever moved a byte
     bool spliced_out = false;      // a splice-out ever moved a byte
@@ -269,8 +269,8 @@ Relay::Core::Core(eventloop::EventLoop& loop, PipePool& pipes, int fd_a,
 
 absl::Status Relay::Core::Register() {
   for (Leg& leg : legs_) {
-    if (absl::Status s = loop_.Add(leg.fd, eventloop::EventLoop::kReadable,
-                                   &leg);
+    if (absl::Status s =
+            loop_.Add(leg.fd, eventloop::EventLoop::kReadable, &leg);
         !s.ok()) {
       return s;  // ~Core unregisters the other leg and closes both
     }
@@ -564,8 +564,7 @@ void Relay::Core::ChoosePath(Direction& d) {
     case RelayMode::kCopy:
       return;
     case RelayMode::kSplice:
-      if (d.path == Path::kSplice && !d.pipe.has_value() &&
-          !AcquirePipe(d)) {
+      if (d.path == Path::kSplice && !d.pipe.has_value() && !AcquirePipe(d)) {
         d.stats->fell_back_no_pipe = true;
         d.splice_disabled = true;
         d.path = Path::kCopy;

@@ -65,11 +65,11 @@ struct DirectionStats {
   uint64_t splice_bytes = 0;  // of which through the pipe
   uint64_t copy_bytes = 0;    // of which through the user buffer
   uint64_t splice_syscalls = 0;
-  uint64_t copy_syscalls = 0;  // recv/send (read/write)
-  uint64_t would_block = 0;    // writes that returned EAGAIN
-  bool fell_back_einval = false;    // splice said EINVAL before any byte
-  bool fell_back_no_pipe = false;   // the pipe pool could not grow
-  bool eof_forwarded = false;       // shutdown(SHUT_WR) sent after draining
+  uint64_t copy_syscalls = 0;      // recv/send (read/write)
+  uint64_t would_block = 0;        // writes that returned EAGAIN
+  bool fell_back_einval = false;   // splice said EINVAL before any byte
+  bool fell_back_no_pipe = false;  // the pipe pool could not grow
+  bool eof_forwarded = false;      // shutdown(SHUT_WR) sent after draining
 };
 
 struct RelayStats {

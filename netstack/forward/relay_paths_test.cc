@@ -32,6 +32,13 @@ using test::Peer;
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr absl::Duration kTimeout = absl::Seconds(120);
 
+// Tests that must see the splice path need the kernel to hand out pipes;
+// see test::KernelGrantsPipes.
+#define SKIP_UNLESS_KERNEL_GRANTS_PIPES()                                    \
+  if (!test::KernelGrantsPipes())                                            \
+  GTEST_SKIP() << "pipe-user-pages-soft: other processes of this user hold " \
+                  "the pipe budget"
+
 bool SameBytes(const std::vector<uint8_t>& got,
                const std::vector<uint8_t>& want) {
   return got.size() == want.size() &&
@@ -197,6 +204,7 @@ TEST(RelayAutoTest, SmallMessagesStayOnCopy) {
 // 1 MiB writes: reads fill the buffer, the direction moves to splice after
 // its first buffer, and the bulk goes through the pipe.
 TEST(RelayAutoTest, BulkMovesToSplice) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
   Harness h;
   h.MakeLegs(LegKind::kTcp4, LegKind::kUnix);
   h.Start(Mode(RelayMode::kAuto));
@@ -223,6 +231,7 @@ TEST(RelayAutoTest, BulkMovesToSplice) {
 // Bulk first (splice), then small request/response: the direction goes
 // back to copying.
 TEST(RelayAutoTest, ReturnsToCopyWhenMessagesTurnSmall) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
   Harness h;
   h.MakeLegs(LegKind::kTcp4, LegKind::kTcp4);
   h.Start(Mode(RelayMode::kAuto));
@@ -285,6 +294,7 @@ TEST(RelayAutoTest, ReturnsToCopyWhenMessagesTurnSmall) {
 }
 
 TEST(RelayAutoTest, ThresholdAboveBufferMeansFullBuffer) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
   // A threshold no read can reach is capped at the buffer size, so bulk
   // still splices.
   Harness h;
@@ -327,6 +337,7 @@ class SpliceSeam {
 };
 
 TEST(RelayEinvalTest, SpliceInEinvalBeforeAnyByteFallsBackToCopy) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
   SpliceSeam seam(&SpliceInSaysEinval);
   Harness h;
   h.MakeLegs(LegKind::kUnix, LegKind::kTcp4);
@@ -364,6 +375,7 @@ ssize_t SpliceInEinvalLater(int fd_in, int fd_out, size_t len,
 }
 
 TEST(RelayEinvalTest, SpliceInEinvalAfterBytesMovedFailsNamingTheLeg) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
   SpliceSeam seam(&SpliceInEinvalLater);
   Harness h;
   h.MakeLegs(LegKind::kTcp4, LegKind::kTcp4);
@@ -399,6 +411,7 @@ TEST(RelayEinvalTest, SpliceInEinvalAfterBytesMovedFailsNamingTheLeg) {
 // and a socket takes O_APPEND. The first splice-out fails with bytes
 // already in the pipe; they are read back and sent, in order.
 TEST(RelayEinvalTest, SpliceOutEinvalOnAppendSocketFallsBackInOrder) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
   Harness h;
   h.MakeLegs(LegKind::kTcp4, LegKind::kUnix);
   const int b = h.b().relay;
@@ -445,6 +458,7 @@ TEST(RelayPoolTest, NoPipesAtAllMeansCopy) {
 // One pipe for two directions: a -> b takes it and keeps it (no FIN yet);
 // b -> a then finds the pool empty and copies.
 TEST(RelayPoolTest, OnePipeServesOneDirection) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
   Harness h(PipePool::Options{.max_pipes = 1});
   h.MakeLegs(LegKind::kUnix, LegKind::kTcp4);
   h.Start(Mode(RelayMode::kSplice));
@@ -528,6 +542,7 @@ TEST(RelayHangupTest, UnixPeerClosesWithBytesQueued) {
 }
 
 TEST(RelayLifetimeTest, DestroyedMidTransferClosesFdsAndDropsFullPipe) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
   Harness h(PipePool::Options{});
   h.MakeLegs(LegKind::kTcp4, LegKind::kTcp4, {.peer_rcvbuf = 64 * 1024});
   h.Start(Mode(RelayMode::kSplice));
@@ -582,14 +597,13 @@ TEST(RelayLifetimeTest, FdCountReturnsToBaselineAfter200Relays) {
         ASSERT_TRUE(a.ok() && b.ok());
         RelayOptions options;
         options.mode = modes[(n / 9) % 3];
-        auto relay = Relay::Create(
-            **loop, pool, a->relay, b->relay, options,
-            [&, i](Relay&, absl::Status status) {
-              ++batch_done;
-              ++finished;
-              if (!status.ok()) ++failed;
-              relays[static_cast<size_t>(i)].reset();
-            });
+        auto relay = Relay::Create(**loop, pool, a->relay, b->relay, options,
+                                   [&, i](Relay&, absl::Status status) {
+                                     ++batch_done;
+                                     ++finished;
+                                     if (!status.ok()) ++failed;
+                                     relays[static_cast<size_t>(i)].reset();
+                                   });
         ASSERT_TRUE(relay.ok());
         relays[static_cast<size_t>(i)] = *std::move(relay);
         auto pa = std::make_unique<Peer>(a->peer);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,14 +57,25 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 }
 
 // The stats of one direction that carried `bytes` in `mode` on sockets
-// that splice.
+// that splice. A kSplice or kAuto direction may have found no pipe only if
+// the kernel refused the pool one (other processes of this user can hold
+// the pipe-user-pages-soft budget: see test::KernelGrantsPipes); then it
+// must have copied everything.
 void ExpectPathStats(const DirectionStats& s, RelayMode mode, size_t bytes,
-                     const char* which) {
+                     const PipePool& pool, const char* which) {
   SCOPED_TRACE(which);
   EXPECT_EQ(s.bytes, bytes);
   EXPECT_EQ(s.splice_bytes + s.copy_bytes, s.bytes);
   EXPECT_FALSE(s.fell_back_einval);
-  EXPECT_FALSE(s.fell_back_no_pipe);
+  if (s.fell_back_no_pipe) {
+    EXPECT_NE(mode, RelayMode::kCopy);
+    EXPECT_GT(pool.stats().acquire_failed, 0u);
+    if (mode == RelayMode::kSplice) {
+      EXPECT_EQ(s.splice_bytes, 0u);
+    }
+    std::fprintf(stderr, "note: %s: no pipe from the kernel, copied\n", which);
+    return;
+  }
   switch (mode) {
     case RelayMode::kCopy:
       EXPECT_EQ(s.splice_bytes, 0u);
@@ -105,16 +117,15 @@ class RelayTest : public ::testing::TestWithParam<Case> {
   void StartRelay() {
     RelayOptions options;
     options.mode = GetParam().mode;
-    auto relay = Relay::Create(
-        *loop_, *pool_, a_.relay, b_.relay, options,
-        [this](Relay& relay, absl::Status status) {
-          EXPECT_EQ(&relay, relay_.get());
-          ++done_calls_;
-          status_ = status;
-          stats_ = relay.stats();
-          EXPECT_TRUE(relay.finished());
-          relay_.reset();
-        });
+    auto relay = Relay::Create(*loop_, *pool_, a_.relay, b_.relay, options,
+                               [this](Relay& relay, absl::Status status) {
+                                 EXPECT_EQ(&relay, relay_.get());
+                                 ++done_calls_;
+                                 status_ = status;
+                                 stats_ = relay.stats();
+                                 EXPECT_TRUE(relay.finished());
+                                 relay_.reset();
+                               });
     ASSERT_TRUE(relay.ok()) << relay.status();
     relay_ = *std::move(relay);
   }
@@ -129,9 +140,7 @@ class RelayTest : public ::testing::TestWithParam<Case> {
     EXPECT_FALSE(test::FdIsOpen(b_.relay));
   }
 
-  void ExpectPoolSettled() {
-    EXPECT_EQ(pool_->stats().in_use, 0u);
-  }
+  void ExpectPoolSettled() { EXPECT_EQ(pool_->stats().in_use, 0u); }
 
   // `first` shuts its write side after sending; `second` reads to EOF, only
   // then sends (a server answering after the request's FIN), and every byte
@@ -173,10 +182,9 @@ class RelayTest : public ::testing::TestWithParam<Case> {
     EXPECT_TRUE(SameBytes(second.received(), request));
     EXPECT_TRUE(SameBytes(first.received(), response));
     const DirectionStats& req = first_is_a ? stats_.a_to_b : stats_.b_to_a;
-    const DirectionStats& resp =
-        first_is_a ? stats_.b_to_a : stats_.a_to_b;
-    ExpectPathStats(req, GetParam().mode, request.size(), "request");
-    ExpectPathStats(resp, GetParam().mode, response.size(), "response");
+    const DirectionStats& resp = first_is_a ? stats_.b_to_a : stats_.a_to_b;
+    ExpectPathStats(req, GetParam().mode, request.size(), *pool_, "request");
+    ExpectPathStats(resp, GetParam().mode, response.size(), *pool_, "response");
     ExpectRelayFdsClosed();
     ExpectPoolSettled();
   }
@@ -216,8 +224,10 @@ TEST_P(RelayTest, BothWaysAtOnceRandomWriteSizes) {
   EXPECT_TRUE(SameBytes(pa.received(), b_data));
   EXPECT_TRUE(pa.eof());
   EXPECT_TRUE(pb.eof());
-  ExpectPathStats(stats_.a_to_b, GetParam().mode, a_data.size(), "a_to_b");
-  ExpectPathStats(stats_.b_to_a, GetParam().mode, b_data.size(), "b_to_a");
+  ExpectPathStats(stats_.a_to_b, GetParam().mode, a_data.size(), *pool_,
+                  "a_to_b");
+  ExpectPathStats(stats_.b_to_a, GetParam().mode, b_data.size(), *pool_,
+                  "b_to_a");
   EXPECT_TRUE(stats_.a_to_b.eof_forwarded);
   EXPECT_TRUE(stats_.b_to_a.eof_forwarded);
   ExpectRelayFdsClosed();
@@ -288,8 +298,8 @@ TEST_P(RelayTest, SlowReaderFillsThePipeAndNothingIsLost) {
   StartRelay();
   const std::vector<uint8_t> data = test::SeededBytes(8 * kMiB + 1, 41);
   std::atomic<bool> gate{false};
-  pa.StartWriter(data, {.min_chunk = 16 * 1024, .max_chunk = 256 * 1024,
-                        .seed = 13});
+  pa.StartWriter(data,
+                 {.min_chunk = 16 * 1024, .max_chunk = 256 * 1024, .seed = 13});
   pa.StartReader({.seed = 14});
   pb.StartWriter({}, {.seed = 15});  // b sends nothing, just its FIN
   pb.StartReader({.min_read = 256,
@@ -322,7 +332,8 @@ TEST_P(RelayTest, SlowReaderFillsThePipeAndNothingIsLost) {
   EXPECT_TRUE(pb.eof());
   EXPECT_TRUE(pa.eof());
   EXPECT_GT(stats_.a_to_b.would_block, 0u);
-  ExpectPathStats(stats_.a_to_b, GetParam().mode, data.size(), "a_to_b");
+  ExpectPathStats(stats_.a_to_b, GetParam().mode, data.size(), *pool_,
+                  "a_to_b");
   ExpectRelayFdsClosed();
   ExpectPoolSettled();
 }
@@ -368,19 +379,18 @@ TEST_P(RelayTest, IdleConnectionLeavesTheLoopIdle) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllModesAndLegs, RelayTest,
-    ::testing::Values(
-        Case{RelayMode::kSplice, LegKind::kTcp4, LegKind::kTcp4},
-        Case{RelayMode::kSplice, LegKind::kTcp6, LegKind::kTcp6},
-        Case{RelayMode::kSplice, LegKind::kUnix, LegKind::kTcp4},
-        Case{RelayMode::kSplice, LegKind::kTcp6, LegKind::kUnix},
-        Case{RelayMode::kCopy, LegKind::kTcp4, LegKind::kTcp4},
-        Case{RelayMode::kCopy, LegKind::kTcp6, LegKind::kTcp6},
-        Case{RelayMode::kCopy, LegKind::kUnix, LegKind::kTcp4},
-        Case{RelayMode::kCopy, LegKind::kTcp6, LegKind::kUnix},
-        Case{RelayMode::kAuto, LegKind::kTcp4, LegKind::kTcp4},
-        Case{RelayMode::kAuto, LegKind::kTcp6, LegKind::kTcp6},
-        Case{RelayMode::kAuto, LegKind::kUnix, LegKind::kTcp4},
-        Case{RelayMode::kAuto, LegKind::kTcp6, LegKind::kUnix}),
+    ::testing::Values(Case{RelayMode::kSplice, LegKind::kTcp4, LegKind::kTcp4},
+                      Case{RelayMode::kSplice, LegKind::kTcp6, LegKind::kTcp6},
+                      Case{RelayMode::kSplice, LegKind::kUnix, LegKind::kTcp4},
+                      Case{RelayMode::kSplice, LegKind::kTcp6, LegKind::kUnix},
+                      Case{RelayMode::kCopy, LegKind::kTcp4, LegKind::kTcp4},
+                      Case{RelayMode::kCopy, LegKind::kTcp6, LegKind::kTcp6},
+                      Case{RelayMode::kCopy, LegKind::kUnix, LegKind::kTcp4},
+                      Case{RelayMode::kCopy, LegKind::kTcp6, LegKind::kUnix},
+                      Case{RelayMode::kAuto, LegKind::kTcp4, LegKind::kTcp4},
+                      Case{RelayMode::kAuto, LegKind::kTcp6, LegKind::kTcp6},
+                      Case{RelayMode::kAuto, LegKind::kUnix, LegKind::kTcp4},
+                      Case{RelayMode::kAuto, LegKind::kTcp6, LegKind::kUnix}),
     CaseName);
 
 }  // namespace

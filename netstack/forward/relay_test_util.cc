@@ -140,9 +140,9 @@ void Peer::StartWriter(std::vector<uint8_t> data,
     std::mt19937_64 rng(options.seed);
     size_t off = 0;
     while (off < data.size()) {
-      const size_t chunk = std::min(
-          data.size() - off,
-          LogUniform(rng, options.min_chunk, options.max_chunk));
+      const size_t chunk =
+          std::min(data.size() - off,
+                   LogUniform(rng, options.min_chunk, options.max_chunk));
       const ssize_t n = send(fd_, data.data() + off, chunk, MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -213,9 +213,19 @@ bool RunUntil(eventloop::EventLoop& loop, absl::FunctionRef<bool()> done,
 void RunFor(eventloop::EventLoop& loop, absl::Duration duration) {
   const absl::Time deadline = absl::Now() + duration;
   while (absl::Now() < deadline) {
-    (void)loop.RunOnce(std::min(absl::Milliseconds(10),
-                                deadline - absl::Now()));
+    (void)loop.RunOnce(
+        std::min(absl::Milliseconds(10), deadline - absl::Now()));
   }
+}
+
+bool KernelGrantsPipes(size_t size) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  const bool ok = fcntl(fds[0], F_GETPIPE_SZ) >= 64 * 1024 &&
+                  fcntl(fds[0], F_SETPIPE_SZ, static_cast<int>(size)) >= 0;
+  close(fds[0]);
+  close(fds[1]);
+  return ok;
 }
 
 int CountOpenFds() {

@@ -109,6 +109,13 @@ bool RunUntil(eventloop::EventLoop& loop, absl::FunctionRef<bool()> done,
 // Turns the loop for `duration`.
 void RunFor(eventloop::EventLoop& loop, absl::Duration duration);
 
+// Whether the kernel gives this process a full-size pipe now. All
+// processes of a user without CAP_SYS_RESOURCE (root in a container too)
+// share /proc/sys/fs/pipe-user-pages-soft: while other tests or benchmarks
+// hold that budget, new pipes come with 2 pages and relays copy. Tests that
+// must see the splice path check this first.
+bool KernelGrantsPipes(size_t size = size_t{1} << 20);
+
 // Entries in /proc/self/fd.
 int CountOpenFds();
 bool FdIsOpen(int fd);
