@@ -117,4 +117,16 @@ void PipePool::Release(Pipe pipe, size_t bytes_in_pipe) {
   ++stats_.pooled;
 }
 
+size_t PipePool::Trim(size_t keep) {
+  size_t closed = 0;
+  while (pooled_.size() > keep) {
+    Close(pooled_.back());
+    pooled_.pop_back();
+    --stats_.pooled;
+    ++stats_.trimmed;
+    ++closed;
+  }
+  return closed;
+}
+
 }  // namespace netstack::forward

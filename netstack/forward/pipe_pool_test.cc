@@ -107,6 +107,32 @@ TEST(PipePoolTest, ZeroPipesNeverGivesOne) {
   EXPECT_EQ(pool.stats().created, 0u);
 }
 
+TEST(PipePoolTest, TrimClosesIdlePipesOnly) {
+  const int baseline = test::CountOpenFds();
+  PipePool pool(PipePool::Options{});
+  std::vector<PipePool::Pipe> pipes;
+  for (int i = 0; i < 4; ++i) pipes.push_back(*pool.Acquire());
+  for (int i = 0; i < 3; ++i) pool.Release(pipes[i], 0);
+  EXPECT_EQ(pool.stats().pooled, 3u);
+  EXPECT_EQ(pool.Trim(1), 2u);
+  EXPECT_EQ(pool.stats().pooled, 1u);
+  EXPECT_EQ(pool.stats().trimmed, 2u);
+  EXPECT_EQ(test::CountOpenFds(), baseline + 4);  // 1 pooled + 1 in use
+  EXPECT_EQ(pool.Trim(), 1u);
+  EXPECT_EQ(test::CountOpenFds(), baseline + 2);
+  // The pipe in use is untouched and still works.
+  EXPECT_TRUE(test::FdIsOpen(pipes[3].read_fd));
+  ASSERT_EQ(write(pipes[3].write_fd, "x", 1), 1);
+  char c;
+  EXPECT_EQ(read(pipes[3].read_fd, &c, 1), 1);
+  pool.Release(pipes[3], 0);
+  EXPECT_EQ(pool.stats().in_use, 0u);
+  // After a trim the pool creates again.
+  std::optional<PipePool::Pipe> again = pool.Acquire();
+  ASSERT_TRUE(again.has_value());
+  pool.Release(*again, 0);
+}
+
 TEST(PipePoolTest, DestructorClosesPooledPipes) {
   const int baseline = test::CountOpenFds();
   {

@@ -54,6 +54,13 @@ struct RelayOptions {
   // crossover measured by //bench:splice_benchmark (docs/BENCHMARKS.md).
   // A threshold above copy_buffer_size acts as copy_buffer_size (a full
   // buffer counts).
+  //
+  // How it decides before any data arrives: every direction starts on
+  // copy, so its first recv() is the measurement. The switch to splice
+  // happens only once the user buffer has been sent completely, so bytes
+  // never overtake each other. On splice, four fills in a row that each
+  // start from an empty pipe and bring less than the threshold move the
+  // direction back to copy (bulk turned into small messages).
   size_t auto_splice_threshold = kDefaultAutoSpliceThreshold;
   // User buffer of the copy path, per direction.
   size_t copy_buffer_size = 64 * 1024;
@@ -102,6 +109,7 @@ class PipePool {
     uint64_t closed_with_data = 0;  // released non-empty: closed, not pooled
     uint64_t acquire_failed = 0;    // limit, EMFILE/ENFILE, or user pages
     uint64_t resize_refused = 0;    // got less than pipe_size
+    uint64_t trimmed = 0;           // idle pipes closed by Trim
     size_t in_use = 0;
     size_t pooled = 0;
   };
@@ -116,6 +124,12 @@ class PipePool {
   // Gives a pipe back. `bytes_in_pipe` must be 0 for it to be pooled;
   // otherwise it is closed (its data belongs to a dead connection).
   void Release(Pipe pipe, size_t bytes_in_pipe);
+  // Closes pooled (idle) pipes until at most `keep` remain; returns how
+  // many it closed. Pipes in use are not touched, so this is safe at any
+  // time, e.g. from an idle timer: an idle pipe still counts its full size
+  // against the user's pipe-user-pages-soft, which every process of the
+  // user shares.
+  size_t Trim(size_t keep = 0);
   const Stats& stats() const { return stats_; }
 
  private:
