@@ -33,6 +33,9 @@ ABSL_FLAG(uint64_t, chunk, uint64_t{1} << 20, "writer's write size");
 ABSL_FLAG(uint64_t, threshold, netstack::forward::kDefaultAutoSpliceThreshold,
           "auto_splice_threshold");
 ABSL_FLAG(uint64_t, pipe_size, uint64_t{1} << 20, "PipePool pipe_size");
+ABSL_FLAG(bool, direct, false,
+          "baseline: the writer's socket connects straight to the reader, "
+          "no relay (the source leg's kind only)");
 
 namespace netstack::forward {
 namespace {
@@ -113,15 +116,35 @@ int Main() {
     close(b->peer);
     Writer(a->peer, bytes, chunk);
   }
+  const bool direct = absl::GetFlag(FLAGS_direct);
   const pid_t reader = fork();
   if (reader == 0) {
-    close(a->relay);
-    close(b->relay);
     close(a->peer);
+    close(direct ? b->relay : a->relay);
+    if (direct) {
+      close(b->peer);
+      Reader(a->relay, bytes);
+    }
+    close(b->relay);
     Reader(b->peer, bytes);
   }
   close(a->peer);
   close(b->peer);
+  if (direct) {
+    const absl::Time start = absl::Now();
+    close(a->relay);
+    close(b->relay);
+    int ws = 0;
+    int rs = 0;
+    waitpid(writer, &ws, 0);
+    waitpid(reader, &rs, 0);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    std::printf("case=%s direct bytes=%llu chunk=%llu: %.3f s, %.1f MB/s\n",
+                leg_case.c_str(), static_cast<unsigned long long>(bytes),
+                static_cast<unsigned long long>(chunk), seconds,
+                bytes / seconds / 1e6);
+    return WEXITSTATUS(ws) == 0 && WEXITSTATUS(rs) == 0 ? 0 : 1;
+  }
 
   bool done = false;
   absl::Status status;
