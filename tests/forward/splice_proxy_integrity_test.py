@@ -8,7 +8,8 @@ and shuts its write side; the server hashes what arrives until EOF and
 sends back "<sha256> <count>"; the client compares it with the hash of
 what it sent. The test also checks the proxy's counters (bytes, and the
 path that carried them for the mode) and that the proxy's sockets return
-to their baseline after each transfer. It prints the time per case.
+to their baseline after each transfer, and all its fds once its idle pipes
+are closed (--pipe_idle_timeout=200ms). It prints the time per case.
 
 SPLICE_PROXY_TEST_BYTES overrides the size (for quick runs by hand).
 """
@@ -34,7 +35,7 @@ class Integrity(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = h.make_tmpdir(f"int-{MODE}")
         cls.servers = {}
-        args = [f"--mode={MODE}"]
+        args = [f"--mode={MODE}", "--pipe_idle_timeout=200ms"]
         for name, (_, listen_kind, server_kind) in CASES.items():
             server = h.Listener(server_kind, cls.tmp, name=f"srv-{name}")
             cls.servers[name] = server
@@ -142,9 +143,12 @@ class Integrity(unittest.TestCase):
                          f"sockets leaked: {fds} vs baseline {self.baseline}")
         pipes = self.proxy.stats()["pipes"]["info"]
         self.assertEqual(pipes["in_use"], 0, pipes)
-        # Every pipe fd left is a pooled pipe (two fds each).
+        # Every pipe fd left is a pooled pipe (two fds each), and those go
+        # once the proxy has been idle for --pipe_idle_timeout.
         self.assertEqual(fds["pipe"] - self.baseline["pipe"],
                          2 * pipes["pooled"], (fds, pipes))
+        fds = self.proxy.wait_for_fds(lambda f: f == self.baseline)
+        self.assertEqual(fds, self.baseline, "fds did not return to baseline")
         type(self).final_fds = fds
 
     def run_case(self, name):
