@@ -173,6 +173,7 @@ def plot_case(case, results, path, title_suffix):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     chunks = sorted({k[2] for k in results if k[0] == case})
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -206,6 +207,10 @@ def plot_case(case, results, path, title_suffix):
     ax1.set_title("throughput")
     ax2.set_ylabel("relay CPU s per GB (log)")
     ax2.set_yscale("log")
+    ax2.yaxis.set_major_locator(
+        matplotlib.ticker.FixedLocator([0.05, 0.1, 0.2, 0.5, 1, 2, 5]))
+    ax2.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax2.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax2.set_title("relay service demand (lower is better)")
     fig.text(0.5, 0.005, "lines: medians; bands: interquartile range of the "
              "repetitions", ha="center", fontsize=8, color="gray")
