@@ -55,6 +55,21 @@ namespace netstack::stack {
   X(kTcpMalformed, "tcp_malformed")                                   \
   X(kTcpBadChecksum, "tcp_bad_checksum")                              \
   X(kTcpNoListener, "tcp_no_listener")                                \
+  X(kTcpBadDataOffset, "tcp_bad_data_offset")                         \
+  X(kTcpBadOptions, "tcp_bad_options")                                \
+  X(kTcpBadFlags, "tcp_bad_flags")                                    \
+  X(kTcpBadAddress, "tcp_bad_address")                                \
+  X(kTcpOutOfWindow, "tcp_out_of_window")                             \
+  X(kTcpPawsRejected, "tcp_paws_rejected")                            \
+  X(kTcpAckUnsent, "tcp_ack_unsent")                                  \
+  X(kTcpOldAck, "tcp_old_ack")                                        \
+  X(kTcpChallengeAck, "tcp_challenge_ack")                            \
+  X(kTcpRstInvalid, "tcp_rst_invalid")                                \
+  X(kTcpListenOverflow, "tcp_listen_overflow")                        \
+  X(kTcpBadSynCookie, "tcp_bad_syn_cookie")                           \
+  X(kTcpReceiveBufferFull, "tcp_receive_buffer_full")                 \
+  X(kTcpClosedState, "tcp_closed_state")                              \
+  X(kTcpTimeWait, "tcp_time_wait")                                    \
   /* Transmit side: a packet we were sending (a reply, an error, a     \
      packet waiting for a neighbour) was dropped. These do not decide   \
      a received frame's disposition. */                                 \

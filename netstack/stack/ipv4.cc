@@ -199,14 +199,24 @@ void Stack::DeliverIpv4(Ipv4Datagram& d, Instant now) {
               wire::UdpZeroChecksum::kAccept)) {
         return Drop(DropReason::kUdpBadChecksum);
       }
-      // No UDP endpoints yet (issue 4): port unreachable (RFC 1122
-      // 4.1.3.1). SendIcmpv4Error refuses broadcasts and the like.
-      SendIcmpv4Error(d, kIcmpUnreachable, kCodePortUnreachable, 0, now);
-      return Drop(DropReason::kUdpNoListener);
+      std::optional<DropReason> r = DropReason::kUdpNoListener;
+      if (udp_ != nullptr) {
+        d.checksum_verified = true;  // verified just above
+        r = udp_->Deliver(d, now);
+      }
+      if (!r) return;
+      if (*r == DropReason::kUdpNoListener) {
+        // Port unreachable (RFC 1122 4.1.3.1). SendIcmpv4Error refuses
+        // broadcasts and the like.
+        SendIcmpv4Error(d, kIcmpUnreachable, kCodePortUnreachable, 0, now);
+      }
+      return Drop(*r);
     }
-    case wire::IpProtocol::kTcp:
-      // TCP arrives with issue 4 (and will answer with RST).
-      return Drop(DropReason::kTcpNoListener);
+    case wire::IpProtocol::kTcp: {
+      if (tcp_ == nullptr) return Drop(DropReason::kTcpNoListener);
+      if (auto r = tcp_->Deliver(d, now)) Drop(*r);
+      return;
+    }
     default:
       SendIcmpv4Error(d, kIcmpUnreachable, kCodeProtocolUnreachable, 0, now);
       return Drop(DropReason::kIpv4UnknownProtocol);

@@ -172,11 +172,23 @@ void Stack::DeliverIpv6(Ipv6Datagram& d, Instant now) {
               wire::UdpZeroChecksum::kReject)) {
         return Drop(DropReason::kUdpBadChecksum);
       }
-      SendIcmpv6Error(d, kIcmpv6Unreachable, kCodePortUnreachable, 0, now);
-      return Drop(DropReason::kUdpNoListener);
+      std::optional<DropReason> r = DropReason::kUdpNoListener;
+      if (udp_ != nullptr) {
+        d.checksum_verified = true;  // verified just above
+        r = udp_->Deliver(d, now);
+      }
+      if (!r) return;
+      if (*r == DropReason::kUdpNoListener) {
+        SendIcmpv6Error(d, kIcmpv6Unreachable, kCodePortUnreachable, 0,
+                        now);
+      }
+      return Drop(*r);
     }
-    case wire::IpProtocol::kTcp:
-      return Drop(DropReason::kTcpNoListener);
+    case wire::IpProtocol::kTcp: {
+      if (tcp_ == nullptr) return Drop(DropReason::kTcpNoListener);
+      if (auto r = tcp_->Deliver(d, now)) Drop(*r);
+      return;
+    }
     case wire::IpProtocol::kIpv6NoNext:
       return Drop(DropReason::kIpv6UnknownProtocol);
     default:

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "netstack/stack/nic.h"
+#include "netstack/wire/ip_protocol.h"
 #include "netstack/wire/arp.h"
 #include "netstack/wire/ethernet.h"
 
@@ -93,6 +94,38 @@ absl::Status Stack::AddRoute(const Route<wire::Ipv6Address>& route) {
 Stack::Nic* Stack::FindNic(NicId id) {
   if (id == 0 || id > nics_.size()) return nullptr;
   return nics_[id - 1].get();
+}
+
+const Stack::Nic* Stack::FindNic(NicId id) const {
+  if (id == 0 || id > nics_.size()) return nullptr;
+  return nics_[id - 1].get();
+}
+
+void Stack::SetTransport(uint8_t protocol, TransportHandler* handler) {
+  if (protocol == static_cast<uint8_t>(wire::IpProtocol::kTcp)) tcp_ = handler;
+  if (protocol == static_cast<uint8_t>(wire::IpProtocol::kUdp)) udp_ = handler;
+}
+
+std::optional<PathInfo<wire::Ipv4Address>> Stack::Path(
+    const wire::Ipv4Address& dst) const {
+  const auto hop = routes4_.Lookup(dst);
+  const Nic* nic = hop ? FindNic(hop->nic) : nullptr;
+  if (nic == nullptr) return std::nullopt;
+  auto src = SourceFor(*nic, dst);
+  if (!src) return std::nullopt;
+  return PathInfo<wire::Ipv4Address>{*src, nic->id, nic->caps.mtu,
+                                     nic->caps.gso_max_size};
+}
+
+std::optional<PathInfo<wire::Ipv6Address>> Stack::Path(
+    const wire::Ipv6Address& dst) const {
+  const auto hop = routes6_.Lookup(dst);
+  const Nic* nic = hop ? FindNic(hop->nic) : nullptr;
+  if (nic == nullptr) return std::nullopt;
+  auto src = SourceFor(*nic, dst);
+  if (!src) return std::nullopt;
+  return PathInfo<wire::Ipv6Address>{*src, nic->id, nic->caps.mtu,
+                                     nic->caps.gso_max_size};
 }
 
 Instant Stack::NextDeadline() const {

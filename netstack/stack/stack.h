@@ -81,6 +81,30 @@ struct Ipv6Datagram {
   bool checksum_partial = false;
 };
 
+// A transport protocol (TCP, UDP) registered with Stack::SetTransport.
+// The stack has verified the IP layer; the transport parses its own header
+// and verifies its checksum (honouring checksum_verified/_partial).
+class TransportHandler {
+ public:
+  virtual ~TransportHandler() = default;
+  // nullopt: the datagram was consumed. A reason: the stack counts the
+  // drop under it; for kUdpNoListener it also sends ICMP port unreachable.
+  virtual std::optional<DropReason> Deliver(const Ipv4Datagram& d,
+                                            Instant now) = 0;
+  virtual std::optional<DropReason> Deliver(const Ipv6Datagram& d,
+                                            Instant now) = 0;
+};
+
+// Where a packet to a destination goes: the source address the stack
+// would pick, and the outgoing link's MTU and GSO size.
+template <typename Address>
+struct PathInfo {
+  Address src;
+  NicId nic = 0;
+  uint32_t mtu = 0;           // L3 MTU of the outgoing link
+  uint32_t gso_max_size = 0;  // 0: no GSO
+};
+
 class Stack {
  public:
   Stack(const StackOptions& options, buffer::ChunkPool& chunks,
@@ -106,6 +130,16 @@ class Stack {
   void Poll(Instant now);
   // Hands every NIC's queued packets to its link.
   void Flush(Instant now);
+
+  // Registers the handler for an IP protocol number (6 TCP, 17 UDP);
+  // nullptr unregisters. Not owned; must outlive its registration.
+  void SetTransport(uint8_t protocol, TransportHandler* handler);
+  std::optional<PathInfo<wire::Ipv4Address>> Path(
+      const wire::Ipv4Address& dst) const;
+  std::optional<PathInfo<wire::Ipv6Address>> Path(
+      const wire::Ipv6Address& dst) const;
+  // Counts a drop decided outside the stack (a transport's transmit side).
+  void CountDrop(DropReason reason) { Drop(reason); }
 
   const StackCounters& counters() const { return counters_; }
   const ip::Reassembler::Stats& reassembly_stats() const {
@@ -181,6 +215,7 @@ class Stack {
 
   // Address helpers.
   Nic* FindNic(NicId id);
+  const Nic* FindNic(NicId id) const;
   bool IsOurIpv4(const Nic& nic, const wire::Ipv4Address& a) const;
   bool IsIpv4BroadcastFor(const Nic& nic, const wire::Ipv4Address& a) const;
   bool AcceptsIpv6(const Nic& nic, const wire::Ipv6Address& a) const;
@@ -200,6 +235,8 @@ class Stack {
   NeighborCache<wire::Ipv6Address> ndp_;
   ip::Reassembler reassembler_;
   StackCounters counters_;
+  TransportHandler* tcp_ = nullptr;
+  TransportHandler* udp_ = nullptr;
   uint16_t next_ipv4_ident_ = 1;
   uint32_t next_ipv6_frag_ident_ = 1;
   Instant retry_tx_at_ = kNever;
