@@ -38,6 +38,13 @@ class Chunk {
     NETSTACK_DCHECK(refs_ == 1);
     return data_;
   }
+  // Append-only writing for a chunk whose front is already shared: the
+  // caller guarantees that no view covers [from, kChunkSize) (a send queue
+  // filling the tail of its last chunk does). Not checkable; use sparingly.
+  std::span<uint8_t> unshared_tail(size_t from) {
+    NETSTACK_DCHECK(from <= kChunkSize);
+    return std::span<uint8_t>(data_).subspan(from);
+  }
   uint32_t refs() const { return refs_; }
 
  private:

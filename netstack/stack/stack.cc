@@ -128,6 +128,20 @@ std::optional<PathInfo<wire::Ipv6Address>> Stack::Path(
                                      nic->caps.gso_max_size};
 }
 
+bool Stack::HasAddress(const wire::Ipv4Address& a) const {
+  for (const auto& nic : nics_) {
+    if (IsOurIpv4(*nic, a)) return true;
+  }
+  return false;
+}
+
+bool Stack::HasAddress(const wire::Ipv6Address& a) const {
+  for (const auto& nic : nics_) {
+    if (IsOurIpv6(*nic, a)) return true;
+  }
+  return false;
+}
+
 Instant Stack::NextDeadline() const {
   Instant next = retry_tx_at_;
   next = std::min(next, arp_.NextDeadline());

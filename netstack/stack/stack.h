@@ -138,6 +138,9 @@ class Stack {
       const wire::Ipv4Address& dst) const;
   std::optional<PathInfo<wire::Ipv6Address>> Path(
       const wire::Ipv6Address& dst) const;
+  // An address assigned to any NIC.
+  bool HasAddress(const wire::Ipv4Address& a) const;
+  bool HasAddress(const wire::Ipv6Address& a) const;
   // Counts a drop decided outside the stack (a transport's transmit side).
   void CountDrop(DropReason reason) { Drop(reason); }
 

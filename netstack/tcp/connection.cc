@@ -1,0 +1,719 @@
+// Connection: opening, segment arrival (RFC 9293 section 3.10.7), ACK
+// processing with SACK, RACK and congestion control, and the receive side.
+#include "netstack/tcp/connection.h"
+
+#include <algorithm>
+
+#include "netstack/tcp/tcp_layer.h"
+#include "netstack/transport/errors.h"
+
+namespace netstack::tcp {
+
+namespace flag = wire::tcp_flag;
+using stack::DropReason;
+
+namespace {
+// Largest window shift (RFC 7323 section 2.3).
+constexpr uint8_t kMaxWindowShift = 14;
+constexpr uint32_t kDupThresh = 3;
+}  // namespace
+
+Connection::Connection(TcpLayer& layer, const transport::FourTuple& tuple,
+                       const ConnectionOptions& options)
+    : layer_(layer),
+      tuple_(tuple),
+      options_(options),
+      rtt_(options.rtt),
+      cc_(MakeCongestionControl(options.congestion, options.initial_cwnd)),
+      rtx_timer_([this](Instant now) {
+        switch (rtx_mode_) {
+          case RtxMode::kRto:
+            return OnRetransmitTimer(now);
+          case RtxMode::kPersist:
+            return OnPersistTimer(now);
+          case RtxMode::kTlp:
+            return OnTlpTimer(now);
+        }
+      }),
+      delack_timer_([this](Instant now) { OnDelayedAckTimer(now); }),
+      rack_timer_([this](Instant now) { OnRackTimer(now); }),
+      keepalive_timer_([this](Instant now) {
+        if (state_ == TcpState::kTimeWait || state_ == TcpState::kFinWait2) {
+          OnTimeWaitTimer(now);
+        } else {
+          OnKeepaliveTimer(now);
+        }
+      }) {
+  rcv_buf_ = options_.receive_buffer;
+  quick_acks_ = options_.quick_acks;
+  if (options_.window_scaling) {
+    const uint32_t max_buf =
+        std::max(options_.max_receive_buffer, options_.receive_buffer);
+    while (rcv_wscale_ < kMaxWindowShift && (max_buf >> rcv_wscale_) > 65535) {
+      ++rcv_wscale_;
+    }
+  }
+  uint32_t gso = 0;
+  if (layer_.SourceFor(tuple_.remote.ip, &path_mtu_, &gso)) gso_max_ = gso;
+}
+
+Connection::~Connection() { CancelTimers(); }
+
+void Connection::CancelTimers() {
+  auto& w = layer_.timers_;
+  w.Cancel(rtx_timer_);
+  w.Cancel(delack_timer_);
+  w.Cancel(rack_timer_);
+  w.Cancel(keepalive_timer_);
+}
+
+void Connection::SetState(TcpState s) {
+  state_ = s;
+  if (s == TcpState::kClosed) {
+    CancelTimers();
+    layer_.closed_.push_back(this);
+  }
+}
+
+uint32_t Connection::TsNow(Instant now) const {
+  // A 1 ms clock (RFC 7323 section 5.4 allows 1 ms to 1 s per tick).
+  return static_cast<uint32_t>(absl::ToUnixMillis(now)) + ts_offset_;
+}
+
+void Connection::StartActive(Instant now) {
+  iss_ = layer_.isn_.Next(tuple_, now);
+  ts_offset_ = iss_.value() * 2654435761u;  // per-connection, not the ISN
+  snd_una_ = iss_;
+  snd_nxt_ = iss_;
+  sendq_.Reset(iss_ + 1);
+  SetState(TcpState::kSynSent);
+  ++layer_.counters_.active_opens;
+  MarkOutput();
+}
+
+void Connection::NegotiateFromSyn(const wire::TcpRepr& syn) {
+  irs_ = SeqNum(syn.seq);
+  rcvq_.Reset(irs_ + 1);
+  peer_mss_ = syn.mss.value_or(536);  // RFC 9293 3.7.1 default for IPv4
+  if (tuple_.remote.ip.is_v6() && !syn.mss) peer_mss_ = 1220;
+  ws_ok_ = options_.window_scaling && syn.window_scale.has_value();
+  if (ws_ok_) {
+    snd_wscale_ = std::min<uint8_t>(*syn.window_scale, kMaxWindowShift);
+  } else {
+    snd_wscale_ = 0;
+    rcv_wscale_ = 0;
+  }
+  sack_ok_ = options_.sack && syn.sack_permitted;
+  ts_ok_ = options_.timestamps && syn.timestamps.has_value();
+  if (ts_ok_) ts_recent_ = syn.timestamps->tsval;
+  // RFC 6691: the MSS option counts no TCP options; our payload per
+  // packet leaves room for the ones we send on every segment.
+  const uint32_t own = MssForMtuOption();
+  mss_ = std::min<uint32_t>(peer_mss_, own);
+  if (ts_ok_) mss_ -= 12;
+  mss_ = std::max<uint32_t>(mss_, 64);
+  snd_wnd_ = syn.window;  // never scaled in a SYN (RFC 7323 2.2)
+  max_snd_wnd_ = snd_wnd_;
+}
+
+void Connection::StartPassive(const Segment& syn, Listener* listener,
+                              SeqNum iss, Instant now) {
+  listener_ = listener;
+  iss_ = iss;
+  ts_offset_ = iss_.value() * 2654435761u;
+  snd_una_ = iss_;
+  snd_nxt_ = iss_;
+  sendq_.Reset(iss_ + 1);
+  NegotiateFromSyn(syn.tcp);
+  snd_wl1_ = syn.seq();
+  snd_wl2_ = iss_;
+  SetState(TcpState::kSynReceived);
+  ++layer_.counters_.passive_opens;
+  last_recv_ = now;
+  MarkOutput();
+}
+
+void Connection::StartFromCookie(const Segment& ack, Listener* listener,
+                                 SeqNum iss, uint16_t mss,
+                                 const CookieOptions& cookie_opts,
+                                 Instant now) {
+  // Rebuild the SYN the cookie stands for.
+  wire::TcpRepr syn;
+  syn.seq = ack.tcp.seq - 1;
+  syn.window = ack.tcp.window;
+  syn.mss = mss;
+  if (ack.tcp.timestamps) {
+    syn.timestamps = wire::TcpTimestamps{ack.tcp.timestamps->tsval, 0};
+    syn.window_scale = cookie_opts.wscale;
+    syn.sack_permitted = cookie_opts.sack;
+  }
+  listener_ = listener;
+  iss_ = iss;
+  ts_offset_ = 0;  // our TSval carried the options; keep its clock
+  snd_una_ = iss_ + 1;
+  snd_nxt_ = iss_ + 1;
+  sendq_.Reset(iss_ + 1);
+  NegotiateFromSyn(syn);
+  // The ACK's window is scaled: it is not a SYN.
+  snd_wnd_ = static_cast<uint32_t>(ack.tcp.window) << snd_wscale_;
+  max_snd_wnd_ = snd_wnd_;
+  snd_wl1_ = ack.seq();
+  snd_wl2_ = ack.ack();
+  rcv_adv_ = rcvq_.rcv_nxt() + std::min<uint32_t>(rcv_buf_, 65535u << rcv_wscale_);
+  ++layer_.counters_.passive_opens;
+  ++layer_.counters_.syn_cookies_accepted;
+  last_recv_ = now;
+  EnterEstablished(now);
+}
+
+bool Connection::AcceptsNewSyn(const Segment& syn) const {
+  if (state_ != TcpState::kTimeWait) return false;
+  if (ts_ok_ && syn.tcp.timestamps) {
+    return static_cast<int32_t>(syn.tcp.timestamps->tsval - ts_recent_) > 0;
+  }
+  return syn.seq() > rcvq_.rcv_nxt();
+}
+
+void Connection::EnterEstablished(Instant now) {
+  SetState(TcpState::kEstablished);
+  ++layer_.counters_.established;
+  if (listener_ != nullptr) {
+    listener_->Ready(this);
+  } else {
+    Notify(transport::event::kWritable);
+  }
+  ArmKeepalive(now);
+}
+
+void Connection::Fail(absl::Status error, Instant now) {
+  (void)now;
+  error_ = std::move(error);
+  if (listener_ != nullptr) {
+    listener_->Forget(this);
+    listener_ = nullptr;
+  }
+  sendq_.Reset(snd_nxt_);
+  sb_.Clear();
+  SetState(TcpState::kClosed);
+  Notify(transport::event::kError | transport::event::kHangup |
+         transport::event::kReadable | transport::event::kWritable);
+}
+
+void Connection::OnReset(Instant now) {
+  ++layer_.counters_.resets_received;
+  switch (state_) {
+    case TcpState::kSynSent:
+      return Fail(transport::ConnectionRefused(), now);
+    case TcpState::kSynReceived:
+      if (listener_ != nullptr) {
+        // Passive open: back to LISTEN means forgetting it (RFC 9293).
+        listener_->RemoveHalfOpen();
+        listener_ = nullptr;
+        error_ = transport::ConnectionReset();
+        SetState(TcpState::kClosed);
+        return;
+      }
+      return Fail(transport::ConnectionRefused(), now);
+    case TcpState::kClosing:
+    case TcpState::kLastAck:
+    case TcpState::kTimeWait:
+      SetState(TcpState::kClosed);
+      Notify(transport::event::kHangup);
+      return;
+    default:
+      return Fail(transport::ConnectionReset(), now);
+  }
+}
+
+std::optional<DropReason> Connection::OnSegment(Segment& seg, Instant now) {
+  ++stats_.segments_received;
+  if (state_ == TcpState::kSynSent) return OnSynSent(seg, now);
+  if (state_ == TcpState::kClosed) return DropReason::kTcpClosedState;
+  return OnSynchronized(seg, now);
+}
+
+std::optional<DropReason> Connection::OnSynSent(Segment& seg, Instant now) {
+  // RFC 9293 3.10.7.3.
+  if (seg.has(flag::kAck)) {
+    if (seg.ack() <= iss_ || seg.ack() > snd_nxt_) {
+      if (!seg.has(flag::kRst)) layer_.SendResetFor(seg, now);
+      return DropReason::kTcpAckUnsent;
+    }
+  }
+  if (seg.has(flag::kRst)) {
+    if (!seg.has(flag::kAck)) return DropReason::kTcpRstInvalid;
+    OnReset(now);
+    return std::nullopt;
+  }
+  if (!seg.has(flag::kSyn)) return DropReason::kTcpBadFlags;
+  NegotiateFromSyn(seg.tcp);
+  rcv_adv_ = rcvq_.rcv_nxt() + std::min<uint32_t>(rcv_buf_, 65535);
+  last_recv_ = now;
+  if (seg.has(flag::kAck)) {
+    // SYN-ACK: the options we did not offer must not come back.
+    snd_una_ = seg.ack();
+    const AckResult res = sb_.OnAck(seg.ack(), {}, now, rtt_.min_rtt());
+    (void)res;
+    if (syn_retries_ == 0) rtt_.Sample(now - first_unacked_at_, now);
+    first_unacked_at_ = kNever;
+    layer_.timers_.Cancel(rtx_timer_);
+    rtt_.ResetBackoff();
+    snd_wnd_ = static_cast<uint32_t>(seg.tcp.window) << snd_wscale_;
+    max_snd_wnd_ = snd_wnd_;
+    snd_wl1_ = seg.seq();
+    snd_wl2_ = seg.ack();
+    ack_pending_ = true;
+    ack_now_ = true;
+    EnterEstablished(now);
+    if (seg.payload.size() > 0) ProcessData(seg, now);
+    if (seg.has(flag::kFin)) ProcessFin(now);
+    MarkOutput();
+    return std::nullopt;
+  }
+  // Simultaneous open: SYN_RECEIVED, answer with SYN-ACK (same ISS).
+  snd_wl1_ = seg.seq();
+  SetState(TcpState::kSynReceived);
+  MarkOutput();
+  return std::nullopt;
+}
+
+bool Connection::Acceptable(const Segment& seg) const {
+  // RFC 9293 3.10.7.4 first check, with the window we advertised.
+  const SeqNum rcv_nxt = rcvq_.rcv_nxt();
+  const uint32_t wnd = Span(rcv_nxt, rcv_adv_);
+  const uint32_t len = seg.len();
+  const SeqNum seq = seg.seq();
+  if (len == 0) {
+    if (wnd == 0) return seq == rcv_nxt;
+    return InRange(seq, rcv_nxt, rcv_nxt + wnd);
+  }
+  if (wnd == 0) return false;
+  return InRange(seq, rcv_nxt, rcv_nxt + wnd) ||
+         InRange(seq + (len - 1), rcv_nxt, rcv_nxt + wnd);
+}
+
+std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
+                                                     Instant now) {
+  const SeqNum rcv_nxt = rcvq_.rcv_nxt();
+  // PAWS (RFC 7323 section 5.3), not for RST.
+  if (ts_ok_ && seg.tcp.timestamps && !seg.has(flag::kRst)) {
+    const uint32_t tsval = seg.tcp.timestamps->tsval;
+    if (static_cast<int32_t>(tsval - ts_recent_) < 0 &&
+        now - ts_recent_at_ < absl::Hours(24 * 24)) {
+      ack_pending_ = ack_now_ = true;
+      MarkOutput();
+      return DropReason::kTcpPawsRejected;
+    }
+  }
+  if (state_ == TcpState::kTimeWait) {
+    // RFC 1337: a RST must not end TIME_WAIT early.
+    if (seg.has(flag::kRst)) return DropReason::kTcpTimeWait;
+    if (seg.has(flag::kFin) || seg.has(flag::kSyn) ||
+        seg.payload.size() > 0) {
+      // A retransmitted FIN (our ACK was lost): ACK it and restart 2MSL.
+      ack_pending_ = ack_now_ = true;
+      MarkOutput();
+      layer_.timers_.Schedule(keepalive_timer_, now + 2 * options_.msl);
+    }
+    return DropReason::kTcpTimeWait;
+  }
+  if (!Acceptable(seg)) {
+    if (!seg.has(flag::kRst)) {
+      ack_pending_ = ack_now_ = true;
+      MarkOutput();
+    }
+    return DropReason::kTcpOutOfWindow;
+  }
+  if (seg.has(flag::kRst)) {
+    // RFC 5961 section 3.2: only an exact match resets.
+    if (seg.seq() == rcv_nxt) {
+      OnReset(now);
+      return std::nullopt;
+    }
+    ++layer_.counters_.challenge_acks;
+    ack_pending_ = ack_now_ = true;
+    MarkOutput();
+    return DropReason::kTcpChallengeAck;
+  }
+  if (seg.has(flag::kSyn)) {
+    if (state_ == TcpState::kSynReceived && seg.seq() == irs_ &&
+        !seg.has(flag::kAck)) {
+      // Our SYN-ACK was lost: send it again.
+      MarkOutput();
+      return std::nullopt;
+    }
+    // RFC 5961 section 4.2: challenge ACK, whatever the sequence number.
+    ++layer_.counters_.challenge_acks;
+    ack_pending_ = ack_now_ = true;
+    MarkOutput();
+    return DropReason::kTcpChallengeAck;
+  }
+  if (!seg.has(flag::kAck)) return DropReason::kTcpBadFlags;
+  last_recv_ = now;
+  keepalive_sent_ = 0;
+
+  // Timestamps: remember the peer's clock (RFC 7323 section 4.3).
+  if (ts_ok_ && seg.tcp.timestamps &&
+      seg.seq() <= last_ack_sent_ &&
+      static_cast<int32_t>(seg.tcp.timestamps->tsval - ts_recent_) >= 0) {
+    ts_recent_ = seg.tcp.timestamps->tsval;
+    ts_recent_at_ = now;
+  }
+
+  if (state_ == TcpState::kSynReceived) {
+    if (seg.ack() <= snd_una_ || seg.ack() > snd_nxt_) {
+      layer_.SendResetFor(seg, now);
+      return DropReason::kTcpAckUnsent;
+    }
+    if (listener_ != nullptr) listener_->RemoveHalfOpen();
+    snd_wnd_ = static_cast<uint32_t>(seg.tcp.window) << snd_wscale_;
+    max_snd_wnd_ = std::max(max_snd_wnd_, snd_wnd_);
+    snd_wl1_ = seg.seq();
+    snd_wl2_ = seg.ack();
+    EnterEstablished(now);
+  }
+  if (auto drop = ProcessAck(seg, now)) return drop;
+  if (state_ == TcpState::kClosed) return std::nullopt;  // LAST_ACK done
+
+  if (seg.payload.size() > 0) {
+    if (read_shutdown_ && state_ != TcpState::kEstablished &&
+        state_ != TcpState::kFinWait1 && state_ != TcpState::kFinWait2) {
+      // Data after our side closed reading and the socket is gone.
+    }
+    switch (state_) {
+      case TcpState::kEstablished:
+      case TcpState::kFinWait1:
+      case TcpState::kFinWait2:
+        ProcessData(seg, now);
+        break;
+      default:
+        break;  // after the peer's FIN: ignore (RFC 9293)
+    }
+  }
+  if (seg.has(flag::kFin) &&
+      seg.seq() + seg.payload.size() == rcvq_.rcv_nxt() && !fin_received_) {
+    ProcessFin(now);
+  } else if (seg.has(flag::kFin) && !fin_received_) {
+    ack_pending_ = ack_now_ = true;  // FIN beyond a hole: dup ACK
+  }
+  MarkOutput();
+  return std::nullopt;
+}
+
+std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
+  const SeqNum ack = seg.ack();
+  if (ack > snd_nxt_) {
+    // RFC 9293 / RFC 5961 5.2: ACK of unsent data: ACK and drop.
+    ack_pending_ = ack_now_ = true;
+    MarkOutput();
+    return DropReason::kTcpAckUnsent;
+  }
+  if (ack < snd_una_ - std::max<uint32_t>(max_snd_wnd_, 1)) {
+    ack_pending_ = ack_now_ = true;
+    MarkOutput();
+    return DropReason::kTcpOldAck;
+  }
+  const uint32_t new_wnd = static_cast<uint32_t>(seg.tcp.window)
+                           << snd_wscale_;
+  const bool window_changed = new_wnd != snd_wnd_;
+  if (snd_wl1_ < seg.seq() || (snd_wl1_ == seg.seq() && snd_wl2_ <= ack)) {
+    const bool was_zero = snd_wnd_ == 0;
+    snd_wnd_ = new_wnd;
+    max_snd_wnd_ = std::max(max_snd_wnd_, snd_wnd_);
+    snd_wl1_ = seg.seq();
+    snd_wl2_ = ack;
+    if (was_zero && snd_wnd_ > 0 && rtx_mode_ == RtxMode::kPersist) {
+      layer_.timers_.Cancel(rtx_timer_);
+      persist_backoff_ = 0;
+    }
+  }
+
+  // SACK blocks inside (ack, snd_nxt]; D-SACKs (below ack) are ignored.
+  std::array<wire::TcpSackBlock, wire::TcpRepr::kMaxSackBlocks> blocks;
+  size_t nblocks = 0;
+  if (sack_ok_) {
+    for (uint8_t i = 0; i < seg.tcp.sack_count; ++i) {
+      const wire::TcpSackBlock& b = seg.tcp.sack_blocks[i];
+      const SeqNum l(b.left);
+      const SeqNum r(b.right);
+      if (r <= l || l < ack || r > snd_nxt_ || l < snd_una_) continue;
+      blocks[nblocks++] = b;
+    }
+  }
+
+  const SeqNum prior_una = snd_una_;
+  const uint64_t prior_in_flight = sb_.InFlight(snd_una_, snd_nxt_);
+  const AckResult res = sb_.OnAck(
+      ack, std::span<const wire::TcpSackBlock>(blocks.data(), nblocks), now,
+      rtt_.min_rtt() == absl::InfiniteDuration() ? absl::ZeroDuration()
+                                                 : rtt_.min_rtt());
+  const bool dupack = ack == snd_una_ && seg.payload.size() == 0 &&
+                      !seg.has(flag::kFin) && !window_changed &&
+                      snd_nxt_ != snd_una_;
+  if (dupack) {
+    ++dupacks_;
+    ++stats_.dup_acks_received;
+  }
+  if (ack > snd_una_) {
+    const uint32_t acked = Span(snd_una_, ack);
+    stats_.bytes_acked += acked;
+    sendq_.ReleaseTo(ack);
+    snd_una_ = ack;
+    dupacks_ = 0;
+    tlp_outstanding_ = false;
+    UpdateRtt(seg, res, now);
+    rtt_.ResetBackoff();
+    first_unacked_at_ = snd_una_ == snd_nxt_ ? kNever : now;
+    if (rtx_mode_ != RtxMode::kPersist || snd_una_ == snd_nxt_) {
+      layer_.timers_.Cancel(rtx_timer_);
+    }
+    if (writable()) Notify(transport::event::kWritable);
+    if (rto_recovery_ && ack >= recovery_point_) rto_recovery_ = false;
+  } else if (res.newly_sacked > 0) {
+    UpdateRtt(seg, res, now);
+  }
+  stats_.sacked_bytes = sb_.sacked_bytes();
+
+  DetectLoss(res, prior_in_flight, prior_una, dupack, now);
+
+  if (res.delivered > 0) {
+    AckEvent e;
+    e.now = now;
+    e.delivered_packets = Packets(res.delivered);
+    e.prior_in_flight = Packets(prior_in_flight);
+    if (rtt_.has_sample()) {
+      e.rtt = rtt_.latest_rtt();
+      e.min_rtt = rtt_.min_rtt();
+    }
+    // App-limited: we had less in flight than cwnd allowed.
+    e.app_limited = Packets(prior_in_flight) + 1 < cc_->cwnd() &&
+                    sendq_.end() == snd_nxt_;
+    e.in_recovery = in_recovery_;
+    cc_->OnAck(e);
+    // Delivery rate: bytes delivered over the RTT of this sample.
+    if (rtt_.has_sample() && rtt_.latest_rtt() > absl::ZeroDuration()) {
+      stats_.delivery_rate_bps =
+          static_cast<double>(prior_in_flight) * 8 /
+          absl::ToDoubleSeconds(rtt_.latest_rtt());
+    }
+  }
+
+  // Our FIN acknowledged?
+  if (fin_sent_ && snd_una_ == snd_nxt_) {
+    switch (state_) {
+      case TcpState::kFinWait1:
+        SetState(TcpState::kFinWait2);
+        if (!attached_) {
+          // Orphaned: do not wait forever for the peer (Linux
+          // tcp_fin_timeout).
+          layer_.timers_.Schedule(keepalive_timer_, now + 2 * options_.msl);
+        }
+        break;
+      case TcpState::kClosing:
+        EnterTimeWait(now);
+        break;
+      case TcpState::kLastAck:
+        SetState(TcpState::kClosed);
+        Notify(transport::event::kHangup);
+        return std::nullopt;
+      default:
+        break;
+    }
+  }
+  if (snd_una_ != snd_nxt_ || sendq_.end() != snd_nxt_) MarkOutput();
+  return std::nullopt;
+}
+
+void Connection::UpdateRtt(const Segment& seg, const AckResult& res,
+                           Instant now) {
+  // Timestamps give a sample per ACK even for retransmissions (RFC 7323
+  // section 4.1); otherwise Karn's rule through the scoreboard.
+  if (ts_ok_ && seg.tcp.timestamps && seg.tcp.timestamps->tsecr != 0 &&
+      res.acked_bytes > 0) {
+    const int32_t ms = static_cast<int32_t>(TsNow(now) -
+                                            seg.tcp.timestamps->tsecr);
+    if (ms >= 0) {
+      // Granularity 1 ms: keep the finer scoreboard sample when we have
+      // one for the same data.
+      if (res.rtt_xmit != absl::InfinitePast()) {
+        rtt_.Sample(now - res.rtt_xmit, now);
+      } else {
+        rtt_.Sample(absl::Milliseconds(ms), now);
+      }
+      return;
+    }
+  }
+  if (res.rtt_xmit != absl::InfinitePast()) rtt_.Sample(now - res.rtt_xmit, now);
+}
+
+void Connection::DetectLoss(const AckResult& res, uint64_t prior_in_flight,
+                            SeqNum prior_una, bool dupack, Instant now) {
+  uint64_t marked = 0;
+  if (sack_ok_) {
+    if (options_.rack) {
+      // RFC 8985 6.2 step 4: the reordering window.
+      Duration reo = absl::ZeroDuration();
+      const Duration min_rtt = rtt_.min_rtt();
+      if (min_rtt != absl::InfiniteDuration()) {
+        if (sb_.reordering_seen() ||
+            !(in_recovery_ || sb_.sacked_bytes() >= kDupThresh * mss_)) {
+          reo = std::min(min_rtt / 4, rtt_.srtt());
+        }
+      }
+      Instant timeout;
+      marked += sb_.RackDetectLoss(now, reo, &timeout);
+      layer_.timers_.Schedule(rack_timer_, timeout);
+    }
+    // RFC 6675 DupThresh: three segments SACKed above a hole.
+    if (!sb_.reordering_seen()) {
+      marked += sb_.MarkLostBySack(static_cast<uint64_t>(kDupThresh) * mss_);
+    }
+  } else {
+    if (dupack && dupacks_ == kDupThresh && !in_recovery_) {
+      marked += sb_.MarkFirstLost();
+    } else if (in_recovery_ && snd_una_ > prior_una &&
+               snd_una_ < recovery_point_) {
+      // RFC 6582 partial ACK: the next hole is lost too.
+      marked += sb_.MarkFirstLost();
+    }
+  }
+  if (marked > 0 && !in_recovery_ && !rto_recovery_) {
+    in_recovery_ = true;
+    recovery_point_ = snd_nxt_;
+    ++stats_.fast_retransmits;
+    cc_->OnCongestionEvent(now, Packets(prior_in_flight));
+  }
+  if (in_recovery_ && snd_una_ >= recovery_point_) {
+    in_recovery_ = false;
+    cc_->OnRecoveryEnd(now);
+  }
+  (void)res;
+  if (sb_.NextLost() < sb_.size()) MarkOutput();
+}
+
+void Connection::ProcessData(Segment& seg, Instant now) {
+  if (fin_received_) return;
+  SeqNum seq = seg.seq();
+  buffer::PayloadView data = seg.payload;
+  // Trim to the window we advertised.
+  const SeqNum right = rcv_adv_;
+  if (seq + data.size() > right) {
+    data.Truncate(Span(seq, right));
+  }
+  if (data.empty()) {
+    ack_pending_ = ack_now_ = true;
+    return;
+  }
+  const bool in_order = seq <= rcvq_.rcv_nxt();
+  const bool had_ooo = rcvq_.has_ooo();
+  const size_t added = rcvq_.Insert(seq, std::move(data));
+  stats_.bytes_received += added;
+  if (read_shutdown_) rcvq_.DiscardReady();
+  ack_pending_ = true;
+  unacked_bytes_ += static_cast<uint32_t>(seg.payload.size());
+  if (!in_order) {
+    // Out of order: an immediate duplicate ACK with SACK (RFC 5681 4.2).
+    ++stats_.ooo_segments;
+    ack_now_ = true;
+  } else if (had_ooo) {
+    ack_now_ = true;  // filled (part of) a hole
+  }
+  if (added > 0) Notify(transport::event::kReadable);
+  (void)now;
+}
+
+void Connection::ProcessFin(Instant now) {
+  fin_received_ = true;
+  rcvq_.Advance(1);
+  ack_pending_ = ack_now_ = true;
+  Notify(transport::event::kReadable);
+  switch (state_) {
+    case TcpState::kSynReceived:
+    case TcpState::kEstablished:
+      SetState(TcpState::kCloseWait);
+      break;
+    case TcpState::kFinWait1:
+      if (fin_sent_ && snd_una_ == snd_nxt_) {
+        EnterTimeWait(now);
+      } else {
+        SetState(TcpState::kClosing);
+      }
+      break;
+    case TcpState::kFinWait2:
+      EnterTimeWait(now);
+      break;
+    default:
+      break;
+  }
+}
+
+void Connection::EnterTimeWait(Instant now) {
+  SetState(TcpState::kTimeWait);
+  layer_.timers_.Cancel(rtx_timer_);
+  layer_.timers_.Cancel(rack_timer_);
+  layer_.timers_.Schedule(keepalive_timer_, now + 2 * options_.msl);
+  sendq_.Reset(snd_nxt_);
+  sb_.Clear();
+  Notify(transport::event::kHangup);
+}
+
+void Connection::OnTimeWaitTimer(Instant now) {
+  (void)now;
+  if (state_ == TcpState::kFinWait2) {
+    // Orphaned FIN_WAIT_2 timed out: reset (Linux does the same).
+    SendRst(now);
+  }
+  SetState(TcpState::kClosed);
+  Notify(transport::event::kHangup);
+}
+
+void Connection::AutotuneReceive(size_t copied, Instant now) {
+  if (!options_.receive_autotuning) return;
+  rcv_space_copied_ += copied;
+  const Duration rtt = rtt_.has_sample() ? rtt_.srtt() : absl::Milliseconds(1);
+  if (rcv_space_at_ == absl::InfinitePast()) rcv_space_at_ = now;
+  if (now - rcv_space_at_ < rtt) return;
+  // The application drained this much in one RTT: let the window carry
+  // twice that, so the sender is never limited by us (Linux DRS idea).
+  const uint64_t want = 2 * rcv_space_copied_ + 16 * uint64_t{mss_};
+  if (want > rcv_buf_) {
+    rcv_buf_ = static_cast<uint32_t>(
+        std::min<uint64_t>(want, options_.max_receive_buffer));
+  }
+  rcv_space_copied_ = 0;
+  rcv_space_at_ = now;
+}
+
+// --- Listener ---
+
+Listener::~Listener() {
+  for (Connection* c : accept_queue_) {
+    c->set_listener(nullptr);
+    c->Abort(layer_.now_);
+  }
+}
+
+void Listener::Ready(Connection* c) {
+  RemoveHalfOpen();
+  accept_queue_.push_back(c);
+  layer_.notifier_.Mark(notifiable_, transport::event::kReadable);
+}
+
+void Listener::Forget(Connection* c) {
+  auto it = std::find(accept_queue_.begin(), accept_queue_.end(), c);
+  if (it != accept_queue_.end()) {
+    accept_queue_.erase(it);
+  } else {
+    RemoveHalfOpen();
+  }
+}
+
+Connection* Listener::PopAccepted() {
+  if (accept_queue_.empty()) return nullptr;
+  Connection* c = accept_queue_.front();
+  accept_queue_.pop_front();
+  c->set_listener(nullptr);
+  return c;
+}
+
+}  // namespace netstack::tcp

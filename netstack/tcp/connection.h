@@ -1,0 +1,270 @@
+// One TCP connection (the TCB of RFC 9293 section 3.3.1) and its state
+// machine. Input (segments from TcpLayer) is in connection.cc, output and
+// timers in connection_output.cc, the application side in
+// connection_api.cc.
+//
+// The connection never reads a clock: every entry point takes `now`, and
+// its timers live in the layer's TimerWheel.
+#ifndef NETSTACK_TCP_CONNECTION_H_
+#define NETSTACK_TCP_CONNECTION_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "absl/status/status.h"
+#include "netstack/base/time.h"
+#include "netstack/eventloop/timer_wheel.h"
+#include "netstack/stack/counters.h"
+#include "netstack/tcp/congestion_control.h"
+#include "netstack/tcp/receive_queue.h"
+#include "netstack/tcp/rtt_estimator.h"
+#include "netstack/tcp/scoreboard.h"
+#include "netstack/tcp/segment.h"
+#include "netstack/tcp/send_queue.h"
+#include "netstack/tcp/seqnum.h"
+#include "netstack/tcp/syn_cookies.h"
+#include "netstack/tcp/tcp_info.h"
+#include "netstack/tcp/tcp_options.h"
+#include "netstack/transport/address.h"
+#include "netstack/transport/notifier.h"
+
+namespace netstack::tcp {
+
+class TcpLayer;
+class Listener;
+
+class Connection {
+ public:
+  Connection(TcpLayer& layer, const transport::FourTuple& tuple,
+             const ConnectionOptions& options);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection();
+
+  // Opening.
+  void StartActive(Instant now);
+  void StartPassive(const Segment& syn, Listener* listener, SeqNum iss,
+                    Instant now);
+  // The final ACK of a SYN-cookie handshake.
+  void StartFromCookie(const Segment& ack, Listener* listener, SeqNum iss,
+                       uint16_t mss, const CookieOptions& cookie_opts,
+                       Instant now);
+
+  // A segment addressed to this connection (checksum verified, header
+  // parsed). nullopt: accepted; else the drop reason.
+  std::optional<stack::DropReason> OnSegment(Segment& seg, Instant now);
+  // Sends what is pending: handshake, retransmissions, new data, FIN,
+  // ACKs and window updates. Called by the layer's Poll.
+  void Output(Instant now);
+
+  // Application side (TcpSocket forwards here).
+  size_t Read(std::span<uint8_t> out, bool* eof);
+  size_t ReadViews(std::span<buffer::PayloadView> out, size_t max_bytes,
+                   size_t* views, bool* eof);
+  size_t Write(std::span<const uint8_t> data);
+  bool WriteView(buffer::PayloadView view);
+  void ShutdownRead();
+  void ShutdownWrite();
+  // Socket gone: graceful close (or abort with unread data).
+  void Close(Instant now);
+  void Abort(Instant now);
+  uint32_t Events() const;
+  absl::Status TakeError();
+  TcpInfo Info() const;
+  size_t readable_bytes() const { return rcvq_.ready_bytes(); }
+  size_t unsent_bytes() const { return sendq_.size(); }
+  bool writable() const;
+
+  void SetNoDelay(bool on);
+  void SetCork(bool on);
+  void SetKeepalive(bool on, Duration idle, Duration interval,
+                    uint32_t probes);
+  void SetUserTimeout(Duration d) { options_.user_timeout = d; }
+
+  TcpState state() const { return state_; }
+  const transport::FourTuple& tuple() const { return tuple_; }
+  transport::Notifiable& notifiable() { return notifiable_; }
+  bool attached() const { return attached_; }
+  void set_attached(bool a) { attached_ = a; }
+  Listener* listener() const { return listener_; }
+  void set_listener(Listener* l) { listener_ = l; }
+  // Closed and not referenced by a socket: the layer may free it.
+  bool Reapable() const { return state_ == TcpState::kClosed && !attached_; }
+  // RFC 6191: a SYN may reuse this TIME_WAIT tuple if it is newer.
+  bool AcceptsNewSyn(const Segment& syn) const;
+
+ private:
+  friend class TcpLayer;
+
+  // --- input (connection.cc) ---
+  std::optional<stack::DropReason> OnSynSent(Segment& seg, Instant now);
+  std::optional<stack::DropReason> OnSynchronized(Segment& seg, Instant now);
+  bool Acceptable(const Segment& seg) const;
+  void NegotiateFromSyn(const wire::TcpRepr& syn);
+  std::optional<stack::DropReason> ProcessAck(Segment& seg, Instant now);
+  void ProcessData(Segment& seg, Instant now);
+  void ProcessFin(Instant now);
+  void OnReset(Instant now);
+  void EnterEstablished(Instant now);
+  void EnterTimeWait(Instant now);
+  void SetState(TcpState s);
+  void Fail(absl::Status error, Instant now);
+  void UpdateRtt(const Segment& seg, const AckResult& res, Instant now);
+  void DetectLoss(const AckResult& res, uint64_t prior_in_flight,
+                  SeqNum prior_una, bool dupack, Instant now);
+  void AutotuneReceive(size_t copied, Instant now);
+
+  // --- output (connection_output.cc) ---
+  void SendSyn(Instant now);
+  void SendData(Instant now);
+  bool SendNewData(Instant now);
+  bool Retransmit(size_t record, Instant now);
+  // Sends [seq, seq+len) (+FIN). Returns false if the layer could not.
+  bool SendSegment(SeqNum seq, uint32_t len, bool fin, Instant now);
+  void SendAck(Instant now);
+  void SendRst(Instant now);
+  void SendProbe(Instant now);  // seq snd_una - 1, no data
+  void FillCommon(wire::TcpRepr& r, Instant now);
+  uint16_t WindowField();
+  // Our MSS option: the path MTU less the IP and TCP headers.
+  uint16_t MssForMtuOption() const;
+  uint32_t ReceiveWindow() const;
+  bool WindowUpdateDue() const;
+  uint32_t MaxPayload() const;
+  uint32_t Packets(uint64_t bytes) const {
+    return static_cast<uint32_t>((bytes + mss_ - 1) / mss_);
+  }
+  void ArmRetransmit(Instant now);
+  void ArmTlp(Instant now);
+  void ArmKeepalive(Instant now);
+  void OnRetransmitTimer(Instant now);
+  void OnPersistTimer(Instant now);
+  void OnTlpTimer(Instant now);
+  void OnDelayedAckTimer(Instant now);
+  void OnRackTimer(Instant now);
+  void OnKeepaliveTimer(Instant now);
+  void OnTimeWaitTimer(Instant now);
+  void MarkOutput();
+  void Notify(uint32_t events);
+  uint32_t TsNow(Instant now) const;
+  void CancelTimers();
+
+  TcpLayer& layer_;
+  transport::FourTuple tuple_;
+  ConnectionOptions options_;
+  TcpState state_ = TcpState::kClosed;
+  Listener* listener_ = nullptr;
+  bool attached_ = false;
+  transport::Notifiable notifiable_;
+  absl::Status error_;
+
+  // Send sequence space (RFC 9293 3.3.1). Retransmissions come from the
+  // scoreboard, so snd_nxt_ is also the highest sequence sent.
+  SeqNum iss_;
+  SeqNum snd_una_;
+  SeqNum snd_nxt_;
+  uint32_t snd_wnd_ = 0;
+  uint32_t max_snd_wnd_ = 0;
+  SeqNum snd_wl1_;
+  SeqNum snd_wl2_;
+  // Receive sequence space.
+  SeqNum irs_;
+  SeqNum rcv_adv_;  // right edge of the window we advertised
+  SeqNum last_ack_sent_;
+
+  // Negotiated.
+  uint8_t snd_wscale_ = 0;
+  uint8_t rcv_wscale_ = 0;
+  bool ws_ok_ = false;
+  bool ts_ok_ = false;
+  bool sack_ok_ = false;
+  uint16_t peer_mss_ = 536;
+  uint32_t mss_ = 536;  // payload per wire packet (options excluded)
+  uint32_t path_mtu_ = 1500;
+  uint32_t gso_max_ = 0;
+  uint32_t ts_recent_ = 0;
+  Instant ts_recent_at_;
+  uint32_t ts_offset_ = 0;
+
+  SendQueue sendq_;
+  bool fin_queued_ = false;  // the application shut down writing
+  bool fin_sent_ = false;
+  ReceiveQueue rcvq_;
+  bool fin_received_ = false;
+  bool read_shutdown_ = false;
+  uint32_t rcv_buf_ = 0;
+
+  Scoreboard sb_;
+  RttEstimator rtt_;
+  std::unique_ptr<CongestionControl> cc_;
+  bool in_recovery_ = false;
+  SeqNum recovery_point_;
+  bool rto_recovery_ = false;
+  uint32_t dupacks_ = 0;
+  bool tlp_outstanding_ = false;
+  Instant first_unacked_at_ = kNever;  // user timeout reference
+  uint32_t syn_retries_ = 0;
+
+  // ACK decision, at the end of a batch (Output).
+  bool ack_pending_ = false;
+  bool ack_now_ = false;
+  uint32_t unacked_bytes_ = 0;  // received since our last ACK
+  uint32_t quick_acks_ = 0;
+  bool output_marked_ = false;
+
+  // Receive-buffer auto-tuning (bytes read per RTT, like Linux DRS).
+  uint64_t rcv_space_copied_ = 0;
+  Instant rcv_space_at_ = absl::InfinitePast();
+
+  uint32_t keepalive_sent_ = 0;
+  Instant last_recv_ = absl::InfinitePast();
+
+  eventloop::Timer rtx_timer_;    // RTO; also persist and TLP (mode_)
+  enum class RtxMode : uint8_t { kRto, kPersist, kTlp } rtx_mode_ =
+      RtxMode::kRto;
+  uint32_t persist_backoff_ = 0;
+  eventloop::Timer delack_timer_;
+  eventloop::Timer rack_timer_;
+  eventloop::Timer keepalive_timer_;  // keepalive, FIN_WAIT_2, TIME_WAIT
+
+  TcpInfo stats_;  // counters part of Info()
+};
+
+// A listening socket's queues (the socket-facing side is TcpSocket).
+class Listener {
+ public:
+  Listener(TcpLayer& layer, const transport::SocketAddress& local,
+           uint32_t backlog, const ConnectionOptions& options)
+      : layer_(layer), local_(local), backlog_(backlog), options_(options) {}
+  ~Listener();
+
+  const transport::SocketAddress& local() const { return local_; }
+  const ConnectionOptions& options() const { return options_; }
+  bool Full() const { return syn_queue_ + accept_queue_.size() >= backlog_; }
+  bool AcceptQueueFull() const { return accept_queue_.size() >= backlog_; }
+  // A half-open connection joined / left the SYN queue.
+  void AddHalfOpen() { ++syn_queue_; }
+  void RemoveHalfOpen() {
+    if (syn_queue_ > 0) --syn_queue_;
+  }
+  void Ready(Connection* c);  // established: to the accept queue
+  void Forget(Connection* c);  // died before Accept
+  Connection* PopAccepted();
+  size_t pending() const { return accept_queue_.size(); }
+  transport::Notifiable& notifiable() { return notifiable_; }
+
+ private:
+  TcpLayer& layer_;
+  transport::SocketAddress local_;
+  uint32_t backlog_;
+  ConnectionOptions options_;
+  uint32_t syn_queue_ = 0;
+  std::deque<Connection*> accept_queue_;
+  transport::Notifiable notifiable_;
+};
+
+}  // namespace netstack::tcp
+
+#endif  // NETSTACK_TCP_CONNECTION_H_

@@ -1,0 +1,69 @@
+// The send buffer: application bytes from the oldest unacknowledged one
+// to the last one written, as payload views addressed by sequence number.
+// Segments (and their retransmissions) take sub-views of it, so payload is
+// never copied after the application's Write, and never at all for
+// WriteView.
+#ifndef NETSTACK_TCP_SEND_QUEUE_H_
+#define NETSTACK_TCP_SEND_QUEUE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <span>
+
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/payload_view.h"
+#include "netstack/tcp/seqnum.h"
+
+namespace netstack::tcp {
+
+class SendQueue {
+ public:
+  // `head` is the sequence number of the first byte (ISS + 1).
+  void Reset(SeqNum head) {
+    views_.clear();
+    head_ = head;
+    size_ = 0;
+    tail_chunk_ = buffer::ChunkRef();
+  }
+
+  SeqNum head() const { return head_; }
+  SeqNum end() const { return head_ + static_cast<uint32_t>(size_); }
+  size_t size() const { return size_; }
+
+  // Copies up to `limit` bytes of `data` into chunks from `pool`, filling
+  // the last chunk's free tail first (consecutive small writes become one
+  // view). Returns the bytes taken (less on pool exhaustion).
+  size_t Append(std::span<const uint8_t> data, size_t limit,
+                buffer::ChunkPool& pool);
+  // Appends a view as is (zero copy).
+  void AppendView(buffer::PayloadView view);
+
+  // Views covering [seq, seq + len), at most out.size() of them; returns
+  // how many were written and sets *bytes to the bytes they cover (less
+  // than len only if out.size() views were not enough).
+  size_t Gather(SeqNum seq, uint32_t len, std::span<buffer::PayloadView> out,
+                uint32_t* bytes) const;
+
+  // Drops bytes before `seq` (acknowledged).
+  void ReleaseTo(SeqNum seq);
+
+ private:
+  struct Entry {
+    SeqNum start;
+    buffer::PayloadView view;
+  };
+  // Index of the entry containing `seq`.
+  size_t Find(SeqNum seq) const;
+
+  std::deque<Entry> views_;
+  SeqNum head_;
+  size_t size_ = 0;
+  // The chunk Append writes into and the offset of its free tail.
+  buffer::ChunkRef tail_chunk_;
+  uint32_t tail_used_ = 0;
+};
+
+}  // namespace netstack::tcp
+
+#endif  // NETSTACK_TCP_SEND_QUEUE_H_

@@ -1,0 +1,495 @@
+// TcpLayer: demultiplexing, listeners and SYN cookies, emitting segments,
+// and connection lifetimes.
+#include "netstack/tcp/tcp_layer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "netstack/tcp/connection.h"
+#include "netstack/wire/checksum.h"
+#include "netstack/wire/ip_protocol.h"
+
+namespace netstack::tcp {
+
+namespace flag = wire::tcp_flag;
+using stack::DropReason;
+
+namespace {
+
+constexpr uint8_t kTcp = static_cast<uint8_t>(wire::IpProtocol::kTcp);
+
+SipKey KeyFrom(uint64_t seed, uint64_t salt) {
+  SipKey k{};
+  uint64_t x = seed ^ (salt * 0x9e3779b97f4a7c15ull);
+  for (size_t i = 0; i < k.size(); ++i) {
+    // splitmix64 steps
+    x += 0x9e3779b97f4a7c15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    k[i] = static_cast<uint8_t>(z ^ (z >> 31));
+  }
+  return k;
+}
+
+// Parses and validates a TCP header at the boundary. On success fills
+// `seg.tcp` and `seg.payload`.
+std::optional<DropReason> ParseSegment(const buffer::PayloadView& l4,
+                                       uint16_t pseudo_sum, bool verified,
+                                       bool partial, Segment& seg) {
+  const wire::TcpHeader h(l4.bytes());
+  switch (wire::TcpRepr::Parse(h, seg.tcp)) {
+    case wire::WireError::kOk:
+      break;
+    case wire::WireError::kBadHeaderLength:
+    case wire::WireError::kTruncated:
+      return DropReason::kTcpBadDataOffset;
+    case wire::WireError::kBadOptionLength:
+    case wire::WireError::kOptionOverflow:
+      return DropReason::kTcpBadOptions;
+    default:
+      return DropReason::kTcpMalformed;
+  }
+  if (!verified && !partial) {
+    wire::ChecksumAccumulator payload;
+    payload.Add(l4.bytes().subspan(h.HeaderLen()));
+    if (!h.ChecksumValid(pseudo_sum, payload)) {
+      return DropReason::kTcpBadChecksum;
+    }
+  }
+  const uint8_t f = seg.tcp.flags;
+  if ((f & flag::kSyn) && (f & (flag::kFin | flag::kRst))) {
+    return DropReason::kTcpBadFlags;  // SYN+FIN, SYN+RST
+  }
+  if ((f & (flag::kSyn | flag::kAck | flag::kRst)) == 0) {
+    return DropReason::kTcpBadFlags;  // null, FIN-only, PSH-only...
+  }
+  if (seg.tcp.src_port == 0 || seg.tcp.dst_port == 0) {
+    return DropReason::kTcpBadAddress;
+  }
+  seg.payload = l4.Subview(static_cast<uint32_t>(h.HeaderLen()),
+                           l4.size() - static_cast<uint32_t>(h.HeaderLen()));
+  return std::nullopt;
+}
+
+}  // namespace
+
+TcpLayer::TcpLayer(stack::Stack& stack, buffer::ChunkPool& chunks,
+                   buffer::PacketPool& packets, transport::Notifier& notifier,
+                   const TcpLayerOptions& options)
+    : stack_(stack),
+      chunks_(chunks),
+      packets_(packets),
+      notifier_(notifier),
+      options_(options),
+      isn_(KeyFrom(options.seed, 1)),
+      timers_(absl::UnixEpoch()),
+      cookies_(KeyFrom(options.seed, 2)) {
+  next_ephemeral_ = static_cast<uint32_t>(options.seed);
+  stack_.SetTransport(kTcp, this);
+}
+
+TcpLayer::~TcpLayer() {
+  stack_.SetTransport(kTcp, nullptr);
+  for (auto& [addr, l] : listeners_) delete l;
+  listeners_.clear();
+  for (auto& [t, c] : connections_) {
+    c->attached_ = false;
+    delete c;
+  }
+  connections_.clear();
+}
+
+std::unique_ptr<TcpSocket> TcpLayer::Open(transport::Family family) {
+  return std::unique_ptr<TcpSocket>(
+      new TcpSocket(*this, family, options_.connection));
+}
+
+Instant TcpLayer::NextDeadline() const {
+  if (!pending_output_.empty()) return now_;
+  return timers_.NextDeadline();
+}
+
+void TcpLayer::Poll(Instant now) {
+  now_ = std::max(now_, now);
+  timers_.Advance(now_);
+  // Output may mark more connections (none today); loop until quiet.
+  for (int round = 0; round < 4 && !pending_output_.empty(); ++round) {
+    std::vector<Connection*> batch;
+    batch.swap(pending_output_);
+    for (Connection* c : batch) {
+      c->output_marked_ = false;
+      c->Output(now_);
+    }
+  }
+  ReapClosed();
+  stack_.Flush(now_);
+}
+
+void TcpLayer::MarkOutput(Connection* c) {
+  if (c->output_marked_) return;
+  c->output_marked_ = true;
+  pending_output_.push_back(c);
+}
+
+void TcpLayer::Register(Connection* c) { connections_[c->tuple()] = c; }
+
+void TcpLayer::Unregister(Connection* c) {
+  auto it = connections_.find(c->tuple());
+  if (it != connections_.end() && it->second == c) connections_.erase(it);
+}
+
+void TcpLayer::ReapClosed() {
+  if (closed_.empty()) return;
+  std::sort(closed_.begin(), closed_.end());
+  closed_.erase(std::unique(closed_.begin(), closed_.end()), closed_.end());
+  std::vector<Connection*> keep;
+  for (Connection* c : closed_) {
+    if (c->state() != TcpState::kClosed) continue;  // reopened? not here
+    if (!c->Reapable() || c->output_marked_) {
+      keep.push_back(c);
+      continue;
+    }
+    Unregister(c);
+    delete c;
+  }
+  // Attached ones are reaped when their socket lets go (Detach).
+  closed_.clear();
+  for (Connection* c : keep) {
+    if (!c->attached()) closed_.push_back(c);
+  }
+}
+
+Connection* TcpLayer::NewConnection(const transport::FourTuple& t,
+                                    const ConnectionOptions& o) {
+  auto* c = new Connection(*this, t, o);
+  Register(c);
+  return c;
+}
+
+bool TcpLayer::IsLocalAddress(const transport::IpAddress& a) const {
+  return a.is_v4() ? stack_.HasAddress(a.v4()) : stack_.HasAddress(a.v6());
+}
+
+std::optional<transport::IpAddress> TcpLayer::SourceFor(
+    const transport::IpAddress& dst, uint32_t* mtu, uint32_t* gso) const {
+  if (dst.is_v4()) {
+    auto p = stack_.Path(dst.v4());
+    if (!p) return std::nullopt;
+    *mtu = p->mtu;
+    *gso = p->gso_max_size;
+    return transport::IpAddress(p->src);
+  }
+  auto p = stack_.Path(dst.v6());
+  if (!p) return std::nullopt;
+  *mtu = p->mtu;
+  *gso = p->gso_max_size;
+  return transport::IpAddress(p->src);
+}
+
+// --- receive ---
+
+std::optional<DropReason> TcpLayer::Deliver(const stack::Ipv4Datagram& d,
+                                            Instant now) {
+  now_ = std::max(now_, now);
+  ++counters_.segments_in;
+  if (d.link_multicast || d.ip.dst.IsBroadcast() || d.ip.dst.IsMulticast() ||
+      d.ip.src.IsMulticast() || d.ip.src.IsBroadcast()) {
+    return DropReason::kTcpBadAddress;
+  }
+  Segment seg;
+  if (auto r = ParseSegment(
+          d.payload,
+          wire::Ipv4PseudoHeaderSum(d.ip.src, d.ip.dst, kTcp,
+                                    static_cast<uint16_t>(d.payload.size())),
+          d.checksum_verified, d.checksum_partial, seg)) {
+    return r;
+  }
+  seg.tuple.local = {transport::IpAddress(d.ip.dst), seg.tcp.dst_port};
+  seg.tuple.remote = {transport::IpAddress(d.ip.src), seg.tcp.src_port};
+  return Receive(seg, now_);
+}
+
+std::optional<DropReason> TcpLayer::Deliver(const stack::Ipv6Datagram& d,
+                                            Instant now) {
+  now_ = std::max(now_, now);
+  ++counters_.segments_in;
+  if (d.link_multicast || d.ip.dst.IsMulticast() || d.ip.src.IsMulticast()) {
+    return DropReason::kTcpBadAddress;
+  }
+  Segment seg;
+  if (auto r = ParseSegment(
+          d.payload,
+          wire::Ipv6PseudoHeaderSum(d.ip.src, d.ip.dst, kTcp,
+                                    static_cast<uint32_t>(d.payload.size())),
+          d.checksum_verified, d.checksum_partial, seg)) {
+    return r;
+  }
+  seg.tuple.local = {transport::IpAddress(d.ip.dst), seg.tcp.dst_port};
+  seg.tuple.remote = {transport::IpAddress(d.ip.src), seg.tcp.src_port};
+  return Receive(seg, now_);
+}
+
+std::optional<DropReason> TcpLayer::Receive(Segment& seg, Instant now) {
+  auto it = connections_.find(seg.tuple);
+  Listener* l = nullptr;
+  auto find_listener = [&]() -> Listener* {
+    auto li = listeners_.find(seg.tuple.local);
+    if (li != listeners_.end()) return li->second;
+    transport::SocketAddress any{
+        seg.tuple.local.ip.is_v4()
+            ? transport::IpAddress(wire::Ipv4Address())
+            : transport::IpAddress(wire::Ipv6Address()),
+        seg.tuple.local.port};
+    li = listeners_.find(any);
+    return li != listeners_.end() ? li->second : nullptr;
+  };
+  if (it != connections_.end()) {
+    Connection* c = it->second;
+    if (c->state() == TcpState::kClosed) {
+      Unregister(c);  // reaped later; a new segment starts afresh
+    } else if (seg.has(flag::kSyn) && !seg.has(flag::kAck) &&
+               c->AcceptsNewSyn(seg) && (l = find_listener()) != nullptr) {
+      // RFC 6191: a newer SYN ends TIME_WAIT early.
+      ++counters_.time_wait_recycled;
+      c->CancelTimers();
+      c->SetState(TcpState::kClosed);
+      Unregister(c);
+      return ReceiveForListener(*l, seg, now);
+    } else {
+      return c->OnSegment(seg, now);
+    }
+  }
+  l = find_listener();
+  if (l != nullptr) return ReceiveForListener(*l, seg, now);
+  SendResetFor(seg, now);
+  return DropReason::kTcpNoListener;
+}
+
+std::optional<DropReason> TcpLayer::ReceiveForListener(Listener& l,
+                                                       Segment& seg,
+                                                       Instant now) {
+  if (seg.has(flag::kRst)) return DropReason::kTcpRstInvalid;
+  if (seg.has(flag::kAck)) {
+    // Either a stray ACK or the last step of a SYN-cookie handshake.
+    if (options_.syn_cookies && !seg.has(flag::kSyn)) {
+      auto mss = cookies_.Check(seg.tuple, seg.seq() - 1, seg.ack() - 1, now);
+      if (mss) {
+        if (l.AcceptQueueFull()) {
+          ++counters_.accept_queue_overflows;
+          return DropReason::kTcpListenOverflow;
+        }
+        CookieOptions co;
+        if (seg.tcp.timestamps) {
+          co = SynCookies::DecodeTsecr(seg.tcp.timestamps->tsecr);
+        }
+        Connection* c = NewConnection(seg.tuple, l.options());
+        c->StartFromCookie(seg, &l, seg.ack() - 1, *mss, co, now);
+        if (seg.payload.size() > 0 || seg.has(flag::kFin)) {
+          (void)c->OnSegment(seg, now);
+        }
+        return std::nullopt;
+      }
+      ++counters_.syn_cookies_rejected;
+      SendResetFor(seg, now);
+      return DropReason::kTcpBadSynCookie;
+    }
+    SendResetFor(seg, now);
+    return DropReason::kTcpNoListener;
+  }
+  if (!seg.has(flag::kSyn)) return DropReason::kTcpBadFlags;
+  if (l.Full()) {
+    if (!options_.syn_cookies) {
+      ++counters_.accept_queue_overflows;
+      return DropReason::kTcpListenOverflow;
+    }
+    // Stateless SYN-ACK whose ISN is the cookie (RFC 4987 section 3.6).
+    const uint16_t peer_mss =
+        seg.tcp.mss.value_or(seg.tuple.local.ip.is_v4() ? 536 : 1220);
+    const SynCookies::Cookie cookie =
+        cookies_.Make(seg.tuple, seg.seq(), peer_mss, now);
+    SegmentOut out;
+    out.tcp.seq = cookie.isn.value();
+    out.tcp.ack = (seg.seq() + 1).value();
+    out.tcp.flags = flag::kSyn | flag::kAck;
+    out.tcp.mss = cookie.mss;
+    const ConnectionOptions& o = l.options();
+    out.tcp.window = static_cast<uint16_t>(
+        std::min<uint32_t>(o.receive_buffer, 65535));
+    if (seg.tcp.timestamps && o.timestamps) {
+      std::optional<uint8_t> ws;
+      uint8_t our_ws = 0;
+      if (seg.tcp.window_scale && o.window_scaling) {
+        ws = seg.tcp.window_scale;
+        const uint32_t max_buf =
+            std::max(o.max_receive_buffer, o.receive_buffer);
+        while (our_ws < 14 && (max_buf >> our_ws) > 65535) ++our_ws;
+        out.tcp.window_scale = our_ws;
+      }
+      const bool sack = seg.tcp.sack_permitted && o.sack;
+      out.tcp.sack_permitted = sack;
+      out.tcp.timestamps = wire::TcpTimestamps{
+          SynCookies::EncodeTsval(
+              static_cast<uint32_t>(absl::ToUnixMillis(now)), ws, sack),
+          seg.tcp.timestamps->tsval};
+    }
+    ++counters_.syn_cookies_sent;
+    (void)Transmit(seg.tuple, out, now);
+    return std::nullopt;
+  }
+  Connection* c = NewConnection(seg.tuple, l.options());
+  l.AddHalfOpen();
+  c->StartPassive(seg, &l, isn_.Next(seg.tuple, now), now);
+  return std::nullopt;
+}
+
+void TcpLayer::SendResetFor(const Segment& seg, Instant now) {
+  // RFC 9293 3.10.7.1; never in answer to a RST.
+  if (seg.has(flag::kRst)) return;
+  SegmentOut out;
+  if (seg.has(flag::kAck)) {
+    out.tcp.seq = seg.tcp.ack;
+    out.tcp.flags = flag::kRst;
+  } else {
+    out.tcp.seq = 0;
+    out.tcp.ack = (seg.seq() + seg.len()).value();
+    out.tcp.flags = flag::kRst | flag::kAck;
+  }
+  ++counters_.resets_sent;
+  (void)Transmit(seg.tuple, out, now);
+}
+
+// --- transmit ---
+
+bool TcpLayer::Transmit(const transport::FourTuple& tuple,
+                        const SegmentOut& out, Instant now) {
+  buffer::PacketPtr p = packets_.Allocate();
+  if (!p) {
+    ++counters_.send_failures;
+    stack_.CountDrop(DropReason::kNoBuffer);
+    return false;
+  }
+  wire::ChecksumAccumulator payload_sum;
+  for (uint32_t i = 0; i < out.views; ++i) {
+    if (!p->AppendPayload(out.payload[i])) {
+      ++counters_.send_failures;
+      return false;
+    }
+    payload_sum.Add(out.payload[i].bytes());
+  }
+  wire::TcpRepr tcp = out.tcp;
+  tcp.src_port = tuple.local.port;
+  tcp.dst_port = tuple.remote.port;
+  const size_t hlen = tcp.BufferLen();
+  auto hdr = p->headers().Prepend(hlen);
+  if (!hdr) {
+    ++counters_.send_failures;
+    stack_.CountDrop(DropReason::kNoBuffer);
+    return false;
+  }
+  tcp.Emit(wire::MutableTcpHeader(*hdr));
+  const size_t l4_len = hlen + out.payload_len;
+  ++counters_.segments_out;
+  if (tuple.remote.ip.is_v4()) {
+    wire::MutableTcpHeader(*hdr).FillChecksum(
+        wire::Ipv4PseudoHeaderSum(tuple.local.ip.v4(), tuple.remote.ip.v4(),
+                                  kTcp, static_cast<uint16_t>(l4_len)),
+        payload_sum);
+    wire::Ipv4Repr ip;
+    ip.src = tuple.local.ip.v4();
+    ip.dst = tuple.remote.ip.v4();
+    ip.protocol = kTcp;
+    ip.dont_fragment = true;
+    return stack_.SendIpv4(ip, std::move(p), now);
+  }
+  wire::MutableTcpHeader(*hdr).FillChecksum(
+      wire::Ipv6PseudoHeaderSum(tuple.local.ip.v6(), tuple.remote.ip.v6(),
+                                kTcp, static_cast<uint32_t>(l4_len)),
+      payload_sum);
+  wire::Ipv6Repr ip;
+  ip.src = tuple.local.ip.v6();
+  ip.dst = tuple.remote.ip.v6();
+  ip.next_header = kTcp;
+  return stack_.SendIpv6(ip, std::move(p), now);
+}
+
+// --- ports ---
+
+bool TcpLayer::PortInUse(const transport::SocketAddress& a) const {
+  for (const auto* table : {&bound_}) {
+    for (const auto& [addr, n] : *table) {
+      if (n > 0 && addr.port == a.port &&
+          addr.ip.family() == a.ip.family() &&
+          (addr.ip == a.ip || addr.ip.IsUnspecified() ||
+           a.ip.IsUnspecified())) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+absl::Status TcpLayer::BindSocket(TcpSocket& s,
+                                  const transport::SocketAddress& a) {
+  if (a.ip.family() != s.family_) {
+    return transport::InvalidArgument("address family does not match");
+  }
+  if (!a.ip.IsUnspecified() && !IsLocalAddress(a.ip)) {
+    return transport::InvalidArgument(
+        std::string("not a local address: ") + a.ip.ToString());
+  }
+  transport::SocketAddress b = a;
+  if (b.port == 0) {
+    const uint32_t range = options_.ephemeral_high - options_.ephemeral_low + 1;
+    bool found = false;
+    for (uint32_t i = 0; i < range; ++i) {
+      const uint16_t port = static_cast<uint16_t>(
+          options_.ephemeral_low + (next_ephemeral_++ % range));
+      b.port = port;
+      if (!PortInUse(b)) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) return transport::AddressInUse("no free ephemeral port");
+  } else if (PortInUse(b)) {
+    return transport::AddressInUse(b.ToString());
+  }
+  ++bound_[b];
+  s.bound_ = b;
+  s.bound_set_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint16_t> TcpLayer::AllocateEphemeral(
+    const transport::IpAddress& ip, const transport::IpAddress& rip,
+    uint16_t rport) {
+  const uint32_t range = options_.ephemeral_high - options_.ephemeral_low + 1;
+  for (uint32_t i = 0; i < range; ++i) {
+    const uint16_t port = static_cast<uint16_t>(
+        options_.ephemeral_low + (next_ephemeral_++ % range));
+    transport::FourTuple t{{ip, port}, {rip, rport}};
+    if (connections_.contains(t)) continue;
+    if (PortInUse(transport::SocketAddress{ip, port})) continue;
+    return port;
+  }
+  return transport::AddressInUse("no free ephemeral port");
+}
+
+std::string TcpLayer::FormatCounters() const {
+  const TcpCounters& c = counters_;
+  return absl::StrFormat(
+      "tcp: segments_in=%u segments_out=%u active_opens=%u "
+      "passive_opens=%u established=%u resets_sent=%u resets_received=%u "
+      "challenge_acks=%u syn_cookies_sent=%u syn_cookies_accepted=%u "
+      "syn_cookies_rejected=%u accept_overflows=%u time_wait_recycled=%u "
+      "timed_out=%u retransmits=%u send_failures=%u connections=%u",
+      c.segments_in, c.segments_out, c.active_opens, c.passive_opens,
+      c.established, c.resets_sent, c.resets_received, c.challenge_acks,
+      c.syn_cookies_sent, c.syn_cookies_accepted, c.syn_cookies_rejected,
+      c.accept_queue_overflows, c.time_wait_recycled,
+      c.connections_timed_out, c.retransmits, c.send_failures,
+      connections_.size());
+}
+
+}  // namespace netstack::tcp

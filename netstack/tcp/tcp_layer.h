@@ -1,0 +1,133 @@
+// The TCP layer of one stack: demultiplexing, listeners, SYN cookies,
+// connection lifetimes and the timers of every connection.
+//
+// Driving it: the stack delivers segments (Deliver, via TransportHandler)
+// while it handles a receive batch; the embedder calls Poll(now) once per
+// event-loop turn (after Notifier::Dispatch), which runs due timers, sends
+// what the batch and the API calls made pending (ACKs, data, window
+// updates, SYNs) and ends with Stack::Flush. NextDeadline() says when Poll
+// must run next.
+#ifndef NETSTACK_TCP_TCP_LAYER_H_
+#define NETSTACK_TCP_TCP_LAYER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "netstack/base/time.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
+#include "netstack/eventloop/timer_wheel.h"
+#include "netstack/stack/stack.h"
+#include "netstack/tcp/isn.h"
+#include "netstack/tcp/segment.h"
+#include "netstack/tcp/syn_cookies.h"
+#include "netstack/tcp/tcp_options.h"
+#include "netstack/tcp/tcp_socket.h"
+#include "netstack/transport/address.h"
+#include "netstack/transport/notifier.h"
+
+namespace netstack::tcp {
+
+struct TcpCounters {
+  uint64_t segments_in = 0;
+  uint64_t segments_out = 0;  // calls to the IP layer (a super-segment is 1)
+  uint64_t active_opens = 0;
+  uint64_t passive_opens = 0;
+  uint64_t established = 0;
+  uint64_t resets_sent = 0;
+  uint64_t resets_received = 0;
+  uint64_t challenge_acks = 0;
+  uint64_t syn_cookies_sent = 0;
+  uint64_t syn_cookies_accepted = 0;
+  uint64_t syn_cookies_rejected = 0;
+  uint64_t accept_queue_overflows = 0;
+  uint64_t time_wait_recycled = 0;
+  uint64_t connections_timed_out = 0;
+  uint64_t retransmits = 0;  // packets, all connections
+  uint64_t send_failures = 0;  // no packet/chunk, or no route
+};
+
+class TcpLayer : public stack::TransportHandler {
+ public:
+  TcpLayer(stack::Stack& stack, buffer::ChunkPool& chunks,
+           buffer::PacketPool& packets, transport::Notifier& notifier,
+           const TcpLayerOptions& options);
+  TcpLayer(const TcpLayer&) = delete;
+  TcpLayer& operator=(const TcpLayer&) = delete;
+  ~TcpLayer() override;
+
+  std::unique_ptr<TcpSocket> Open(transport::Family family);
+
+  void Poll(Instant now);
+  Instant NextDeadline() const;
+
+  std::optional<stack::DropReason> Deliver(const stack::Ipv4Datagram& d,
+                                           Instant now) override;
+  std::optional<stack::DropReason> Deliver(const stack::Ipv6Datagram& d,
+                                           Instant now) override;
+
+  const TcpCounters& counters() const { return counters_; }
+  std::string FormatCounters() const;
+  // Connections the layer holds (any state but LISTEN), incl. TIME_WAIT.
+  size_t connection_count() const { return connections_.size(); }
+  const TcpLayerOptions& options() const { return options_; }
+
+ private:
+  friend class TcpSocket;
+  friend class Connection;
+  friend class Listener;
+
+  std::optional<stack::DropReason> Receive(Segment& seg, Instant now);
+  std::optional<stack::DropReason> ReceiveForListener(Listener& l,
+                                                      Segment& seg,
+                                                      Instant now);
+  // RFC 9293 3.10.7.1: the reset for a segment that reached no one.
+  void SendResetFor(const Segment& seg, Instant now);
+  // Builds and sends one segment (headers prepended; payload views
+  // shared). Returns false if it could not be sent (counted).
+  bool Transmit(const transport::FourTuple& tuple, const SegmentOut& out,
+                Instant now);
+
+  absl::Status BindSocket(TcpSocket& s, const transport::SocketAddress& a);
+  absl::StatusOr<uint16_t> AllocateEphemeral(const transport::IpAddress& ip,
+                                             const transport::IpAddress& rip,
+                                             uint16_t rport);
+  bool PortInUse(const transport::SocketAddress& a) const;
+  bool IsLocalAddress(const transport::IpAddress& a) const;
+  std::optional<transport::IpAddress> SourceFor(
+      const transport::IpAddress& dst, uint32_t* mtu, uint32_t* gso) const;
+
+  Connection* NewConnection(const transport::FourTuple& t,
+                            const ConnectionOptions& o);
+  void Register(Connection* c);
+  void Unregister(Connection* c);
+  // Frees closed connections nobody references (end of Poll/Deliver).
+  void ReapClosed();
+  void MarkOutput(Connection* c);
+
+  stack::Stack& stack_;
+  buffer::ChunkPool& chunks_;
+  buffer::PacketPool& packets_;
+  transport::Notifier& notifier_;
+  TcpLayerOptions options_;
+  eventloop::TimerWheel timers_;
+  IsnGenerator isn_;
+  SynCookies cookies_;
+  absl::flat_hash_map<transport::FourTuple, Connection*> connections_;
+  absl::flat_hash_map<transport::SocketAddress, Listener*> listeners_;
+  // Ports held by bound sockets (not yet connected or listening), by
+  // (address, port); counts per port for quick exhaustion checks.
+  absl::flat_hash_map<transport::SocketAddress, int> bound_;
+  std::vector<Connection*> pending_output_;
+  std::vector<Connection*> closed_;
+  uint32_t next_ephemeral_ = 0;
+  Instant now_ = absl::InfinitePast();
+  TcpCounters counters_;
+};
+
+}  // namespace netstack::tcp
+
+#endif  // NETSTACK_TCP_TCP_LAYER_H_
