@@ -526,24 +526,21 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
 
 void Connection::UpdateRtt(const Segment& seg, const AckResult& res,
                            Instant now) {
-  // Timestamps give a sample per ACK even for retransmissions (RFC 7323
-  // section 4.1); otherwise Karn's rule through the scoreboard.
+  // The scoreboard's sample (send time of the newest delivered original
+  // transmission) is exact, unless a retransmission was acked by the same
+  // cumulative ACK (Karn's rule). Timestamps then still give a sample
+  // (RFC 7323 section 4.1), at 1 ms granularity.
+  if (res.rtt_xmit != absl::InfinitePast() &&
+      !(res.retransmitted_delivered && res.newly_sacked == 0)) {
+    rtt_.Sample(now - res.rtt_xmit, now);
+    return;
+  }
   if (ts_ok_ && seg.tcp.timestamps && seg.tcp.timestamps->tsecr != 0 &&
       res.acked_bytes > 0) {
-    const int32_t ms = static_cast<int32_t>(TsNow(now) -
-                                            seg.tcp.timestamps->tsecr);
-    if (ms >= 0) {
-      // Granularity 1 ms: keep the finer scoreboard sample when we have
-      // one for the same data.
-      if (res.rtt_xmit != absl::InfinitePast()) {
-        rtt_.Sample(now - res.rtt_xmit, now);
-      } else {
-        rtt_.Sample(absl::Milliseconds(ms), now);
-      }
-      return;
-    }
+    const int32_t ms =
+        static_cast<int32_t>(TsNow(now) - seg.tcp.timestamps->tsecr);
+    if (ms >= 0) rtt_.Sample(absl::Milliseconds(ms), now);
   }
-  if (res.rtt_xmit != absl::InfinitePast()) rtt_.Sample(now - res.rtt_xmit, now);
 }
 
 void Connection::DetectLoss(const AckResult& res, uint64_t prior_in_flight,

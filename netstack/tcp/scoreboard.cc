@@ -75,6 +75,7 @@ void Scoreboard::Deliver(const TxRecord& r, Instant now, Duration min_rtt,
     reordering_seen_ = true;
     res.reordering = true;
   }
+  if (r.retransmitted) res.retransmitted_delivered = true;
   if (r.retransmitted && now - r.xmit_time < min_rtt) return;
   if (!r.retransmitted && r.xmit_time > res.rtt_xmit) res.rtt_xmit = r.xmit_time;
   rack_rtt_ = now - r.xmit_time;

@@ -42,6 +42,9 @@ struct AckResult {
   // Send time of the newest delivered record never retransmitted, for an
   // RTT sample by Karn's rule; InfinitePast if none.
   Instant rtt_xmit = absl::InfinitePast();
+  // A retransmitted record was delivered: rtt_xmit would be ambiguous
+  // for the cumulative ACK (Karn), so only timestamps may give a sample.
+  bool retransmitted_delivered = false;
   bool fin_acked = false;
   bool reordering = false;      // a hole below delivered data was filled
 };
