@@ -82,8 +82,8 @@ TcpLayer::TcpLayer(stack::Stack& stack, buffer::ChunkPool& chunks,
       packets_(packets),
       notifier_(notifier),
       options_(options),
-      isn_(KeyFrom(options.seed, 1)),
       timers_(absl::UnixEpoch()),
+      isn_(KeyFrom(options.seed, 1)),
       cookies_(KeyFrom(options.seed, 2)) {
   next_ephemeral_ = static_cast<uint32_t>(options.seed);
   stack_.SetTransport(kTcp, this);
