@@ -1,0 +1,271 @@
+#include "netstack/udp/udp_layer.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "netstack/base/dcheck.h"
+#include "netstack/transport/errors.h"
+#include "netstack/wire/checksum.h"
+#include "netstack/wire/ip_protocol.h"
+#include "netstack/wire/ipv4.h"
+#include "netstack/wire/ipv6.h"
+#include "netstack/wire/udp.h"
+
+namespace netstack::udp {
+namespace {
+
+using stack::DropReason;
+using transport::Family;
+using transport::IpAddress;
+using transport::SocketAddress;
+
+constexpr uint8_t kUdp = static_cast<uint8_t>(wire::IpProtocol::kUdp);
+
+// What Deliver returns when every matching socket's queue was full. See
+// udp_layer.h: nullopt until counters.h has a UDP receive-buffer reason.
+constexpr std::optional<DropReason> QueueFullDisposition() {
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string UdpCounters::Format() const {
+  std::string out;
+#define NETSTACK_UDP_LINE(f, name) \
+  if (f != 0) absl::StrAppend(&out, "udp." name " ", f, "\n");
+  NETSTACK_UDP_COUNTERS(NETSTACK_UDP_LINE)
+#undef NETSTACK_UDP_LINE
+  return out;
+}
+
+UdpLayer::UdpLayer(stack::Stack& stack, buffer::ChunkPool& chunks,
+                   buffer::PacketPool& packets, transport::Notifier& notifier,
+                   uint64_t seed, const UdpLayerOptions& options)
+    : stack_(stack),
+      chunks_(chunks),
+      packets_(packets),
+      notifier_(notifier),
+      options_(options),
+      rng_(seed) {
+  NETSTACK_DCHECK(options.ephemeral_low <= options.ephemeral_high);
+  stack_.SetTransport(kUdp, this);
+}
+
+UdpLayer::~UdpLayer() {
+  // Sockets hold a reference to their layer.
+  NETSTACK_DCHECK(open_sockets_ == 0);
+  stack_.SetTransport(kUdp, nullptr);
+}
+
+std::unique_ptr<UdpSocket> UdpLayer::Open(Family family) {
+  ++open_sockets_;
+  return std::unique_ptr<UdpSocket>(
+      new UdpSocket(*this, family, options_.receive_buffer_bytes));
+}
+
+// ---------------------------------------------------------------------------
+// Binding
+
+absl::Status UdpLayer::BindPort(Family f, PortBinding& b, uint16_t port) {
+  PortTable& table = Table(f);
+  if (port == 0) {
+    const uint32_t span =
+        uint32_t{options_.ephemeral_high} - options_.ephemeral_low + 1;
+    const uint16_t start =
+        static_cast<uint16_t>(options_.ephemeral_low + rng_() % span);
+    const std::optional<uint16_t> free = table.FindFreePort(
+        options_.ephemeral_low, options_.ephemeral_high, start);
+    if (!free) {
+      ++counters_.ephemeral_exhausted;
+      return transport::AddressInUse("no free ephemeral port");
+    }
+    port = *free;
+  } else if (table.Conflicts(b.local_ip, port, b.reuse_address)) {
+    return transport::AddressInUse(SocketAddress{b.local_ip, port}.ToString());
+  }
+  b.local_port = port;
+  table.Insert(&b);
+  return absl::OkStatus();
+}
+
+void UdpLayer::Unbind(Family f, PortBinding& b) { Table(f).Remove(&b); }
+
+absl::Status UdpLayer::Rebind(Family f, PortBinding& b, const IpAddress& ip) {
+  if (b.local_ip == ip) return absl::OkStatus();
+  PortTable& table = Table(f);
+  table.Remove(&b);
+  if (table.Conflicts(ip, b.local_port, b.reuse_address)) {
+    table.Insert(&b);
+    return transport::AddressInUse(SocketAddress{ip, b.local_port}.ToString());
+  }
+  b.local_ip = ip;
+  table.Insert(&b);
+  return absl::OkStatus();
+}
+
+// The stack has no "is this address ours" query yet, so ask the route:
+// towards one of our addresses, the on-link route of its prefix picks
+// that very address as the source. This misses a second address on the
+// same prefix of the same NIC, and link-local addresses of every NIC but
+// the one that owns fe80::/64's route (README.md, "Asks").
+bool UdpLayer::IsLocalAddress(const IpAddress& ip) const {
+  const std::optional<IpAddress> src = SourceFor(ip);
+  return src && *src == ip;
+}
+
+std::optional<IpAddress> UdpLayer::SourceFor(const IpAddress& dst) const {
+  if (dst.is_v4()) {
+    if (auto path = stack_.Path(dst.v4())) return IpAddress(path->src);
+  } else {
+    if (auto path = stack_.Path(dst.v6())) return IpAddress(path->src);
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------
+// Send
+
+absl::Status UdpLayer::SendDatagram(const SocketAddress& local,
+                                    const SocketAddress& dst,
+                                    std::span<const uint8_t> data,
+                                    Instant now) {
+  NETSTACK_DCHECK(data.size() <= kMaxIpv6Payload);
+  const std::optional<IpAddress> route_src = SourceFor(dst.ip);
+  if (!route_src) {
+    ++counters_.send_no_route;
+    return transport::HostUnreachable(dst.ip.ToString());
+  }
+  // A socket bound to one address sends from it, even if the route would
+  // pick another (the weak host model, as Linux).
+  const IpAddress src = local.ip.IsUnspecified() ? *route_src : local.ip;
+
+  buffer::PacketPtr packet = packets_.Allocate();
+  if (packet == nullptr) {
+    ++counters_.send_no_buffer;
+    return transport::NoBuffers();
+  }
+  // The one copy of the application's bytes, summed while in cache.
+  wire::ChecksumAccumulator payload_sum;
+  if (!data.empty()) {
+    buffer::ChunkRef chunk = chunks_.Allocate();
+    if (!chunk) {
+      ++counters_.send_no_buffer;
+      return transport::NoBuffers();
+    }
+    std::memcpy(chunk->mutable_data().data(), data.data(), data.size());
+    payload_sum.Add(chunk->data().first(data.size()));
+    const bool appended = packet->AppendPayload(buffer::PayloadView(
+        std::move(chunk), 0, static_cast<uint32_t>(data.size())));
+    NETSTACK_DCHECK(appended);  // a fresh packet has every slot free
+    (void)appended;
+  }
+  const wire::UdpRepr repr{.src_port = local.port,
+                           .dst_port = dst.port,
+                           .payload_len = static_cast<uint16_t>(data.size())};
+  std::optional<std::span<uint8_t>> hdr =
+      packet->headers().Prepend(repr.BufferLen());
+  NETSTACK_DCHECK(hdr.has_value());  // a fresh packet has all its headroom
+  if (!hdr) {
+    ++counters_.send_no_buffer;
+    return transport::NoBuffers();
+  }
+  wire::MutableUdpHeader udp(*hdr);
+  repr.Emit(udp);
+  const uint32_t udp_len = wire::UdpHeader::kHeaderLen + data.size();
+
+  bool sent = false;
+  if (dst.ip.is_v4()) {
+    udp.FillChecksum(
+        wire::Ipv4PseudoHeaderSum(src.v4(), dst.ip.v4(), kUdp, udp_len),
+        payload_sum);
+    wire::Ipv4Repr ip;
+    ip.src = src.v4();
+    ip.dst = dst.ip.v4();
+    ip.protocol = kUdp;
+    sent = stack_.SendIpv4(ip, std::move(packet), now);
+  } else {
+    // RFC 8200 8.1: mandatory over IPv6; FillChecksum never writes zero.
+    udp.FillChecksum(
+        wire::Ipv6PseudoHeaderSum(src.v6(), dst.ip.v6(), kUdp, udp_len),
+        payload_sum);
+    wire::Ipv6Repr ip;
+    ip.src = src.v6();
+    ip.dst = dst.ip.v6();
+    ip.next_header = kUdp;
+    sent = stack_.SendIpv6(ip, std::move(packet), now);
+  }
+  if (!sent) {
+    // The stack counted its reason (no_buffer, fragmentation_needed,
+    // neighbor_queue_full...).
+    ++counters_.send_no_buffer;
+    return transport::NoBuffers();
+  }
+  ++counters_.datagrams_sent;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Receive
+
+std::optional<DropReason> UdpLayer::Deliver(const stack::Ipv4Datagram& d,
+                                            Instant) {
+  // The stack drops a unicast datagram in a link-layer broadcast, so a
+  // link-multicast frame here carries a broadcast or multicast IP
+  // destination (a subnet broadcast is only recognisable that way here).
+  const bool multi =
+      d.link_multicast || d.ip.dst.IsBroadcast() || d.ip.dst.IsMulticast();
+  return Demux(table4_, IpAddress(d.ip.dst), IpAddress(d.ip.src), d.payload,
+               multi);
+}
+
+std::optional<DropReason> UdpLayer::Deliver(const stack::Ipv6Datagram& d,
+                                            Instant) {
+  return Demux(table6_, IpAddress(d.ip.dst), IpAddress(d.ip.src), d.payload,
+               d.ip.dst.IsMulticast());
+}
+
+std::optional<DropReason> UdpLayer::Demux(PortTable& table,
+                                          const IpAddress& dst,
+                                          const IpAddress& src_ip,
+                                          const buffer::PayloadView& l4,
+                                          bool multi) {
+  // The stack parsed this header already; parsing again costs a few loads
+  // and keeps this function safe on its own (after Check, no read is out
+  // of bounds, and Length is within the view).
+  const wire::UdpHeader header(l4.bytes());
+  wire::UdpRepr udp;
+  if (wire::UdpRepr::Parse(header, udp) != wire::WireError::kOk) {
+    ++counters_.malformed;
+    return DropReason::kUdpMalformed;
+  }
+  const SocketAddress src{src_ip, udp.src_port};
+  // Length, not the IP payload size: bytes after it are not the datagram's.
+  const buffer::PayloadView payload =
+      l4.Subview(wire::UdpHeader::kHeaderLen, udp.payload_len);
+
+  size_t matched = 0;
+  size_t queued = 0;
+  auto enqueue = [&](PortBinding& b) {
+    ++matched;
+    if (b.socket->Enqueue(payload, src)) {
+      ++queued;
+      ++counters_.datagrams_received;
+    } else {
+      ++counters_.receive_queue_full;
+    }
+  };
+  if (multi) {
+    table.ForEachMatch(dst, udp.dst_port, src, enqueue);
+  } else if (PortBinding* b = table.Lookup(dst, udp.dst_port, src)) {
+    enqueue(*b);
+  }
+  if (matched == 0) {
+    ++counters_.no_port;
+    return DropReason::kUdpNoListener;
+  }
+  if (queued == 0) return QueueFullDisposition();
+  return std::nullopt;
+}
+
+}  // namespace netstack::udp
