@@ -81,8 +81,7 @@ class CongestionControl {
 
  protected:
   explicit CongestionControl(uint32_t initial_cwnd)
-      : cwnd_(initial_cwnd < 1 ? 1 : initial_cwnd),
-        initial_cwnd_(cwnd_) {}
+      : cwnd_(initial_cwnd < 1 ? 1 : initial_cwnd), initial_cwnd_(cwnd_) {}
 
   // Slow start (RFC 5681 section 3.1, RFC 3465): grows cwnd by
   // min(delivered, kAbcLimit), never past ssthresh. Call only while
