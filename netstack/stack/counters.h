@@ -52,6 +52,7 @@ namespace netstack::stack {
   X(kUdpMalformed, "udp_malformed")                                   \
   X(kUdpBadChecksum, "udp_bad_checksum")                              \
   X(kUdpNoListener, "udp_no_listener")                                \
+  X(kUdpReceiveBufferFull, "udp_receive_buffer_full")                 \
   X(kTcpMalformed, "tcp_malformed")                                   \
   X(kTcpBadChecksum, "tcp_bad_checksum")                              \
   X(kTcpNoListener, "tcp_no_listener")                                \

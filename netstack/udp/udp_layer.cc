@@ -22,10 +22,10 @@ using transport::SocketAddress;
 
 constexpr uint8_t kUdp = static_cast<uint8_t>(wire::IpProtocol::kUdp);
 
-// What Deliver returns when every matching socket's queue was full. See
-// udp_layer.h: nullopt until counters.h has a UDP receive-buffer reason.
+// What Deliver returns when every matching socket's queue was full: a
+// receive drop, but not one that earns an ICMP port unreachable.
 constexpr std::optional<DropReason> QueueFullDisposition() {
-  return std::nullopt;
+  return DropReason::kUdpReceiveBufferFull;
 }
 
 }  // namespace
@@ -104,14 +104,8 @@ absl::Status UdpLayer::Rebind(Family f, PortBinding& b, const IpAddress& ip) {
   return absl::OkStatus();
 }
 
-// The stack has no "is this address ours" query yet, so ask the route:
-// towards one of our addresses, the on-link route of its prefix picks
-// that very address as the source. This misses a second address on the
-// same prefix of the same NIC, and link-local addresses of every NIC but
-// the one that owns fe80::/64's route (README.md, "Asks").
 bool UdpLayer::IsLocalAddress(const IpAddress& ip) const {
-  const std::optional<IpAddress> src = SourceFor(ip);
-  return src && *src == ip;
+  return ip.is_v4() ? stack_.HasAddress(ip.v4()) : stack_.HasAddress(ip.v6());
 }
 
 std::optional<IpAddress> UdpLayer::SourceFor(const IpAddress& dst) const {

@@ -199,6 +199,7 @@ TEST_F(UdpReceiveTest, FullReceiveQueueDropsAreCountedWithoutIcmp) {
   EXPECT_EQ(udp_->counters().no_port, 0u);
   EXPECT_TRUE(TakeSent().empty());  // a listener exists: no ICMP
   EXPECT_EQ(StackDrops(DropReason::kUdpNoListener), 0u);
+  EXPECT_EQ(StackDrops(DropReason::kUdpReceiveBufferFull), 1u);
   // The first two arrived in order; after reading, there is room again.
   uint8_t buf[200];
   EXPECT_EQ(s->RecvFrom(buf)->from.port, 1000);
