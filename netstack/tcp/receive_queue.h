@@ -9,10 +9,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <span>
 #include <vector>
 
+#include "netstack/base/ring.h"
 #include "netstack/buffer/payload_view.h"
 #include "netstack/tcp/seqnum.h"
 #include "netstack/wire/tcp.h"
@@ -63,7 +63,7 @@ class ReceiveQueue {
   void InsertOoo(SeqNum seq, buffer::PayloadView data);
   void NoteRecent(SeqNum seq);
 
-  std::deque<buffer::PayloadView> ready_;
+  Ring<buffer::PayloadView> ready_;
   size_t ready_bytes_ = 0;
   std::vector<Ooo> ooo_;  // sorted by start, non-overlapping
   size_t ooo_bytes_ = 0;

@@ -6,6 +6,7 @@ namespace netstack::tcp {
 
 void Scoreboard::Clear() {
   recs_.clear();
+  recs_.shrink_to_fit();
   sacked_ = lost_ = lost_retx_ = 0;
   fack_set_ = false;
   rack_xmit_ = absl::InfinitePast();
@@ -47,7 +48,7 @@ void Scoreboard::Split(size_t i, SeqNum at) {
   tail.start = at;
   r.end = at;
   r.fin = false;
-  recs_.insert(recs_.begin() + static_cast<ptrdiff_t>(i) + 1, tail);
+  recs_.insert(i + 1, tail);
 }
 
 void Scoreboard::SetLost(TxRecord& r) {
@@ -175,7 +176,8 @@ uint64_t Scoreboard::RackDetectLoss(Instant now, Duration reo_wnd,
   *timeout = kNever;
   if (rack_xmit_ == absl::InfinitePast()) return 0;
   uint64_t marked = 0;
-  for (TxRecord& r : recs_) {
+  for (size_t i = 0; i < recs_.size(); ++i) {
+    TxRecord& r = recs_[i];
     if (r.sacked) continue;
     const bool sent_before = r.xmit_time < rack_xmit_ ||
                              (r.xmit_time == rack_xmit_ && r.end < rack_end_);
@@ -198,7 +200,8 @@ uint64_t Scoreboard::RackDetectLoss(Instant now, Duration reo_wnd,
 }
 
 uint64_t Scoreboard::MarkFirstLost() {
-  for (TxRecord& r : recs_) {
+  for (size_t i = 0; i < recs_.size(); ++i) {
+    TxRecord& r = recs_[i];
     if (r.sacked) continue;
     if (r.lost && r.lost_retransmitted) return 0;
     if (r.lost) return 0;
@@ -210,7 +213,8 @@ uint64_t Scoreboard::MarkFirstLost() {
 
 uint64_t Scoreboard::MarkAllLost() {
   uint64_t marked = 0;
-  for (TxRecord& r : recs_) {
+  for (size_t i = 0; i < recs_.size(); ++i) {
+    TxRecord& r = recs_[i];
     if (r.sacked) continue;
     SetLost(r);
     marked += r.len();

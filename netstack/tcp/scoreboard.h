@@ -6,17 +6,17 @@
 //   - which bytes to retransmit next (the first lost, not yet resent),
 //   - RACK (RFC 8985): which segments are lost by time, given the most
 //     recently delivered segment's send time and a reordering window.
-// Records live in a deque in sequence order; ACK processing touches only
+// Records live in a ring in sequence order; ACK processing touches only
 // the records it removes or marks, and RACK walks from the oldest record
 // and stops at the first original transmission newer than the reference.
 #ifndef NETSTACK_TCP_SCOREBOARD_H_
 #define NETSTACK_TCP_SCOREBOARD_H_
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <span>
 
+#include "netstack/base/ring.h"
 #include "netstack/base/time.h"
 #include "netstack/tcp/seqnum.h"
 #include "netstack/wire/tcp.h"
@@ -106,7 +106,7 @@ class Scoreboard {
                AckResult& res);
   void SetLost(TxRecord& r);
 
-  std::deque<TxRecord> recs_;
+  Ring<TxRecord> recs_;
   uint64_t sacked_ = 0;
   uint64_t lost_ = 0;       // lost and not sacked
   uint64_t lost_retx_ = 0;  // lost, not sacked, resent

@@ -8,9 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <span>
 
+#include "netstack/base/ring.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/payload_view.h"
 #include "netstack/tcp/seqnum.h"
@@ -22,6 +22,7 @@ class SendQueue {
   // `head` is the sequence number of the first byte (ISS + 1).
   void Reset(SeqNum head) {
     views_.clear();
+    views_.shrink_to_fit();
     head_ = head;
     size_ = 0;
     tail_chunk_ = buffer::ChunkRef();
@@ -56,7 +57,7 @@ class SendQueue {
   // Index of the entry containing `seq`.
   size_t Find(SeqNum seq) const;
 
-  std::deque<Entry> views_;
+  Ring<Entry> views_;
   SeqNum head_;
   size_t size_ = 0;
   // The chunk Append writes into and the offset of its free tail.

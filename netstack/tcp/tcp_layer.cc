@@ -312,7 +312,13 @@ std::optional<DropReason> TcpLayer::ReceiveForListener(Listener& l,
     out.tcp.seq = cookie.isn.value();
     out.tcp.ack = (seg.seq() + 1).value();
     out.tcp.flags = flag::kSyn | flag::kAck;
-    out.tcp.mss = cookie.mss;
+    // Our own MSS: the cookie's value is the peer's, rounded down.
+    uint32_t mtu = 1500;
+    uint32_t gso = 0;
+    (void)SourceFor(seg.tuple.remote.ip, &mtu, &gso);
+    const uint32_t hdrs = (seg.tuple.remote.ip.is_v6() ? 40 : 20) + 20;
+    out.tcp.mss = static_cast<uint16_t>(
+        std::min<uint32_t>(mtu > hdrs ? mtu - hdrs : 536, 65535));
     const ConnectionOptions& o = l.options();
     out.tcp.window = static_cast<uint16_t>(
         std::min<uint32_t>(o.receive_buffer, 65535));
