@@ -115,12 +115,13 @@ void TcpLayer::Poll(Instant now) {
   timers_.Advance(now_);
   // Output may mark more connections (none today); loop until quiet.
   for (int round = 0; round < 4 && !pending_output_.empty(); ++round) {
-    std::vector<Connection*> batch;
-    batch.swap(pending_output_);
-    for (Connection* c : batch) {
+    // Two vectors swapped back and forth keep their capacity: no heap.
+    output_batch_.swap(pending_output_);
+    for (Connection* c : output_batch_) {
       c->output_marked_ = false;
       c->Output(now_);
     }
+    output_batch_.clear();
   }
   ReapClosed();
   stack_.Flush(now_);

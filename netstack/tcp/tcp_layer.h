@@ -122,6 +122,7 @@ class TcpLayer : public stack::TransportHandler {
   // (address, port); counts per port for quick exhaustion checks.
   absl::flat_hash_map<transport::SocketAddress, int> bound_;
   std::vector<Connection*> pending_output_;
+  std::vector<Connection*> output_batch_;
   std::vector<Connection*> closed_;
   uint32_t next_ephemeral_ = 0;
   Instant now_ = absl::InfinitePast();

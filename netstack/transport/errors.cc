@@ -25,7 +25,11 @@ absl::Status Make(absl::StatusCode code, int err, std::string_view what,
 }  // namespace
 
 absl::Status WouldBlock() {
-  return Make(absl::StatusCode::kUnavailable, EAGAIN, "would block", "");
+  // The hot one (every drained Read ends with it): built once, then
+  // copied, which only bumps the status's reference count.
+  static const absl::Status* const kStatus = new absl::Status(
+      Make(absl::StatusCode::kUnavailable, EAGAIN, "would block", ""));
+  return *kStatus;
 }
 absl::Status ConnectionRefused() {
   return Make(absl::StatusCode::kUnavailable, ECONNREFUSED,
