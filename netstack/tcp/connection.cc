@@ -91,7 +91,7 @@ void Connection::StartActive(Instant now) {
   MarkOutput();
 }
 
-void Connection::NegotiateFromSyn(const wire::TcpRepr& syn) {
+void Connection::NegotiateFromSyn(const wire::TcpRepr& syn, Instant now) {
   irs_ = SeqNum(syn.seq);
   rcvq_.Reset(irs_ + 1);
   peer_mss_ = syn.mss.value_or(536);  // RFC 9293 3.7.1 default for IPv4
@@ -105,7 +105,10 @@ void Connection::NegotiateFromSyn(const wire::TcpRepr& syn) {
   }
   sack_ok_ = options_.sack && syn.sack_permitted;
   ts_ok_ = options_.timestamps && syn.timestamps.has_value();
-  if (ts_ok_) ts_recent_ = syn.timestamps->tsval;
+  if (ts_ok_) {
+    ts_recent_ = syn.timestamps->tsval;
+    ts_recent_at_ = now;
+  }
   // RFC 6691: the MSS option counts no TCP options; our payload per
   // packet leaves room for the ones we send on every segment.
   const uint32_t own = MssForMtuOption();
@@ -124,7 +127,7 @@ void Connection::StartPassive(const Segment& syn, Listener* listener,
   snd_una_ = iss_;
   snd_nxt_ = iss_;
   sendq_.Reset(iss_ + 1);
-  NegotiateFromSyn(syn.tcp);
+  NegotiateFromSyn(syn.tcp, now);
   snd_wl1_ = syn.seq();
   snd_wl2_ = iss_;
   SetState(TcpState::kSynReceived);
@@ -153,7 +156,7 @@ void Connection::StartFromCookie(const Segment& ack, Listener* listener,
   snd_una_ = iss_ + 1;
   snd_nxt_ = iss_ + 1;
   sendq_.Reset(iss_ + 1);
-  NegotiateFromSyn(syn);
+  NegotiateFromSyn(syn, now);
   // The ACK's window is scaled: it is not a SYN.
   snd_wnd_ = static_cast<uint32_t>(ack.tcp.window) << snd_wscale_;
   max_snd_wnd_ = snd_wnd_;
@@ -246,7 +249,7 @@ std::optional<DropReason> Connection::OnSynSent(Segment& seg, Instant now) {
     return std::nullopt;
   }
   if (!seg.has(flag::kSyn)) return DropReason::kTcpBadFlags;
-  NegotiateFromSyn(seg.tcp);
+  NegotiateFromSyn(seg.tcp, now);
   rcv_adv_ = rcvq_.rcv_nxt() + std::min<uint32_t>(rcv_buf_, 65535);
   last_recv_ = now;
   if (seg.has(flag::kAck)) {
@@ -466,6 +469,8 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
     first_unacked_at_ = snd_una_ == snd_nxt_ ? kNever : now;
     if (rtx_mode_ != RtxMode::kPersist || snd_una_ == snd_nxt_) {
       layer_.timers_.Cancel(rtx_timer_);
+      // RFC 6298 5.3: restart the timer for what is still outstanding.
+      if (snd_una_ != snd_nxt_) ArmRetransmit(now);
     }
     if (writable()) Notify(transport::event::kWritable);
     if (rto_recovery_ && ack >= recovery_point_) rto_recovery_ = false;

@@ -102,7 +102,7 @@ class Connection {
   std::optional<stack::DropReason> OnSynSent(Segment& seg, Instant now);
   std::optional<stack::DropReason> OnSynchronized(Segment& seg, Instant now);
   bool Acceptable(const Segment& seg) const;
-  void NegotiateFromSyn(const wire::TcpRepr& syn);
+  void NegotiateFromSyn(const wire::TcpRepr& syn, Instant now);
   std::optional<stack::DropReason> ProcessAck(Segment& seg, Instant now);
   void ProcessData(Segment& seg, Instant now);
   void ProcessFin(Instant now);
