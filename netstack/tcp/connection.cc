@@ -295,6 +295,21 @@ bool Connection::Acceptable(const Segment& seg) const {
          InRange(seq + (len - 1), rcv_nxt, rcv_nxt + wnd);
 }
 
+void Connection::AckInvalid(const Segment& seg, Instant now) {
+  // An ACK in answer to an unacceptable segment. Two stacks that disagree
+  // about the sequence space (after a forged FIN, say) would otherwise
+  // trade such ACKs forever: like Linux (tcp_oow_rate_limited), answer
+  // data-less segments at most once per 500 ms per connection.
+  if ((seg.payload.size() == 0 || seg.has(flag::kSyn)) &&
+      now - last_invalid_ack_ < absl::Milliseconds(500)) {
+    ++layer_.counters_.invalid_acks_rate_limited;
+    return;
+  }
+  last_invalid_ack_ = now;
+  ack_pending_ = ack_now_ = true;
+  MarkOutput();
+}
+
 std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
                                                      Instant now) {
   const SeqNum rcv_nxt = rcvq_.rcv_nxt();
@@ -303,8 +318,7 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
     const uint32_t tsval = seg.tcp.timestamps->tsval;
     if (static_cast<int32_t>(tsval - ts_recent_) < 0 &&
         now - ts_recent_at_ < absl::Hours(24 * 24)) {
-      ack_pending_ = ack_now_ = true;
-      MarkOutput();
+      AckInvalid(seg, now);
       return DropReason::kTcpPawsRejected;
     }
   }
@@ -321,10 +335,7 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
     return DropReason::kTcpTimeWait;
   }
   if (!Acceptable(seg)) {
-    if (!seg.has(flag::kRst)) {
-      ack_pending_ = ack_now_ = true;
-      MarkOutput();
-    }
+    if (!seg.has(flag::kRst)) AckInvalid(seg, now);
     return DropReason::kTcpOutOfWindow;
   }
   if (seg.has(flag::kRst)) {
@@ -334,8 +345,7 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
       return std::nullopt;
     }
     ++layer_.counters_.challenge_acks;
-    ack_pending_ = ack_now_ = true;
-    MarkOutput();
+    AckInvalid(seg, now);
     return DropReason::kTcpChallengeAck;
   }
   if (seg.has(flag::kSyn)) {
@@ -347,8 +357,7 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
     }
     // RFC 5961 section 4.2: challenge ACK, whatever the sequence number.
     ++layer_.counters_.challenge_acks;
-    ack_pending_ = ack_now_ = true;
-    MarkOutput();
+    AckInvalid(seg, now);
     return DropReason::kTcpChallengeAck;
   }
   if (!seg.has(flag::kAck)) return DropReason::kTcpBadFlags;
@@ -407,13 +416,11 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
   const SeqNum ack = seg.ack();
   if (ack > snd_nxt_) {
     // RFC 9293 / RFC 5961 5.2: ACK of unsent data: ACK and drop.
-    ack_pending_ = ack_now_ = true;
-    MarkOutput();
+    AckInvalid(seg, now);
     return DropReason::kTcpAckUnsent;
   }
   if (ack < snd_una_ - std::max<uint32_t>(max_snd_wnd_, 1)) {
-    ack_pending_ = ack_now_ = true;
-    MarkOutput();
+    AckInvalid(seg, now);
     return DropReason::kTcpOldAck;
   }
   const uint32_t new_wnd = static_cast<uint32_t>(seg.tcp.window)
@@ -584,6 +591,10 @@ void Connection::DetectLoss(const AckResult& res, uint64_t prior_in_flight,
     recovery_point_ = snd_nxt_;
     ++stats_.fast_retransmits;
     cc_->OnCongestionEvent(now, Packets(prior_in_flight));
+    // RFC 5681 3.2 step 4, RFC 6675 5 (4.3): the first lost segment is
+    // retransmitted at once, whatever the pipe and the reduced cwnd.
+    const size_t first = sb_.NextLost();
+    if (first < sb_.size() && Retransmit(first, now)) ArmRetransmit(now);
   }
   if (in_recovery_ && snd_una_ >= recovery_point_) {
     in_recovery_ = false;

@@ -107,6 +107,7 @@ class Connection {
   void ProcessData(Segment& seg, Instant now);
   void ProcessFin(Instant now);
   void OnReset(Instant now);
+  void AckInvalid(const Segment& seg, Instant now);
   void EnterEstablished(Instant now);
   void EnterTimeWait(Instant now);
   void SetState(TcpState s);
@@ -218,6 +219,7 @@ class Connection {
   uint64_t rcv_space_copied_ = 0;
   Instant rcv_space_at_ = absl::InfinitePast();
 
+  Instant last_invalid_ack_ = absl::InfinitePast();
   uint32_t keepalive_sent_ = 0;
   Instant last_recv_ = absl::InfinitePast();
 

@@ -488,11 +488,12 @@ std::string TcpLayer::FormatCounters() const {
   return absl::StrFormat(
       "tcp: segments_in=%u segments_out=%u active_opens=%u "
       "passive_opens=%u established=%u resets_sent=%u resets_received=%u "
-      "challenge_acks=%u syn_cookies_sent=%u syn_cookies_accepted=%u "
+      "challenge_acks=%u invalid_acks_rate_limited=%u syn_cookies_sent=%u syn_cookies_accepted=%u "
       "syn_cookies_rejected=%u accept_overflows=%u time_wait_recycled=%u "
       "timed_out=%u retransmits=%u send_failures=%u connections=%u",
       c.segments_in, c.segments_out, c.active_opens, c.passive_opens,
       c.established, c.resets_sent, c.resets_received, c.challenge_acks,
+      c.invalid_acks_rate_limited,
       c.syn_cookies_sent, c.syn_cookies_accepted, c.syn_cookies_rejected,
       c.accept_queue_overflows, c.time_wait_recycled,
       c.connections_timed_out, c.retransmits, c.send_failures,

@@ -40,6 +40,7 @@ struct TcpCounters {
   uint64_t resets_sent = 0;
   uint64_t resets_received = 0;
   uint64_t challenge_acks = 0;
+  uint64_t invalid_acks_rate_limited = 0;
   uint64_t syn_cookies_sent = 0;
   uint64_t syn_cookies_accepted = 0;
   uint64_t syn_cookies_rejected = 0;

@@ -62,6 +62,7 @@ void Network::Collect(Host& h, bool a_to_b) {
       ++frames_dropped;
       continue;
     }
+
     if (loss > 0 && Uniform(rng_) < loss) {
       ++frames_dropped;
       continue;
@@ -72,6 +73,13 @@ void Network::Collect(Host& h, bool a_to_b) {
         [](Instant t, const WireFrame& w) { return t < w.at; });
     if (dup) pos = in_flight_.insert(pos, f) + 1;
     in_flight_.insert(pos, std::move(f));
+    for (WireFrame& x : extra) {
+      auto at = std::upper_bound(
+          in_flight_.begin(), in_flight_.end(), x.at,
+          [](Instant t, const WireFrame& w) { return t < w.at; });
+      in_flight_.insert(at, std::move(x));
+    }
+    extra.clear();
   }
   h.link->sent.clear();
 }

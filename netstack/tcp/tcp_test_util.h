@@ -58,6 +58,10 @@ class Network {
   Duration jitter = absl::ZeroDuration();
   // Sees every frame leaving a host; return false to drop it. May edit.
   std::function<bool(WireFrame&)> filter;
+  // Extra frames a filter wants on the wire too (forged copies, say);
+  // queued after the frame being filtered (so a forged copy never
+  // overtakes its original).
+  std::vector<WireFrame> extra;
   uint64_t frames_dropped = 0;
 
   // One round: collect sent frames, deliver due ones, poll everything.
