@@ -5,14 +5,23 @@
 //
 //   netstackd --unix /run/vm0.sock --addr 10.0.2.2/24   (QEMU -netdev stream)
 //
+//   netstackd --packet veth1 --netns b --addr 10.9.0.2/24
+//       --http-root /srv/www --http-port 80 --echo-port 7 --discard-port 9
+//
 // The link is opened inside --netns (the daemon itself stays in its own
-// namespace). Counters are printed on SIGUSR1 and at exit; SIGINT and
-// SIGTERM stop it cleanly. Bad input is a clear message and exit status 2
-// (usage) or 1 (a resource could not be set up), with nothing left behind.
+// namespace). The stack has a TCP and a UDP layer; the services
+// (tools/netstackd/services) listen on every address of both families.
+// Counters (stack, TCP, UDP, services, faults) are printed on SIGUSR1 and
+// at exit; SIGINT and SIGTERM stop it cleanly. Bad input is a clear
+// message and exit status 2 (usage) or 1 (a resource could not be set up),
+// with nothing left behind.
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,10 +30,19 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "netstack/tcp/tcp_layer.h"
+#include "netstack/transport/notifier.h"
+#include "netstack/udp/udp_layer.h"
+#include "tools/netstackd/services/discard_service.h"
+#include "tools/netstackd/services/echo_service.h"
+#include "tools/netstackd/services/http_server.h"
+#include "tools/netstackd/services/service.h"
 #include "link/fault_injector.h"
 #include "link/packet_endpoint.h"
 #include "link/sniffer_endpoint.h"
@@ -72,6 +90,16 @@ ABSL_FLAG(absl::Duration, jitter, absl::ZeroDuration(),
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the fault injector's random choices.");
 ABSL_FLAG(bool, fault_ingress, false,
           "Apply the faults to received frames too (default: sent frames only).");
+ABSL_FLAG(std::string, http_root, "",
+          "Serve the files under this directory over HTTP/1.1 (GET and HEAD, "
+          "keep-alive, pipelining; no directory listings: a directory "
+          "serves its index.html).");
+ABSL_FLAG(int, http_port, 0,
+          "TCP port of the HTTP server (with --http-root); 0 = 80.");
+ABSL_FLAG(int, echo_port, 0,
+          "Run echo (RFC 862) on this TCP and UDP port; 0 = off.");
+ABSL_FLAG(int, discard_port, 0,
+          "Run discard (RFC 863) on this TCP and UDP port; 0 = off.");
 
 namespace netstack::tools {
 namespace {
@@ -84,6 +112,10 @@ struct Config {
   std::optional<wire::MacAddress> mac;
   link::FaultProfile faults;
   bool any_fault = false;
+  std::string http_root;
+  uint16_t http_port = 0;  // 0: no HTTP server
+  uint16_t echo_port = 0;
+  uint16_t discard_port = 0;
 };
 
 absl::Status Usage(std::string message) {
@@ -166,7 +198,82 @@ absl::StatusOr<Config> ParseConfig() {
     return Usage("--jitter must not exceed --delay");
   }
   c.any_fault = c.faults.Active();
+
+  // Services. 0 is "off" for echo and discard, "the default" for HTTP.
+  auto port = [&](const char* name, int v, uint16_t* out) -> absl::Status {
+    if (v < 0 || v > 65535) {
+      return Usage(absl::StrCat("--", name, " ", v, " out of range [1, 65535]"));
+    }
+    *out = static_cast<uint16_t>(v);
+    return absl::OkStatus();
+  };
+  c.http_root = absl::GetFlag(FLAGS_http_root);
+  if (auto s = port("http-port", absl::GetFlag(FLAGS_http_port), &c.http_port);
+      !s.ok()) {
+    return s;
+  }
+  if (c.http_root.empty() && c.http_port != 0) {
+    return Usage("--http-port needs --http-root DIR");
+  }
+  if (!c.http_root.empty() && c.http_port == 0) c.http_port = 80;
+  if (auto s = port("echo-port", absl::GetFlag(FLAGS_echo_port), &c.echo_port);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = port("discard-port", absl::GetFlag(FLAGS_discard_port),
+                    &c.discard_port);
+      !s.ok()) {
+    return s;
+  }
   return c;
+}
+
+// Keys for the TCP layer (ISNs, SYN cookies) and the UDP layer (ephemeral
+// ports) must not be guessable: draw them from the kernel.
+absl::StatusOr<uint64_t> RandomSeed() {
+  uint64_t seed = 0;
+  size_t got = 0;
+  while (got < sizeof(seed)) {
+    const ssize_t n = getrandom(reinterpret_cast<char*>(&seed) + got,
+                                sizeof(seed) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat("getrandom: ", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(n);
+  }
+  return seed;
+}
+
+// Runs nothing itself: it keeps the loop awake for the TCP layer's next
+// deadline and, while callbacks are pending, for an immediate turn. The
+// work is done every turn by the turn-end hook (Dispatch, then Poll).
+class TransportPoller : public eventloop::Poller {
+ public:
+  TransportPoller(const tcp::TcpLayer& tcp, const transport::Notifier& notifier)
+      : tcp_(tcp), notifier_(notifier) {}
+  Instant NextDeadline() const override {
+    return notifier_.empty() ? tcp_.NextDeadline() : absl::InfinitePast();
+  }
+  void Poll(Instant) override {}
+
+ private:
+  const tcp::TcpLayer& tcp_;
+  const transport::Notifier& notifier_;
+};
+
+// absl flags are named with underscores; accept the dashed spelling too
+// (--http-root for --http_root). Only flag names change, never values,
+// and nothing after a bare "--".
+void DashesToUnderscores(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* a = argv[i];
+    if (a[0] != '-' || a[1] != '-') continue;
+    if (a[2] == '\0') break;
+    for (char* p = a + 2; *p != '\0' && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
+    }
+  }
 }
 
 // Calls the outermost endpoint when the base link's fd is readable.
@@ -281,6 +388,21 @@ int Run(const Config& c) {
         stack::Ipv6Cidr{wire::Ipv6Address(), 0}, c.gateway6, *nic});
   }
 
+  absl::StatusOr<uint64_t> tcp_seed = RandomSeed();
+  absl::StatusOr<uint64_t> udp_seed = RandomSeed();
+  if (!tcp_seed.ok() || !udp_seed.ok()) {
+    std::fprintf(stderr, "netstackd: %s\n",
+                 std::string((tcp_seed.ok() ? udp_seed.status() : tcp_seed.status())
+                                 .message())
+                     .c_str());
+    return 1;
+  }
+  transport::Notifier notifier;
+  tcp::TcpLayerOptions tcp_options;
+  tcp_options.seed = *tcp_seed;
+  tcp::TcpLayer tcp(st, chunks, packets, notifier, tcp_options);  // registers itself
+  udp::UdpLayer udp(st, chunks, packets, notifier, *udp_seed);
+
   auto loop_or = eventloop::EventLoop::Create();
   if (!loop_or.ok()) {
     std::fprintf(stderr, "netstackd: %s\n", std::string(loop_or.status().message()).c_str());
@@ -295,12 +417,70 @@ int Run(const Config& c) {
   }
   eventloop::PollerRef<stack::Stack> stack_poller(&st);
   eventloop::PollerRef<link::LinkEndpoint> link_poller(link.get());
+  TransportPoller transport_poller(tcp, notifier);
   loop.AddPoller(&stack_poller);
   loop.AddPoller(&link_poller);
-  loop.AddTurnEndHook([&](Instant now) { st.Flush(now); });
+  loop.AddPoller(&transport_poller);
+
+  // The services, after the loop (their timers live on its wheel) and
+  // before nothing that outlives them: they are destroyed first.
+  ServiceContext ctx;
+  ctx.tcp = &tcp;
+  ctx.udp = &udp;
+  ctx.timers = &loop.timers();
+  ctx.now = loop.Now();
+  std::vector<std::unique_ptr<Service>> services;
+  auto service_failed = [](const char* flag, const absl::Status& s) {
+    std::fprintf(stderr, "netstackd: %s: %s\n", flag,
+                 std::string(s.message()).c_str());
+    return 1;
+  };
+  if (!c.http_root.empty()) {
+    HttpServerOptions o;
+    o.root = c.http_root;
+    o.port = c.http_port;
+    auto http = HttpServer::Start(ctx, o);
+    if (!http.ok()) {
+      return service_failed(absl::IsNotFound(http.status()) ||
+                                    absl::IsPermissionDenied(http.status()) ||
+                                    absl::IsFailedPrecondition(http.status())
+                                ? "--http-root"
+                                : "--http-port",
+                            http.status());
+    }
+    services.push_back(std::move(*http));
+  }
+  if (c.echo_port != 0) {
+    auto echo = EchoService::Start(ctx, c.echo_port);
+    if (!echo.ok()) return service_failed("--echo-port", echo.status());
+    services.push_back(std::move(*echo));
+  }
+  if (c.discard_port != 0) {
+    auto discard = DiscardService::Start(ctx, c.discard_port);
+    if (!discard.ok()) return service_failed("--discard-port", discard.status());
+    services.push_back(std::move(*discard));
+  }
+
+  // One turn's transport work, after the link's batch and the timers:
+  // run the readiness callbacks (the services), free what they finished,
+  // then let TCP send what they and the batch made pending (its Poll ends
+  // with Stack::Flush; the second Flush covers UDP when TCP had nothing).
+  loop.AddTurnEndHook([&](Instant now) {
+    ctx.now = now;
+    notifier.Dispatch();
+    for (auto& s : services) s->Sweep();
+    tcp.Poll(now);
+    st.Flush(now);
+  });
 
   auto print_counters = [&](const char* why) {
     std::string text = st.FormatCounters();
+    absl::StrAppend(&text, tcp.FormatCounters());
+    if (!text.empty() && text.back() != '\n') text.push_back('\n');
+    absl::StrAppend(&text, udp.counters().Format());
+    for (const auto& s : services) {
+      absl::StrAppend(&text, s->FormatCounters(), s->FormatConnections());
+    }
     if (faults != nullptr) {
       for (auto [dir, f] : {std::pair{"egress", &faults->egress_stats()},
                             std::pair{"ingress", &faults->ingress_stats()}}) {
@@ -351,11 +531,25 @@ int main(int argc, char** argv) {
       "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH) [--netns NS] "
       "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
       "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
-      "--seed N]\n"
+      "--seed N] [--http-root DIR [--http-port N]] [--echo-port N] "
+      "[--discard-port N]\n"
       "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
-      "reassembly). Counters go to stderr on SIGUSR1 and at exit; SIGINT or "
+      "reassembly) and runs TCP and UDP; the services (HTTP static files, "
+      "echo, discard) listen on every address of both families. Flag names "
+      "take '-' or '_' (--http-root or --http_root). Counters (stack, TCP, "
+      "UDP, services, faults) go to stderr on SIGUSR1 and at exit; SIGINT or "
       "SIGTERM stop it. Exit status: 0 after a clean stop, 1 if the link or "
-      "a resource could not be set up, 2 for bad flags.");
+      "a resource (the HTTP root, a port already in use) could not be set "
+      "up, 2 for bad flags.");
+  // --help lists the flags defined under tools/netstackd/ (absl's default
+  // looks for a file named after the binary, and main.cc is not).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "tools/netstackd/");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  netstack::tools::DashesToUnderscores(argc, argv);
   absl::ParseCommandLine(argc, argv);
   auto config = netstack::tools::ParseConfig();
   if (!config.ok()) {
