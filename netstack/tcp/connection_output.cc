@@ -41,7 +41,11 @@ bool Connection::WindowUpdateDue() const {
   // Receiver SWS avoidance (RFC 9293 3.8.6.2.2): move the right edge only
   // by at least min(buffer / 2, MSS); announce it at once when that much
   // opened up (at least two MSS, as Linux does, to avoid tiny updates).
-  const SeqNum edge = rcvq_.rcv_nxt() + ReceiveWindow();
+  // Only what the 16-bit field can say counts: without window scaling a
+  // buffer above 64 KiB would otherwise make every Output an "update".
+  const uint32_t max_field = 65535u << rcv_wscale_;
+  const SeqNum edge =
+      rcvq_.rcv_nxt() + std::min(ReceiveWindow(), max_field);
   if (edge <= rcv_adv_) return false;
   const uint32_t grow = Span(rcv_adv_, edge);
   const uint32_t open = Span(rcvq_.rcv_nxt(), rcv_adv_);
@@ -414,6 +418,9 @@ void Connection::OnRackTimer(Instant now) {
       recovery_point_ = snd_nxt_;
       ++stats_.fast_retransmits;
       cc_->OnCongestionEvent(now, Packets(sb_.InFlight(snd_una_, snd_nxt_)));
+      // As in DetectLoss: the first lost segment goes out at once.
+      const size_t first = sb_.NextLost();
+      if (first < sb_.size() && Retransmit(first, now)) ArmRetransmit(now);
     }
     SendData(now);
     }

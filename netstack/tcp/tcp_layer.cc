@@ -93,6 +93,17 @@ TcpLayer::~TcpLayer() {
   stack_.SetTransport(kTcp, nullptr);
   for (auto& [addr, l] : listeners_) delete l;
   listeners_.clear();
+  // Closed connections already unregistered (a recycled TIME_WAIT, or
+  // one whose socket let go since the last Poll) are only in closed_.
+  std::sort(closed_.begin(), closed_.end());
+  closed_.erase(std::unique(closed_.begin(), closed_.end()), closed_.end());
+  for (Connection* c : closed_) {
+    auto it = connections_.find(c->tuple());
+    if ((it == connections_.end() || it->second != c) && !c->attached()) {
+      delete c;
+    }
+  }
+  closed_.clear();
   for (auto& [t, c] : connections_) {
     c->attached_ = false;
     delete c;

@@ -1,0 +1,168 @@
+// Segment-level sender tests: Nagle (RFC 896 / RFC 9293 3.7.4),
+// TCP_NODELAY, TCP_CORK, zero-window probing (RFC 9293 3.8.6.1) and
+// filling a 16 MiB scaled peer window.
+#include <memory>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "netstack/tcp/tcp_segment_harness.h"
+
+namespace netstack::tcp {
+namespace {
+
+using ::testing::Each;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using namespace testing;  // NOLINT: the harness and its matchers
+
+class SendTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void Open(const ConnectionOptions& co = {}) {
+    HarnessOptions o;
+    o.v6 = GetParam();
+    o.tcp.connection = co;
+    h_ = std::make_unique<SegmentHarness>(o);
+    sock_ = h_->OpenActive();
+    mss_ = sock_->Info().mss;
+    una_ = h_->iss() + 1;
+  }
+  std::vector<OutSegment> Write(size_t n) {
+    auto w = sock_->Write(Bytes(n));
+    EXPECT_TRUE(w.ok() && *w == n);
+    h_->Poll();
+    return h_->Take();
+  }
+  SegmentHarness& h() { return *h_; }
+  std::unique_ptr<SegmentHarness> h_;
+  std::unique_ptr<TcpSocket> sock_;
+  uint32_t mss_ = 0;
+  uint32_t una_ = 0;
+};
+
+INSTANTIATE_TEST_SUITE_P(V4V6, SendTest, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "v6" : "v4"; });
+
+TEST_P(SendTest, NagleHoldsSmallWritesWhileDataIsUnacked) {
+  Open();
+  EXPECT_THAT(Write(100), ElementsAre(Tcp(Seq(una_), PayloadLen(100))));
+  // Unacked data: small writes wait (RFC 9293 3.7.4).
+  EXPECT_THAT(Write(100), IsEmpty());
+  EXPECT_THAT(Write(100), IsEmpty());
+  h().Advance(absl::Milliseconds(10));
+  // The ACK releases them as one segment.
+  h().SendAck(una_ + 100);
+  EXPECT_THAT(h().Take(),
+              ElementsAre(Tcp(Seq(una_ + 100), PayloadLen(200))));
+  // A full segment is never held.
+  EXPECT_THAT(Write(mss_), ElementsAre(Tcp(Seq(una_ + 300),
+                                           PayloadLen(mss_))));
+}
+
+TEST_P(SendTest, NoDelaySendsSmallWritesAtOnce) {
+  ConnectionOptions co;
+  co.nodelay = true;
+  Open(co);
+  EXPECT_THAT(Write(100), ElementsAre(Tcp(Seq(una_), PayloadLen(100))));
+  EXPECT_THAT(Write(100), ElementsAre(Tcp(Seq(una_ + 100), PayloadLen(100))));
+  EXPECT_THAT(Write(1), ElementsAre(Tcp(Seq(una_ + 200), PayloadLen(1))));
+}
+
+TEST_P(SendTest, SetNoDelayReleasesHeldData) {
+  Open();
+  ASSERT_THAT(Write(100), SizeIs(1));
+  ASSERT_THAT(Write(100), IsEmpty());
+  sock_->SetNoDelay(true);
+  h().Poll();
+  EXPECT_THAT(h().Take(), ElementsAre(Tcp(Seq(una_ + 100), PayloadLen(100))));
+}
+
+TEST_P(SendTest, CorkHoldsUntilFullSegment) {
+  Open();
+  sock_->SetCork(true);
+  EXPECT_THAT(Write(100), IsEmpty()) << "corked, nothing in flight";
+  EXPECT_THAT(Write(mss_ - 200), IsEmpty());
+  // A full segment's worth is there: it goes; the 200-byte rest waits,
+  // even once everything sent is acked.
+  EXPECT_THAT(Write(300), ElementsAre(Tcp(Seq(una_), PayloadLen(mss_))));
+  h().SendAck(una_ + mss_);
+  EXPECT_THAT(h().Take(), IsEmpty());
+  // Uncorking pushes it.
+  sock_->SetCork(false);
+  h().Poll();
+  EXPECT_THAT(h().Take(), ElementsAre(Tcp(Seq(una_ + mss_), PayloadLen(200))));
+}
+
+TEST_P(SendTest, ZeroWindowProbesBackOffAndWindowOpeningResumes) {
+  Open();
+  // An RTT sample of 10 ms: RTO = 200 ms (the minimum).
+  EXPECT_THAT(Write(1000), SizeIs(1));
+  h().Advance(absl::Milliseconds(10));
+  // The peer acks and closes its window.
+  h().peer.window = 0;
+  h().SendAck(una_ + 1000);
+  ASSERT_THAT(h().Take(), IsEmpty());
+  EXPECT_THAT(Write(3000), IsEmpty()) << "sent into a zero window";
+  const Instant t0 = h().now();
+  // Probes: SEG.SEQ = SND.UNA - 1, no data; exponential backoff.
+  h().AdvanceTo(t0 + absl::Milliseconds(1400));
+  EXPECT_THAT(h().Take(),
+              ElementsAre(Tcp(Flags(kAck), Seq(una_ + 999), PayloadLen(0),
+                              SentAt(t0 + absl::Milliseconds(200))),
+                          Tcp(Seq(una_ + 999), PayloadLen(0),
+                              SentAt(t0 + absl::Milliseconds(600))),
+                          Tcp(Seq(una_ + 999), PayloadLen(0),
+                              SentAt(t0 + absl::Milliseconds(1400)))));
+  // The peer answers the probe, still zero: the connection stays up.
+  h().Send(h().Segment());
+  EXPECT_THAT(h().Take(), IsEmpty());
+  EXPECT_EQ(sock_->state(), TcpState::kEstablished);
+  EXPECT_GE(sock_->Info().zero_window_probes, 3u);
+  // The window opens (100 << 7 = 12800 bytes): the data goes at once
+  // (the small tail after two full segments waits for an ACK: Nagle).
+  h().peer.window = 100;
+  h().Send(h().Segment());
+  EXPECT_THAT(h().Take(),
+              ElementsAre(Tcp(Seq(una_ + 1000), PayloadLen(mss_)),
+                          Tcp(Seq(una_ + 1000 + mss_), PayloadLen(mss_))));
+  h().SendAck(una_ + 1000 + 2 * mss_);
+  EXPECT_THAT(h().Take(), ElementsAre(Tcp(Seq(una_ + 1000 + 2 * mss_),
+                                          PayloadLen(3000 - 2 * mss_))));
+}
+
+// As a sender: a peer's 16 MiB window (shift 9, field 32768) is filled
+// when cwnd allows.
+TEST(SendWindowTest, FillsSixteenMebibytePeerWindow) {
+  HarnessOptions o;
+  o.mtu = 32820;  // 32768 bytes of payload per packet with timestamps
+  o.tcp.connection.initial_cwnd = 1024;
+  o.tcp.connection.send_buffer = 32u << 20;
+  SegmentHarness h(o);
+  PeerSynOptions p;
+  p.mss = 32780;
+  p.window_scale = 9;
+  auto s = h.OpenActive(p);
+  ASSERT_EQ(s->Info().snd_wscale, 9);
+  ASSERT_EQ(s->Info().mss, 32768u);
+  h.peer.window = 32768;
+  h.Send(h.Segment());  // the window, now scaled: 16 MiB
+  ASSERT_EQ(s->Info().snd_wnd, 16u << 20);
+  const std::vector<uint8_t> data = Bytes(20u << 20);
+  auto w = s->Write(data);
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(*w, 20u << 20);
+  h.Poll();
+  const auto out = h.Take();
+  ASSERT_EQ(out.size(), 512u);
+  EXPECT_THAT(out, Each(Tcp(PayloadLen(32768), FlagsSet(kAck))));
+  EXPECT_EQ(h.snd_max() - (h.iss() + 1), 16u << 20);
+  EXPECT_EQ(s->Info().bytes_in_flight, 16u << 20);
+  // Acking half of it lets the remaining 4 MiB out.
+  h.SendAck(h.iss() + 1 + (8u << 20));
+  const auto more = h.Take();
+  EXPECT_EQ(more.size(), 128u);
+  EXPECT_EQ(h.snd_max() - (h.iss() + 1), 20u << 20);
+}
+
+}  // namespace
+}  // namespace netstack::tcp
