@@ -270,6 +270,12 @@ def _supervise(p, r, threads, timeout, on_stall, stall_after):
     r.seconds = time.time() - start
     r.returncode = p.returncode
     r.stderr = p.stderr.read().decode(errors="replace")
+    for f in (p.stdin, p.stdout, p.stderr):
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
 
 
 def socat_stream(prefix, target, nbytes, timeout, echo, seed=1,

@@ -61,6 +61,49 @@ class NetstackdCli(unittest.TestCase):
                              "--addr", "10.0.0.2/24"], 2,
                             "--unix_connect needs --unix")
 
+    def test_bad_service_flags(self):
+        base = ["--tap", "t0", "--addr", "10.0.0.2/24"]
+        self.expect_failure(base + ["--echo-port", "70000"], 2,
+                            "--echo-port 70000 out of range [1, 65535]")
+        self.expect_failure(base + ["--discard-port=-1"], 2,
+                            "--discard-port -1 out of range")
+        self.expect_failure(base + ["--http_port", "65536", "--http-root",
+                                    "/"], 2, "--http-port 65536 out of range")
+        self.expect_failure(base + ["--http-port", "8080"], 2,
+                            "--http-port needs --http-root DIR")
+        self.expect_failure(base + ["--loss", "0.1", "--fault_queue_limit",
+                                    "0"], 2, "--fault_queue_limit 0 out of range")
+
+    def test_help_lists_the_flags(self):
+        p = run(NETSTACKD, "--help", check=False)
+        out = p.stdout + p.stderr
+        for flag in ("--http_root", "--http_port", "--echo_port",
+                     "--discard_port", "--fault_queue_limit", "--packet",
+                     "--loss"):
+            self.assertIn(flag, out)
+        self.assertIn("Flag names take '-' or '_'", out)
+
+    def test_service_resources(self):
+        www = tempfile.mkdtemp(prefix="nst-cli-www-")
+        self.addCleanup(lambda: os.rmdir(www))
+        base = ["--tap", "nstcli2", "--netns", self.ns, "--addr", "10.0.0.2/24"]
+        self.expect_failure(base + ["--http-root", "/nonexistent-nst-www"], 1,
+                            "--http-root: '/nonexistent-nst-www': No such file")
+        # The underscore spelling is the same flag.
+        self.expect_failure(base + ["--http_root", "/nonexistent-nst-www"], 1,
+                            "--http-root: '/nonexistent-nst-www'")
+        self.expect_failure(base + ["--http-root", "/etc/hostname"], 1,
+                            "Not a directory")
+        # Two services on one port: the second cannot bind it.
+        self.expect_failure(base + ["--echo-port", "7", "--discard-port", "7"],
+                            1, "--discard-port: TCP 0.0.0.0:7: address already in use")
+        self.expect_failure(base + ["--http-root", www, "--http-port", "9",
+                                    "--discard-port", "9"], 1,
+                            "--discard-port: TCP 0.0.0.0:9: address already in use")
+        # Nothing is left behind: the TAP went away with the process.
+        links = run("ip", "-n", self.ns, "link", "show").stdout
+        self.assertNotIn("nstcli2", links)
+
     def test_missing_resources(self):
         self.expect_failure(["--packet", "nst-nothere", "--netns", self.ns,
                              "--addr", "10.0.0.2/24"], 1, "does not exist")

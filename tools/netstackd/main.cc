@@ -88,6 +88,10 @@ ABSL_FLAG(absl::Duration, delay, absl::ZeroDuration(),
 ABSL_FLAG(absl::Duration, jitter, absl::ZeroDuration(),
           "Vary the delay uniformly by up to this much, e.g. 2ms.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the fault injector's random choices.");
+ABSL_FLAG(int, fault_queue_limit, 1000,
+          "Frames the fault injector may hold (delayed or reordered) per "
+          "direction; more are dropped and counted as overflow, like "
+          "netem's limit. Raise it for --delay at high rates.");
 ABSL_FLAG(bool, fault_ingress, false,
           "Apply the faults to received frames too (default: sent frames only).");
 ABSL_FLAG(std::string, http_root, "",
@@ -198,6 +202,11 @@ absl::StatusOr<Config> ParseConfig() {
     return Usage("--jitter must not exceed --delay");
   }
   c.any_fault = c.faults.Active();
+  const int queue_limit = absl::GetFlag(FLAGS_fault_queue_limit);
+  if (queue_limit < 1 || queue_limit > 1000000) {
+    return Usage(absl::StrCat("--fault_queue_limit ", queue_limit,
+                              " out of range [1, 1000000]"));
+  }
 
   // Services. 0 is "off" for echo and discard, "the default" for HTTP.
   auto port = [&](const char* name, int v, uint16_t* out) -> absl::Status {
@@ -345,6 +354,7 @@ int Run(const Config& c) {
     link::FaultInjectorOptions fo;
     fo.egress = c.faults;
     fo.seed = absl::GetFlag(FLAGS_seed);
+    fo.queue_limit = static_cast<size_t>(absl::GetFlag(FLAGS_fault_queue_limit));
     if (absl::GetFlag(FLAGS_fault_ingress)) fo.ingress = c.faults;
     auto fi = link::FaultInjector::Create(std::move(link), packets, chunks, fo);
     if (!fi.ok()) {
@@ -531,7 +541,7 @@ int main(int argc, char** argv) {
       "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH) [--netns NS] "
       "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
       "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
-      "--seed N] [--http-root DIR [--http-port N]] [--echo-port N] "
+      "--seed N --fault_queue_limit N --fault_ingress] [--http-root DIR [--http-port N]] [--echo-port N] "
       "[--discard-port N]\n"
       "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
       "reassembly) and runs TCP and UDP; the services (HTTP static files, "
