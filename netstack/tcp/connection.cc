@@ -259,7 +259,7 @@ std::optional<DropReason> Connection::OnSynSent(Segment& seg, Instant now) {
     (void)res;
     if (syn_retries_ == 0) rtt_.Sample(now - first_unacked_at_, now);
     first_unacked_at_ = kNever;
-    layer_.timers_.Cancel(rtx_timer_);
+    CancelRetransmit();
     rtt_.ResetBackoff();
     snd_wnd_ = static_cast<uint32_t>(seg.tcp.window) << snd_wscale_;
     max_snd_wnd_ = snd_wnd_;
@@ -433,7 +433,7 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
     snd_wl1_ = seg.seq();
     snd_wl2_ = ack;
     if (was_zero && snd_wnd_ > 0 && rtx_mode_ == RtxMode::kPersist) {
-      layer_.timers_.Cancel(rtx_timer_);
+      CancelRetransmit();
       persist_backoff_ = 0;
     }
   }
@@ -475,7 +475,7 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
     rtt_.ResetBackoff();
     first_unacked_at_ = snd_una_ == snd_nxt_ ? kNever : now;
     if (rtx_mode_ != RtxMode::kPersist || snd_una_ == snd_nxt_) {
-      layer_.timers_.Cancel(rtx_timer_);
+      CancelRetransmit();
       // RFC 6298 5.3: restart the timer for what is still outstanding.
       if (snd_una_ != snd_nxt_) ArmRetransmit(now);
     }
@@ -662,7 +662,7 @@ void Connection::ProcessFin(Instant now) {
 
 void Connection::EnterTimeWait(Instant now) {
   SetState(TcpState::kTimeWait);
-  layer_.timers_.Cancel(rtx_timer_);
+  CancelRetransmit();
   layer_.timers_.Cancel(rack_timer_);
   layer_.timers_.Schedule(keepalive_timer_, now + 2 * options_.msl);
   sendq_.Reset(snd_nxt_);

@@ -138,6 +138,9 @@ class Connection {
     return static_cast<uint32_t>((bytes + mss_ - 1) / mss_);
   }
   void ArmRetransmit(Instant now);
+  // The RTO at `deadline`, clamped to the user timeout (RFC 5482).
+  void ScheduleRto(Instant deadline);
+  void CancelRetransmit();
   void ArmTlp(Instant now);
   void ArmKeepalive(Instant now);
   void OnRetransmitTimer(Instant now);
@@ -214,6 +217,10 @@ class Connection {
   uint32_t unacked_bytes_ = 0;  // received since our last ACK
   uint32_t quick_acks_ = 0;
   bool output_marked_ = false;
+  // The application read since our last ACK: only then can a window
+  // update be due (Linux's __tcp_cleanup_rbuf rule; a passive open's
+  // first ACK does not draw a pure window update).
+  bool app_read_ = false;
 
   // Receive-buffer auto-tuning (bytes read per RTT, like Linux DRS).
   uint64_t rcv_space_copied_ = 0;
@@ -224,6 +231,7 @@ class Connection {
   Instant last_recv_ = absl::InfinitePast();
 
   eventloop::Timer rtx_timer_;    // RTO; also persist and TLP (mode_)
+  Instant rto_deadline_ = kNever;  // the RTO's, even while a TLP is armed
   enum class RtxMode : uint8_t { kRto, kPersist, kTlp } rtx_mode_ =
       RtxMode::kRto;
   uint32_t persist_backoff_ = 0;

@@ -15,6 +15,7 @@ size_t Connection::Read(std::span<uint8_t> out, bool* eof) {
   const size_t n = rcvq_.Read(out);
   *eof = n == 0 && fin_received_ && rcvq_.ready_bytes() == 0;
   if (n > 0) {
+    app_read_ = true;
     AutotuneReceive(n, layer_.now_);
     if (WindowUpdateDue()) MarkOutput();
   }
@@ -26,6 +27,7 @@ size_t Connection::ReadViews(std::span<buffer::PayloadView> out,
   const size_t n = rcvq_.ReadViews(out, max_bytes, views);
   *eof = n == 0 && fin_received_ && rcvq_.ready_bytes() == 0;
   if (n > 0) {
+    app_read_ = true;
     AutotuneReceive(n, layer_.now_);
     if (WindowUpdateDue()) MarkOutput();
   }
@@ -56,6 +58,7 @@ bool Connection::WriteView(buffer::PayloadView view) {
 void Connection::ShutdownRead() {
   read_shutdown_ = true;
   rcvq_.DiscardReady();
+  app_read_ = true;
   if (WindowUpdateDue()) MarkOutput();
 }
 

@@ -88,6 +88,7 @@ void Connection::FillCommon(wire::TcpRepr& r, Instant now) {
   last_ack_sent_ = rcvq_.rcv_nxt();
   ack_pending_ = false;
   ack_now_ = false;
+  app_read_ = false;
   unacked_bytes_ = 0;
   if (quick_acks_ > 0) --quick_acks_;
   layer_.timers_.Cancel(delack_timer_);
@@ -179,6 +180,7 @@ bool Connection::SendNewData(Instant now) {
   if (avail > 0 && len == 0) {
     if (usable == 0 && snd_una_ == snd_nxt_ && !rtx_timer_.scheduled()) {
       // Zero window and nothing in flight: probe (RFC 9293 3.8.6.1).
+      rto_deadline_ = kNever;
       rtx_mode_ = RtxMode::kPersist;
       layer_.timers_.Schedule(rtx_timer_, now + rtt_.Rto());
     }
@@ -207,8 +209,10 @@ bool Connection::SendNewData(Instant now) {
   if (first_unacked_at_ == kNever) first_unacked_at_ = now;
   snd_nxt_ += len + (fin ? 1 : 0);
   if (fin) fin_sent_ = true;
-  if (!rtx_timer_.scheduled() || rtx_mode_ == RtxMode::kPersist) {
+  if (rto_deadline_ == kNever || rtx_mode_ == RtxMode::kPersist) {
     ArmRetransmit(now);
+  } else {
+    ArmTlp(now);  // RFC 8985 7.2: re-arm the PTO on each transmission
   }
   return true;
 }
@@ -223,7 +227,7 @@ void Connection::SendData(Instant now) {
       const uint64_t cwnd = uint64_t{cc_->cwnd()} * mss_;
       if (pipe < cwnd) {
         if (!Retransmit(lost, now)) return;
-        ArmRetransmit(now);
+        if (rto_deadline_ == kNever) ArmRetransmit(now);
         continue;
       }
       return;
@@ -277,7 +281,7 @@ void Connection::Output(Instant now) {
       break;
   }
   SendData(now);
-  if (WindowUpdateDue()) ack_now_ = ack_pending_ = true;
+  if (app_read_ && WindowUpdateDue()) ack_now_ = ack_pending_ = true;
   if (!ack_pending_) return;
   // One ACK per batch at most; immediately when RFC 5681/9293 say so
   // (every second full-sized segment, out-of-order data, FIN, a window
@@ -292,30 +296,47 @@ void Connection::Output(Instant now) {
 // --- timers ---
 
 void Connection::ArmRetransmit(Instant now) {
-  rtx_mode_ = RtxMode::kRto;
   if (snd_una_ == snd_nxt_ && state_ != TcpState::kSynSent &&
       state_ != TcpState::kSynReceived) {
-    layer_.timers_.Cancel(rtx_timer_);
+    CancelRetransmit();
     return;
   }
-  layer_.timers_.Schedule(rtx_timer_, now + rtt_.Rto());
+  ScheduleRto(now + rtt_.Rto());
   ArmTlp(now);
+}
+
+void Connection::ScheduleRto(Instant deadline) {
+  if (options_.user_timeout > absl::ZeroDuration() &&
+      first_unacked_at_ != kNever) {
+    // Fire no later than the user timeout (Linux
+    // tcp_clamp_rto_to_user_timeout), so the abort is on time.
+    deadline = std::min(deadline, first_unacked_at_ + options_.user_timeout);
+  }
+  rto_deadline_ = deadline;
+  rtx_mode_ = RtxMode::kRto;
+  layer_.timers_.Schedule(rtx_timer_, deadline);
+}
+
+void Connection::CancelRetransmit() {
+  rto_deadline_ = kNever;
+  layer_.timers_.Cancel(rtx_timer_);
 }
 
 void Connection::ArmTlp(Instant now) {
   // RFC 8985 7.2: a probe timeout shorter than the RTO, when not in
   // recovery and not already probing.
   if (!options_.rack || !sack_ok_ || in_recovery_ || rto_recovery_ ||
-      tlp_outstanding_ || !rtt_.has_sample() ||
+      tlp_outstanding_ || !rtt_.has_sample() || rto_deadline_ == kNever ||
       state_ == TcpState::kSynSent || state_ == TcpState::kSynReceived) {
     return;
   }
   Duration pto = 2 * rtt_.srtt();
   if (sb_.InFlight(snd_una_, snd_nxt_) <= mss_) pto += kMaxAckDelay;
   pto = std::max(pto, absl::Milliseconds(10));
-  if (now + pto >= rtx_timer_.deadline()) return;
+  // A PTO past the RTO probes at the RTO's time instead (RFC 8985 7.2).
+  const Instant at = std::min(now + pto, rto_deadline_);
   rtx_mode_ = RtxMode::kTlp;
-  layer_.timers_.Schedule(rtx_timer_, now + pto);
+  layer_.timers_.Schedule(rtx_timer_, at);
 }
 
 void Connection::OnTlpTimer(Instant now) {
@@ -326,8 +347,7 @@ void Connection::OnTlpTimer(Instant now) {
   if (!sent_new && !sb_.empty()) {
     (void)Retransmit(sb_.size() - 1, now);
   }
-  rtx_mode_ = RtxMode::kRto;
-  layer_.timers_.Schedule(rtx_timer_, now + rtt_.Rto());
+  ScheduleRto(now + rtt_.Rto());
 }
 
 void Connection::OnRetransmitTimer(Instant now) {
@@ -369,8 +389,7 @@ void Connection::OnRetransmitTimer(Instant now) {
   // Retransmit the first lost segment regardless of cwnd.
   const size_t i = sb_.NextLost();
   if (i < sb_.size()) (void)Retransmit(i, now);
-  rtx_mode_ = RtxMode::kRto;
-  layer_.timers_.Schedule(rtx_timer_, now + rtt_.Rto());
+  ScheduleRto(now + rtt_.Rto());
 }
 
 void Connection::OnPersistTimer(Instant now) {
@@ -393,6 +412,7 @@ void Connection::OnPersistTimer(Instant now) {
     next *= 2;
   }
   next = std::min(next, kMaxPersist);
+  rto_deadline_ = kNever;
   rtx_mode_ = RtxMode::kPersist;
   layer_.timers_.Schedule(rtx_timer_, now + next);
 }

@@ -66,11 +66,12 @@ void Scoreboard::SetLost(TxRecord& r) {
 }
 
 void Scoreboard::Deliver(const TxRecord& r, Instant now, Duration min_rtt,
-                         AckResult& res) {
+                         bool prior_set, SeqNum prior_fack, AckResult& res) {
   if (!fack_set_ || r.end > fack_) {
     fack_ = r.end;
     fack_set_ = true;
-  } else if (!r.retransmitted) {
+  }
+  if (prior_set && r.end <= prior_fack && !r.retransmitted) {
     // An original transmission delivered below data already delivered:
     // the network reordered (RFC 8985 6.2 step 3).
     reordering_seen_ = true;
@@ -91,6 +92,8 @@ AckResult Scoreboard::OnAck(SeqNum ack,
                             std::span<const wire::TcpSackBlock> sacks,
                             Instant now, Duration min_rtt) {
   AckResult res;
+  const bool prior_set = fack_set_;
+  const SeqNum prior_fack = fack_;
   // SACK blocks first, so a record both SACKed and acked counts once.
   for (const wire::TcpSackBlock& b : sacks) {
     const SeqNum left(b.left);
@@ -114,7 +117,7 @@ AckResult Scoreboard::OnAck(SeqNum ack,
       }
       res.newly_sacked += rec.len();
       res.delivered += rec.len();
-      Deliver(rec, now, min_rtt, res);
+      Deliver(rec, now, min_rtt, prior_set, prior_fack, res);
     }
   }
   while (!recs_.empty() && recs_.front().start < ack) {
@@ -145,7 +148,7 @@ AckResult Scoreboard::OnAck(SeqNum ack,
         lost_ -= rec.len();
         if (rec.lost_retransmitted) lost_retx_ -= rec.len();
       }
-      Deliver(rec, now, min_rtt, res);
+      Deliver(rec, now, min_rtt, prior_set, prior_fack, res);
     }
     recs_.pop_front();
   }

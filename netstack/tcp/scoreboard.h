@@ -102,8 +102,11 @@ class Scoreboard {
   void Split(size_t i, SeqNum at);
   // Index of the record containing seq (records are contiguous).
   size_t Find(SeqNum seq) const;
+  // `prior_fack`: the highest sequence delivered before this ACK; only a
+  // record below it reveals reordering (a single ACK reports its blocks
+  // newest first, so comparing within one ACK would see false reordering).
   void Deliver(const TxRecord& r, Instant now, Duration min_rtt,
-               AckResult& res);
+               bool prior_set, SeqNum prior_fack, AckResult& res);
   void SetLost(TxRecord& r);
 
   Ring<TxRecord> recs_;

@@ -96,7 +96,9 @@ TEST_P(LossTest, RtoFollowsMeasuredRttAndAckRestartsTimer) {
   // newest segment and arrives before the RTO from the ACK.
   EXPECT_THAT(out.front(), Tcp(FlagsSet(kAck)));
   EXPECT_LE(out.front().at, t1 + absl::Milliseconds(200));
-  EXPECT_GT(out.front().at, t0 + absl::Milliseconds(100));
+  // The PTO armed with the burst (2 * SRTT = 100 ms) may fire exactly at
+  // the ACK's arrival time.
+  EXPECT_GE(out.front().at, t0 + absl::Milliseconds(100));
 }
 
 TEST_P(LossTest, TimerRestartedAfterPartialAckWithoutSack) {
