@@ -211,7 +211,8 @@ absl::StatusOr<Config> ParseConfig() {
   // Services. 0 is "off" for echo and discard, "the default" for HTTP.
   auto port = [&](const char* name, int v, uint16_t* out) -> absl::Status {
     if (v < 0 || v > 65535) {
-      return Usage(absl::StrCat("--", name, " ", v, " out of range [1, 65535]"));
+      return Usage(
+          absl::StrCat("--", name, " ", v, " out of range [1, 65535]"));
     }
     *out = static_cast<uint16_t>(v);
     return absl::OkStatus();
@@ -247,7 +248,8 @@ absl::StatusOr<uint64_t> RandomSeed() {
                                 sizeof(seed) - got, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("getrandom: ", std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("getrandom: ", std::strerror(errno)));
     }
     got += static_cast<size_t>(n);
   }
@@ -354,7 +356,8 @@ int Run(const Config& c) {
     link::FaultInjectorOptions fo;
     fo.egress = c.faults;
     fo.seed = absl::GetFlag(FLAGS_seed);
-    fo.queue_limit = static_cast<size_t>(absl::GetFlag(FLAGS_fault_queue_limit));
+    fo.queue_limit =
+        static_cast<size_t>(absl::GetFlag(FLAGS_fault_queue_limit));
     if (absl::GetFlag(FLAGS_fault_ingress)) fo.ingress = c.faults;
     auto fi = link::FaultInjector::Create(std::move(link), packets, chunks, fo);
     if (!fi.ok()) {
@@ -401,16 +404,16 @@ int Run(const Config& c) {
   absl::StatusOr<uint64_t> tcp_seed = RandomSeed();
   absl::StatusOr<uint64_t> udp_seed = RandomSeed();
   if (!tcp_seed.ok() || !udp_seed.ok()) {
-    std::fprintf(stderr, "netstackd: %s\n",
-                 std::string((tcp_seed.ok() ? udp_seed.status() : tcp_seed.status())
-                                 .message())
-                     .c_str());
+    const absl::Status& bad =
+        tcp_seed.ok() ? udp_seed.status() : tcp_seed.status();
+    std::fprintf(stderr, "netstackd: %s\n", std::string(bad.message()).c_str());
     return 1;
   }
   transport::Notifier notifier;
   tcp::TcpLayerOptions tcp_options;
   tcp_options.seed = *tcp_seed;
-  tcp::TcpLayer tcp(st, chunks, packets, notifier, tcp_options);  // registers itself
+  // Both layers register themselves with the stack.
+  tcp::TcpLayer tcp(st, chunks, packets, notifier, tcp_options);
   udp::UdpLayer udp(st, chunks, packets, notifier, *udp_seed);
 
   auto loop_or = eventloop::EventLoop::Create();
@@ -432,8 +435,9 @@ int Run(const Config& c) {
   loop.AddPoller(&link_poller);
   loop.AddPoller(&transport_poller);
 
-  // The services, after the loop (their timers live on its wheel) and
-  // before nothing that outlives them: they are destroyed first.
+  // The services come after the layers and the loop, so they are
+  // destroyed first: their sockets belong to the layers and their timers
+  // to the loop's wheel.
   ServiceContext ctx;
   ctx.tcp = &tcp;
   ctx.udp = &udp;
@@ -451,11 +455,10 @@ int Run(const Config& c) {
     o.port = c.http_port;
     auto http = HttpServer::Start(ctx, o);
     if (!http.ok()) {
-      return service_failed(absl::IsNotFound(http.status()) ||
-                                    absl::IsPermissionDenied(http.status()) ||
-                                    absl::IsFailedPrecondition(http.status())
-                                ? "--http-root"
-                                : "--http-port",
+      // EADDRINUSE is the port's fault; anything else, the root's.
+      return service_failed(absl::IsAlreadyExists(http.status())
+                                ? "--http-port"
+                                : "--http-root",
                             http.status());
     }
     services.push_back(std::move(*http));
@@ -467,7 +470,9 @@ int Run(const Config& c) {
   }
   if (c.discard_port != 0) {
     auto discard = DiscardService::Start(ctx, c.discard_port);
-    if (!discard.ok()) return service_failed("--discard-port", discard.status());
+    if (!discard.ok()) {
+      return service_failed("--discard-port", discard.status());
+    }
     services.push_back(std::move(*discard));
   }
 
@@ -541,8 +546,8 @@ int main(int argc, char** argv) {
       "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH) [--netns NS] "
       "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
       "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
-      "--seed N --fault_queue_limit N --fault_ingress] [--http-root DIR [--http-port N]] [--echo-port N] "
-      "[--discard-port N]\n"
+      "--seed N --fault_queue_limit N --fault_ingress] "
+      "[--http-root DIR [--http-port N]] [--echo-port N] [--discard-port N]\n"
       "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
       "reassembly) and runs TCP and UDP; the services (HTTP static files, "
       "echo, discard) listen on every address of both families. Flag names "

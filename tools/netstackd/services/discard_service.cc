@@ -62,9 +62,11 @@ absl::StatusOr<std::unique_ptr<DiscardService>> DiscardService::Start(
     ServiceContext& ctx, uint16_t port) {
   std::unique_ptr<DiscardService> s(new DiscardService());
   DiscardService* self = s.get();
-  auto listeners = TcpListeners::Open(
-      *ctx.tcp, port, /*backlog=*/1024,
-      [self](std::unique_ptr<tcp::TcpSocket> c) { self->Accept(std::move(c)); });
+  auto listeners =
+      TcpListeners::Open(*ctx.tcp, port, /*backlog=*/1024,
+                         [self](std::unique_ptr<tcp::TcpSocket> c) {
+                           self->Accept(std::move(c));
+                         });
   if (!listeners.ok()) return listeners.status();
   s->listeners_ = std::move(*listeners);
   auto udp = BindUdpBoth(*ctx.udp, port);
@@ -73,7 +75,8 @@ absl::StatusOr<std::unique_ptr<DiscardService>> DiscardService::Start(
   for (auto& u : s->udp_) {
     udp::UdpSocket* raw = u.get();
     u->set_callback([self, raw](uint32_t events) {
-      if ((events & transport::event::kReadable) != 0) self->OnUdpReadable(*raw);
+      if ((events & transport::event::kReadable) != 0)
+        self->OnUdpReadable(*raw);
     });
   }
   return s;
@@ -113,7 +116,8 @@ std::string DiscardService::FormatCounters() const {
 std::string DiscardService::FormatConnections() const {
   std::string out;
   conns_.ForEach([&](const Connection& c) {
-    absl::StrAppend(&out, DescribeConnection("service.discard.connection", c.socket()));
+    absl::StrAppend(
+        &out, DescribeConnection("service.discard.connection", c.socket()));
   });
   return out;
 }

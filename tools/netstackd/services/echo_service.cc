@@ -38,9 +38,8 @@ class EchoService::Connection {
   void Pump() {
     while (!done_) {
       while (head_ < tail_) {
-        absl::StatusOr<size_t> n =
-            socket_->Write(std::span<const uint8_t>(buffer_.get() + head_,
-                                                    tail_ - head_));
+        absl::StatusOr<size_t> n = socket_->Write(
+            std::span<const uint8_t>(buffer_.get() + head_, tail_ - head_));
         if (!n.ok()) {
           if (!transport::IsWouldBlock(n.status())) Finish(/*error=*/true);
           return;
@@ -89,9 +88,11 @@ absl::StatusOr<std::unique_ptr<EchoService>> EchoService::Start(
     ServiceContext& ctx, uint16_t port) {
   std::unique_ptr<EchoService> s(new EchoService(ctx));
   EchoService* self = s.get();
-  auto listeners = TcpListeners::Open(
-      *ctx.tcp, port, /*backlog=*/1024,
-      [self](std::unique_ptr<tcp::TcpSocket> c) { self->Accept(std::move(c)); });
+  auto listeners =
+      TcpListeners::Open(*ctx.tcp, port, /*backlog=*/1024,
+                         [self](std::unique_ptr<tcp::TcpSocket> c) {
+                           self->Accept(std::move(c));
+                         });
   if (!listeners.ok()) return listeners.status();
   s->listeners_ = std::move(*listeners);
   auto udp = BindUdpBoth(*ctx.udp, port);
@@ -100,7 +101,8 @@ absl::StatusOr<std::unique_ptr<EchoService>> EchoService::Start(
   for (auto& u : s->udp_) {
     udp::UdpSocket* raw = u.get();
     u->set_callback([self, raw](uint32_t events) {
-      if ((events & transport::event::kReadable) != 0) self->OnUdpReadable(*raw);
+      if ((events & transport::event::kReadable) != 0)
+        self->OnUdpReadable(*raw);
     });
   }
   return s;
@@ -136,18 +138,19 @@ void EchoService::OnUdpReadable(udp::UdpSocket& s) {
 std::string EchoService::FormatCounters() const {
   return absl::StrCat(
       "service.echo.tcp_connections ", counters_.tcp_connections, "\n",
-      "service.echo.tcp_open ", conns_.size(), "\n",
-      "service.echo.tcp_bytes ", counters_.tcp_bytes, "\n",
-      "service.echo.tcp_errors ", counters_.tcp_errors, "\n",
-      "service.echo.udp_datagrams ", counters_.udp_datagrams, "\n",
-      "service.echo.udp_bytes ", counters_.udp_bytes, "\n",
-      "service.echo.udp_send_errors ", counters_.udp_send_errors, "\n");
+      "service.echo.tcp_open ", conns_.size(), "\n", "service.echo.tcp_bytes ",
+      counters_.tcp_bytes, "\n", "service.echo.tcp_errors ",
+      counters_.tcp_errors, "\n", "service.echo.udp_datagrams ",
+      counters_.udp_datagrams, "\n", "service.echo.udp_bytes ",
+      counters_.udp_bytes, "\n", "service.echo.udp_send_errors ",
+      counters_.udp_send_errors, "\n");
 }
 
 std::string EchoService::FormatConnections() const {
   std::string out;
   conns_.ForEach([&](const Connection& c) {
-    absl::StrAppend(&out, DescribeConnection("service.echo.connection", c.socket()));
+    absl::StrAppend(&out,
+                    DescribeConnection("service.echo.connection", c.socket()));
   });
   return out;
 }

@@ -32,7 +32,7 @@ class EchoService final : public Service {
 
   struct Counters {
     uint64_t tcp_connections = 0;
-    uint64_t tcp_bytes = 0;  // echoed
+    uint64_t tcp_bytes = 0;   // echoed
     uint64_t tcp_errors = 0;  // connections that ended in an error
     uint64_t udp_datagrams = 0;
     uint64_t udp_bytes = 0;
@@ -40,8 +40,8 @@ class EchoService final : public Service {
   };
 
   // Errors name the socket that could not be bound.
-  static absl::StatusOr<std::unique_ptr<EchoService>> Start(
-      ServiceContext& ctx, uint16_t port);
+  static absl::StatusOr<std::unique_ptr<EchoService>> Start(ServiceContext& ctx,
+                                                            uint16_t port);
   ~EchoService() override;
 
   void Sweep() override;

@@ -11,8 +11,20 @@ bool IsTokenChar(unsigned char c) {
   if (c >= '0' && c <= '9') return true;
   if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return true;
   switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*':
-    case '+': case '-': case '.': case '^': case '_': case '`': case '|':
+    case '!':
+    case '#':
+    case '$':
+    case '%':
+    case '&':
+    case '\'':
+    case '*':
+    case '+':
+    case '-':
+    case '.':
+    case '^':
+    case '_':
+    case '`':
+    case '|':
     case '~':
       return true;
     default:
@@ -43,8 +55,10 @@ int HexValue(char c) {
 }
 
 std::string_view TrimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -70,15 +84,16 @@ std::optional<Line> NextLine(std::string_view data, size_t pos) {
   Line line;
   line.text = data.substr(pos, lf - pos);
   line.next = lf + 1;
-  if (!line.text.empty() && line.text.back() == '\r') line.text.remove_suffix(1);
+  if (!line.text.empty() && line.text.back() == '\r')
+    line.text.remove_suffix(1);
   line.bad_cr = line.text.find('\r') != std::string_view::npos;
   return line;
 }
 
 // "HTTP/1.1" -> minor 1. 0 ok, -1 malformed, -2 another major version.
 int ParseVersion(std::string_view v, int* minor) {
-  if (v.size() != 8 || v.substr(0, 5) != "HTTP/" || v[6] != '.' ||
-      v[5] < '0' || v[5] > '9' || v[7] < '0' || v[7] > '9') {
+  if (v.size() != 8 || v.substr(0, 5) != "HTTP/" || v[6] != '.' || v[5] < '0' ||
+      v[5] > '9' || v[7] < '0' || v[7] > '9') {
     return -1;
   }
   if (v[5] != '1') return -2;
@@ -229,8 +244,7 @@ ParseResult ParseRequest(std::string_view data, const ParseLimits& limits) {
   if (target.size() > limits.max_target_bytes) {
     return Error(414, "request-target too long");
   }
-  if (target.empty() ||
-      !std::all_of(target.begin(), target.end(), [](char c) {
+  if (target.empty() || !std::all_of(target.begin(), target.end(), [](char c) {
         return IsTargetChar(static_cast<unsigned char>(c));
       })) {
     return Error(400, "malformed request-target");
@@ -271,7 +285,8 @@ ParseResult ParseRequest(std::string_view data, const ParseLimits& limits) {
       return Error(400, "obsolete line folding");
     }
     const size_t colon = h.find(':');
-    if (colon == std::string_view::npos) return Error(400, "header without colon");
+    if (colon == std::string_view::npos)
+      return Error(400, "header without colon");
     const std::string_view name = h.substr(0, colon);
     if (!IsToken(name)) return Error(400, "malformed header name");
     const std::string_view value = TrimOws(h.substr(colon + 1));
@@ -303,7 +318,8 @@ ParseResult ParseRequest(std::string_view data, const ParseLimits& limits) {
   }
   // RFC 9112 3.2: a 1.1 request without Host, or any with two, is a 400.
   if (hosts > 1 || (req.version_minor >= 1 && hosts == 0)) {
-    return Error(400, hosts == 0 ? "missing Host header" : "duplicate Host header");
+    return Error(400,
+                 hosts == 0 ? "missing Host header" : "duplicate Host header");
   }
   std::string_view raw_path;
   if (!TargetPath(target, &raw_path)) {

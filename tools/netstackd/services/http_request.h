@@ -42,8 +42,8 @@ struct ParseLimits {
 };
 
 struct Request {
-  std::string method;   // as sent (case-sensitive, RFC 9110 9.1)
-  std::string target;   // the raw request-target
+  std::string method;  // as sent (case-sensitive, RFC 9110 9.1)
+  std::string target;  // the raw request-target
   // The decoded path relative to the document root: no leading '/', no
   // empty, "." or ".." segments; "" is the root itself. `directory` says
   // the target ended in '/' (or was the root).

@@ -68,7 +68,8 @@ TEST(HttpRequest, KeepAliveRules) {
   };
   EXPECT_TRUE(keep("GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
   EXPECT_FALSE(keep("GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"));
-  EXPECT_FALSE(keep("GET / HTTP/1.1\r\nHost: h\r\nconnection: Upgrade, CLOSE\r\n\r\n"));
+  EXPECT_FALSE(
+      keep("GET / HTTP/1.1\r\nHost: h\r\nconnection: Upgrade, CLOSE\r\n\r\n"));
   EXPECT_FALSE(keep("GET / HTTP/1.0\r\n\r\n"));
   EXPECT_TRUE(keep("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
   EXPECT_FALSE(keep("GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n"));
@@ -81,7 +82,8 @@ TEST(HttpRequest, Http10NeedsNoHost) {
 }
 
 TEST(HttpRequest, AbsoluteForm) {
-  ParseResult r = Parse("GET http://example.com:8080/a/b?q HTTP/1.1\r\nHost: x\r\n\r\n");
+  ParseResult r =
+      Parse("GET http://example.com:8080/a/b?q HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_EQ(r.status, ParseStatus::kComplete) << r.error_reason;
   EXPECT_EQ(r.request.path, "a/b");
   r = Parse("GET HTTP://example.com HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -105,8 +107,10 @@ TEST(HttpRequest, PartialAtEveryByte) {
 
 TEST(HttpRequest, Pipelined) {
   const std::string a = "GET /one HTTP/1.1\r\nHost: h\r\n\r\n";
-  const std::string b = "HEAD /two HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nxy";
-  const std::string c = "GET /three HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n";
+  const std::string b =
+      "HEAD /two HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nxy";
+  const std::string c =
+      "GET /three HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n";
   std::string all = a + b + c + "GET /fo";
   std::string_view rest = all;
   std::vector<std::string> paths;
@@ -133,22 +137,27 @@ TEST(HttpRequest, Malformed) {
   ExpectError("GET / HTTP/1.10\r\nHost: h\r\n\r\n", 400);
   ExpectError("GET / http/1.1\r\nHost: h\r\n\r\n", 400);
   ExpectError("GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505);
-  ExpectError("GET x HTTP/1.1\r\nHost: h\r\n\r\n", 400);   // not origin-form
+  ExpectError("GET x HTTP/1.1\r\nHost: h\r\n\r\n", 400);  // not origin-form
   ExpectError("GET * HTTP/1.1\r\nHost: h\r\n\r\n", 400);
   ExpectError("GET /a#b HTTP/1.1\r\nHost: h\r\n\r\n", 400);
   ExpectError("GET /\x80 HTTP/1.1\r\nHost: h\r\n\r\n", 400);
-  ExpectError("GET / HTTP/1.1\r\n\r\n", 400);              // no Host
+  ExpectError("GET / HTTP/1.1\r\n\r\n", 400);  // no Host
   ExpectError("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400);
   ExpectError("GET / HTTP/1.1\r\nHost: h\r\nBad Name: x\r\n\r\n", 400);
   ExpectError("GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400);  // space before :
   ExpectError("GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", 400);  // fold
   ExpectError("GET / HTTP/1.1\r\nHost: h\r\nNoColon\r\n\r\n", 400);
-  ExpectError("GET / HTTP/1.1\r\nHost: h\r\nX: a\x01" "b\r\n\r\n", 400);
+  ExpectError(
+      "GET / HTTP/1.1\r\nHost: h\r\nX: a\x01"
+      "b\r\n\r\n",
+      400);
   ExpectError("GET / HTTP/1.1\r\nHost: h\rX: y\r\n\r\n", 400);  // bare CR
   ExpectError("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\n\r\n", 400);
   ExpectError("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n", 400);
-  ExpectError("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n"
-              "Content-Length: 2\r\n\r\nab", 400);
+  ExpectError(
+      "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n"
+      "Content-Length: 2\r\n\r\nab",
+      400);
   ExpectError("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1, 2\r\n\r\nab",
               400);
   ExpectError("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -165,7 +174,8 @@ TEST(HttpRequest, ContentLengthListOfEqualValues) {
 
 TEST(HttpRequest, OversizeHeader413) {
   std::string s = "GET / HTTP/1.1\r\nHost: h\r\n";
-  while (s.size() <= 16 << 10) s += "X-Filler: " + std::string(100, 'a') + "\r\n";
+  while (s.size() <= 16 << 10)
+    s += "X-Filler: " + std::string(100, 'a') + "\r\n";
   // Complete but too large.
   ExpectError(s + "\r\n", 413);
   // Incomplete and already too large: no need to wait for the rest.
@@ -181,9 +191,11 @@ TEST(HttpRequest, OversizeHeader413) {
 }
 
 TEST(HttpRequest, OversizeBody413) {
-  ExpectError("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 16385\r\n\r\n", 413);
-  ExpectError("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 999999999999999999\r\n\r\n",
+  ExpectError("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 16385\r\n\r\n",
               413);
+  ExpectError(
+      "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 999999999999999999\r\n\r\n",
+      413);
 }
 
 TEST(HttpRequest, LongTarget414) {
@@ -199,18 +211,18 @@ TEST(HttpRequest, LongTarget414) {
 }
 
 TEST(HttpRequest, TraversalRefused) {
-  for (const char* t :
-       {"/..", "/../etc/passwd", "/a/../../b", "/a/..", "/%2e%2e/x",
-        "/%2E%2e%2fetc", "/a%2f..%2f..%2fb", "/..%2f", "/a/%2e%2e",
-        "/a%5c..%5cb", "/a\\b", "/x%00y", "/bad%zz", "/bad%2", "/bad%",
-        "http://h/../x"}) {
+  for (const char* t : {"/..", "/../etc/passwd", "/a/../../b", "/a/..",
+                        "/%2e%2e/x", "/%2E%2e%2fetc", "/a%2f..%2f..%2fb",
+                        "/..%2f", "/a/%2e%2e", "/a%5c..%5cb", "/a\\b", "/x%00y",
+                        "/bad%zz", "/bad%2", "/bad%", "http://h/../x"}) {
     ExpectError(std::string("GET ") + t + " HTTP/1.1\r\nHost: h\r\n\r\n", 400);
   }
 }
 
 TEST(HttpRequest, PathNormalization) {
   auto path = [](std::string_view target, bool* dir = nullptr) {
-    ParseResult r = Parse("GET " + std::string(target) + " HTTP/1.1\r\nHost: h\r\n\r\n");
+    ParseResult r =
+        Parse("GET " + std::string(target) + " HTTP/1.1\r\nHost: h\r\n\r\n");
     EXPECT_EQ(r.status, ParseStatus::kComplete) << target << r.error_reason;
     if (dir != nullptr) *dir = r.request.directory;
     return r.request.path;

@@ -10,18 +10,30 @@ namespace netstack::tools::http {
 
 std::string_view StatusText(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
   }
 }
 
@@ -68,7 +80,8 @@ std::string FormatHead(const ResponseHead& h) {
   }
   absl::StrAppend(&out, "Server: netstackd\r\n");
   if (!h.content_type.empty()) {
-    absl::StrAppend(&out, "Content-Type: ", std::string(h.content_type), "\r\n");
+    absl::StrAppend(&out, "Content-Type: ", std::string(h.content_type),
+                    "\r\n");
   }
   absl::StrAppend(&out, "Content-Length: ", h.content_length, "\r\n");
   if (h.allow_get_head) absl::StrAppend(&out, "Allow: GET, HEAD\r\n");
@@ -80,10 +93,12 @@ std::string FormatHead(const ResponseHead& h) {
 std::string ErrorBody(int status, std::string_view detail) {
   // `detail` comes from the parser's fixed reasons, never from the
   // request, so it needs no escaping.
-  std::string title = absl::StrCat(status, " ", std::string(StatusText(status)));
+  std::string title =
+      absl::StrCat(status, " ", std::string(StatusText(status)));
   std::string out = absl::StrCat("<!DOCTYPE html>\n<html><head><title>", title,
                                  "</title></head><body><h1>", title, "</h1>");
-  if (!detail.empty()) absl::StrAppend(&out, "<p>", std::string(detail), "</p>");
+  if (!detail.empty())
+    absl::StrAppend(&out, "<p>", std::string(detail), "</p>");
   absl::StrAppend(&out, "</body></html>\n");
   return out;
 }

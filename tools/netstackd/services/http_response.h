@@ -26,8 +26,8 @@ struct ResponseHead {
   int status = 200;
   std::string_view content_type;
   uint64_t content_length = 0;
-  bool keep_alive = true;  // else "Connection: close"
-  bool allow_get_head = false;  // "Allow: GET, HEAD" (405)
+  bool keep_alive = true;                  // else "Connection: close"
+  bool allow_get_head = false;             // "Allow: GET, HEAD" (405)
   absl::Time date = absl::InfinitePast();  // no Date header if infinite
 };
 

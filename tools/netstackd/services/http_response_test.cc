@@ -58,7 +58,8 @@ TEST(HttpResponse, StatusTexts) {
 TEST(HttpResponse, ErrorBody) {
   const std::string b = ErrorBody(404, "");
   EXPECT_NE(b.find("<title>404 Not Found</title>"), std::string::npos);
-  EXPECT_NE(ErrorBody(400, "bad path").find("<p>bad path</p>"), std::string::npos);
+  EXPECT_NE(ErrorBody(400, "bad path").find("<p>bad path</p>"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -104,9 +104,8 @@ class HttpServer::Connection {
       }
       const size_t old = in_.size();
       in_.resize(old + kReadBytes);
-      absl::StatusOr<size_t> n =
-          socket_->Read(std::span<uint8_t>(
-              reinterpret_cast<uint8_t*>(in_.data()) + old, kReadBytes));
+      absl::StatusOr<size_t> n = socket_->Read(std::span<uint8_t>(
+          reinterpret_cast<uint8_t*>(in_.data()) + old, kReadBytes));
       in_.resize(old + (n.ok() ? *n : 0));
       if (!n.ok()) {
         if (!transport::IsWouldBlock(n.status())) Fail();
@@ -239,10 +238,10 @@ class HttpServer::Connection {
           break;
         }
         if (chunk_ == nullptr) chunk_.reset(new uint8_t[kFileChunkBytes]);
-        const size_t want =
-            static_cast<size_t>(std::min<uint64_t>(kFileChunkBytes, file_left_));
-        const ssize_t r = pread(fd_, chunk_.get(), want,
-                                static_cast<off_t>(file_offset_));
+        const size_t want = static_cast<size_t>(
+            std::min<uint64_t>(kFileChunkBytes, file_left_));
+        const ssize_t r =
+            pread(fd_, chunk_.get(), want, static_cast<off_t>(file_offset_));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
           // A read error, or the file shrank: the promised Content-Length
@@ -337,8 +336,8 @@ class HttpServer::Connection {
   }
 
   void Touch() {
-    server_.ctx_.timers->Schedule(idle_,
-                                  server_.ctx_.now + server_.options_.idle_timeout);
+    server_.ctx_.timers->Schedule(
+        idle_, server_.ctx_.now + server_.options_.idle_timeout);
   }
 
   void CloseFile() {
@@ -355,7 +354,7 @@ class HttpServer::Connection {
   HttpServer& server_;
   std::unique_ptr<tcp::TcpSocket> socket_;
   eventloop::Timer idle_;
-  std::string in_;  // received, not yet parsed
+  std::string in_;    // received, not yet parsed
   std::string head_;  // response head (and error body) to write
   size_t head_pos_ = 0;
   int fd_ = -1;  // the file being sent
@@ -372,8 +371,8 @@ class HttpServer::Connection {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     ServiceContext& ctx, const HttpServerOptions& options) {
-  const int root = open(options.root.c_str(),
-                        O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOCTTY);
+  const int root =
+      open(options.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOCTTY);
   if (root < 0) {
     const int err = errno;
     const std::string msg =
@@ -390,9 +389,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   }
   std::unique_ptr<HttpServer> s(new HttpServer(ctx, options, root));
   HttpServer* self = s.get();
-  auto listeners = TcpListeners::Open(
-      *ctx.tcp, options.port, /*backlog=*/1024,
-      [self](std::unique_ptr<tcp::TcpSocket> c) { self->Accept(std::move(c)); });
+  auto listeners =
+      TcpListeners::Open(*ctx.tcp, options.port, /*backlog=*/1024,
+                         [self](std::unique_ptr<tcp::TcpSocket> c) {
+                           self->Accept(std::move(c));
+                         });
   if (!listeners.ok()) return listeners.status();
   s->listeners_ = std::move(*listeners);
   return s;
@@ -418,20 +419,21 @@ void HttpServer::Accept(std::unique_ptr<tcp::TcpSocket> s) {
 std::string HttpServer::FormatCounters() const {
   return absl::StrCat(
       "service.http.connections ", counters_.connections, "\n",
-      "service.http.open ", conns_.size(), "\n",
-      "service.http.requests ", counters_.requests, "\n",
-      "service.http.status_2xx ", counters_.status_2xx, "\n",
-      "service.http.status_4xx ", counters_.status_4xx, "\n",
-      "service.http.status_5xx ", counters_.status_5xx, "\n",
-      "service.http.body_bytes ", counters_.body_bytes, "\n",
-      "service.http.connection_errors ", counters_.connection_errors, "\n",
-      "service.http.idle_timeouts ", counters_.idle_timeouts, "\n");
+      "service.http.open ", conns_.size(), "\n", "service.http.requests ",
+      counters_.requests, "\n", "service.http.status_2xx ",
+      counters_.status_2xx, "\n", "service.http.status_4xx ",
+      counters_.status_4xx, "\n", "service.http.status_5xx ",
+      counters_.status_5xx, "\n", "service.http.body_bytes ",
+      counters_.body_bytes, "\n", "service.http.connection_errors ",
+      counters_.connection_errors, "\n", "service.http.idle_timeouts ",
+      counters_.idle_timeouts, "\n");
 }
 
 std::string HttpServer::FormatConnections() const {
   std::string out;
   conns_.ForEach([&](const Connection& c) {
-    absl::StrAppend(&out, DescribeConnection("service.http.connection", c.socket()));
+    absl::StrAppend(&out,
+                    DescribeConnection("service.http.connection", c.socket()));
   });
   return out;
 }

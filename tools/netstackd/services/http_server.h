@@ -57,7 +57,7 @@ class HttpServer final : public Service {
     uint64_t status_2xx = 0;
     uint64_t status_4xx = 0;
     uint64_t status_5xx = 0;
-    uint64_t body_bytes = 0;  // file bytes written to sockets
+    uint64_t body_bytes = 0;         // file bytes written to sockets
     uint64_t connection_errors = 0;  // reset, timed out, read error
     uint64_t idle_timeouts = 0;
   };
@@ -76,7 +76,8 @@ class HttpServer final : public Service {
 
  private:
   class Connection;
-  HttpServer(ServiceContext& ctx, const HttpServerOptions& options, int root_fd);
+  HttpServer(ServiceContext& ctx, const HttpServerOptions& options,
+             int root_fd);
   void Accept(std::unique_ptr<tcp::TcpSocket> s);
 
   ServiceContext& ctx_;

@@ -214,7 +214,9 @@ TEST_F(ServicesTest, HttpGetHeadKeepAliveBothFamilies) {
     EXPECT_NE(c.in.find("Content-Length: 6\r\n"), std::string::npos);
     EXPECT_TRUE(c.in.ends_with("\r\n\r\n")) << "HEAD must have no body";
     c.in.clear();
-    Send(c, "GET /missing HTTP/1.1\r\nHost: x\r\n\r\nGET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+    Send(c,
+         "GET /missing HTTP/1.1\r\nHost: x\r\n\r\nGET /a.txt HTTP/1.1\r\nHost: "
+         "x\r\n\r\n");
     ASSERT_TRUE(RunUntil([&] {
       c.ReadAvailable();
       return SplitResponses(c.in).size() == 2;
@@ -281,7 +283,8 @@ TEST_F(ServicesTest, HttpErrorsClose) {
       c.ReadAvailable();
       return c.in.find("\r\n\r\n") != std::string::npos &&
              (k.status.starts_with("405") || c.eof);
-    })) << k.status << ": " << c.in;
+    })) << k.status
+        << ": " << c.in;
     EXPECT_TRUE(c.in.starts_with("HTTP/1.1 " + k.status + "\r\n")) << c.in;
     if (k.status.starts_with("405")) {
       EXPECT_NE(c.in.find("Allow: GET, HEAD\r\n"), std::string::npos);
@@ -343,22 +346,24 @@ TEST_F(ServicesTest, EchoWithFlowControl) {
   const std::string data = Pattern(16 << 20, 4);
   size_t off = 0;
   // Write as much as the client's send buffer takes, reading nothing.
-  RunUntil([&] {
-    while (off < data.size()) {
-      auto n = c.socket->Write(std::span<const uint8_t>(
-          reinterpret_cast<const uint8_t*>(data.data()) + off,
-          data.size() - off));
-      if (!n.ok()) break;
-      off += *n;
-    }
-    return false;
-  }, absl::Seconds(2));
+  RunUntil(
+      [&] {
+        while (off < data.size()) {
+          auto n = c.socket->Write(std::span<const uint8_t>(
+              reinterpret_cast<const uint8_t*>(data.data()) + off,
+              data.size() - off));
+          if (!n.ok()) break;
+          off += *n;
+        }
+        return false;
+      },
+      absl::Seconds(2));
   // Echo stopped reading when its writes would block: it holds at most
   // its own 64 KiB beyond what the TCP buffers hold.
   const tcp::ConnectionOptions& o = net_.a().tcp->options().connection;
-  EXPECT_LE(e->counters().tcp_bytes,
-            uint64_t{o.send_buffer} + o.max_receive_buffer +
-                EchoService::kBufferBytes);
+  EXPECT_LE(e->counters().tcp_bytes, uint64_t{o.send_buffer} +
+                                         o.max_receive_buffer +
+                                         EchoService::kBufferBytes);
   EXPECT_LT(off, data.size()) << "the client should have been blocked";
   // Now read while writing the rest, then half-close.
   bool shut = false;
@@ -415,9 +420,9 @@ TEST_F(ServicesTest, UdpEchoAndDiscard) {
     // Resolve the neighbour first: a 45-fragment datagram does not fit the
     // queue of packets waiting for ARP/NDP (stack.h: bounded on purpose).
     const uint8_t ping = 0;
-    ASSERT_TRUE(s->SendTo(std::span<const uint8_t>(&ping, 1), {server, 7},
-                          net_.now())
-                    .ok());
+    ASSERT_TRUE(
+        s->SendTo(std::span<const uint8_t>(&ping, 1), {server, 7}, net_.now())
+            .ok());
     ASSERT_TRUE(RunUntil([&] {
       uint8_t b[8];
       return s->RecvFrom(std::span<uint8_t>(b)).ok();
@@ -425,16 +430,18 @@ TEST_F(ServicesTest, UdpEchoAndDiscard) {
     std::vector<std::string> sent;
     for (size_t size : {size_t{1}, size_t{1400}, size_t{8000}, size_t{65000}}) {
       sent.push_back(Pattern(size, static_cast<uint32_t>(size)));
-      ASSERT_TRUE(s->SendTo(std::span<const uint8_t>(
-                                reinterpret_cast<const uint8_t*>(sent.back().data()),
-                                size),
-                            {server, 7}, net_.now())
-                      .ok());
-      ASSERT_TRUE(s->SendTo(std::span<const uint8_t>(
-                                reinterpret_cast<const uint8_t*>(sent.back().data()),
-                                size),
-                            {server, 9}, net_.now())
-                      .ok());
+      ASSERT_TRUE(
+          s->SendTo(
+               std::span<const uint8_t>(
+                   reinterpret_cast<const uint8_t*>(sent.back().data()), size),
+               {server, 7}, net_.now())
+              .ok());
+      ASSERT_TRUE(
+          s->SendTo(
+               std::span<const uint8_t>(
+                   reinterpret_cast<const uint8_t*>(sent.back().data()), size),
+               {server, 9}, net_.now())
+              .ok());
     }
     std::vector<std::string> got;
     ASSERT_TRUE(RunUntil([&] {
