@@ -448,7 +448,10 @@ bool Stack::SendIpv6(wire::Ipv6Repr ip, buffer::PacketPtr packet,
     ResolveAndQueue6(*nic, hop->address, std::move(packet), now);
     return true;
   }
-  if (l4_len > 65535 - wire::Ipv6FragmentHeader::kHeaderLen) {
+  // RFC 8200 4.5: the original packet's payload (here the transport
+  // header and data; we add no extension headers) may be 65535 bytes;
+  // the Fragment header each fragment carries does not count.
+  if (l4_len > 65535) {
     Drop(DropReason::kFragmentationNeeded);
     return false;
   }

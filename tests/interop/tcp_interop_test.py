@@ -339,14 +339,11 @@ class TcpInterop(unittest.TestCase):
                 print(f"pcap kept at {iu.keep_artifact(ctx.pcap, f'{kind}.pcap')}")
             shutil.rmtree(pcap_dir, ignore_errors=True)
 
-    @unittest.expectedFailure
     def test_udp_ipv6_largest_datagram(self):
-        """Known bug (netstack/stack/ipv6.cc SendIpv6): a UDP payload of
-        65520..65527 bytes over IPv6 is refused (drop.fragmentation_needed,
-        udp.send_no_buffer), although its fragmentable part fits the
-        65535-byte limit of RFC 8200 4.5 (the Fragment header does not
-        count) and the kernel sends such datagrams to us. Remove the
-        decorator when fixed."""
+        """A UDP payload of 65520..65527 bytes over IPv6: its fragmentable
+        part fits the 65535-byte limit of RFC 8200 4.5 (the Fragment header
+        does not count), and the kernel sends such datagrams to us. Once
+        refused by SendIpv6 (drop.fragmentation_needed)."""
         topo = iu.Topology("veth", "nst-udp6")
         nd = None
         try:
