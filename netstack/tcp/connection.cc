@@ -335,7 +335,18 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
     return DropReason::kTcpTimeWait;
   }
   if (!Acceptable(seg)) {
-    if (!seg.has(flag::kRst)) AckInvalid(seg, now);
+    if (!seg.has(flag::kRst)) {
+      // Old data again (our ACK was lost, or the sender retransmitted
+      // too early): report it in a D-SACK (RFC 2883) so the sender can
+      // tell (RFC 8985 widens its reordering window on it).
+      if (sack_ok_ && seg.payload.size() > 0 && seg.seq() < rcv_nxt) {
+        dsack_ = wire::TcpSackBlock{
+            seg.seq().value(),
+            Min(seg.seq() + seg.payload.size(), rcv_nxt).value()};
+        dsack_pending_ = true;
+      }
+      AckInvalid(seg, now);
+    }
     return DropReason::kTcpOutOfWindow;
   }
   if (seg.has(flag::kRst)) {
@@ -441,6 +452,17 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
   // SACK blocks inside (ack, snd_nxt]; D-SACKs (below ack) are ignored.
   std::array<wire::TcpSackBlock, wire::TcpRepr::kMaxSackBlocks> blocks;
   size_t nblocks = 0;
+  if (sack_ok_ && seg.tcp.sack_count > 0) {
+    // RFC 2883: a first block below the cumulative ACK, or inside the
+    // second block, reports a duplicate (D-SACK).
+    const wire::TcpSackBlock& b0 = seg.tcp.sack_blocks[0];
+    const bool dsack =
+        SeqNum(b0.right) <= ack ||
+        (seg.tcp.sack_count > 1 &&
+         SeqNum(seg.tcp.sack_blocks[1].left) <= SeqNum(b0.left) &&
+         SeqNum(b0.right) <= SeqNum(seg.tcp.sack_blocks[1].right));
+    if (dsack && SeqNum(b0.left) < SeqNum(b0.right)) OnDsack();
+  }
   if (sack_ok_) {
     for (uint8_t i = 0; i < seg.tcp.sack_count; ++i) {
       const wire::TcpSackBlock& b = seg.tcp.sack_blocks[i];
@@ -551,8 +573,31 @@ void Connection::UpdateRtt(const Segment& seg, const AckResult& res,
       res.acked_bytes > 0) {
     const int32_t ms =
         static_cast<int32_t>(TsNow(now) - seg.tcp.timestamps->tsecr);
-    if (ms >= 0) rtt_.Sample(absl::Milliseconds(ms), now);
+    // A 0 ms reading only says "under a millisecond": no sample (it would
+    // pin min_rtt, and with it RACK's reordering window, at zero).
+    if (ms > 0) rtt_.Sample(absl::Milliseconds(ms), now);
   }
+}
+
+void Connection::OnDsack() {
+  ++stats_.dsacks_received;
+  sb_.set_reordering_seen();
+  if (!dsack_round_set_ || snd_una_ >= dsack_round_) {
+    reo_wnd_mult_ = std::min<uint32_t>(reo_wnd_mult_ + 1, 16);
+    dsack_round_ = snd_nxt_;
+    dsack_round_set_ = true;
+  }
+  reo_wnd_persist_ = 16;
+}
+
+Duration Connection::ReorderWindow() const {
+  const Duration min_rtt = rtt_.min_rtt();
+  if (min_rtt == absl::InfiniteDuration()) return absl::ZeroDuration();
+  if (!sb_.reordering_seen() &&
+      (in_recovery_ || sb_.sacked_bytes() >= kDupThresh * mss_)) {
+    return absl::ZeroDuration();
+  }
+  return std::min(min_rtt / 4 * reo_wnd_mult_, rtt_.srtt());
 }
 
 void Connection::DetectLoss(const AckResult& res, uint64_t prior_in_flight,
@@ -560,17 +605,8 @@ void Connection::DetectLoss(const AckResult& res, uint64_t prior_in_flight,
   uint64_t marked = 0;
   if (sack_ok_) {
     if (options_.rack) {
-      // RFC 8985 6.2 step 4: the reordering window.
-      Duration reo = absl::ZeroDuration();
-      const Duration min_rtt = rtt_.min_rtt();
-      if (min_rtt != absl::InfiniteDuration()) {
-        if (sb_.reordering_seen() ||
-            !(in_recovery_ || sb_.sacked_bytes() >= kDupThresh * mss_)) {
-          reo = std::min(min_rtt / 4, rtt_.srtt());
-        }
-      }
       Instant timeout;
-      marked += sb_.RackDetectLoss(now, reo, &timeout);
+      marked += sb_.RackDetectLoss(now, ReorderWindow(), &timeout);
       layer_.timers_.Schedule(rack_timer_, timeout);
     }
     // RFC 6675 DupThresh: three segments SACKed above a hole.
@@ -599,6 +635,8 @@ void Connection::DetectLoss(const AckResult& res, uint64_t prior_in_flight,
   if (in_recovery_ && snd_una_ >= recovery_point_) {
     in_recovery_ = false;
     cc_->OnRecoveryEnd(now);
+    // RFC 8985 6.2: the widened window lasts 16 recoveries.
+    if (reo_wnd_persist_ > 0 && --reo_wnd_persist_ == 0) reo_wnd_mult_ = 1;
   }
   (void)res;
   if (sb_.NextLost() < sb_.size()) MarkOutput();

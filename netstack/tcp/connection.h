@@ -116,6 +116,11 @@ class Connection {
   void DetectLoss(const AckResult& res, uint64_t prior_in_flight,
                   SeqNum prior_una, bool dupack, Instant now);
   void AutotuneReceive(size_t copied, Instant now);
+  // RFC 8985 6.2 step 4: the reordering window.
+  Duration ReorderWindow() const;
+  // A D-SACK (RFC 2883) reports a spurious retransmission: widen the
+  // reordering window (RFC 8985 7.2, reo_wnd_mult).
+  void OnDsack();
 
   // --- output (connection_output.cc) ---
   void SendSyn(Instant now);
@@ -207,6 +212,10 @@ class Connection {
   SeqNum recovery_point_;
   bool rto_recovery_ = false;
   uint32_t dupacks_ = 0;
+  uint32_t reo_wnd_mult_ = 1;
+  uint32_t reo_wnd_persist_ = 0;  // recoveries left before mult resets
+  SeqNum dsack_round_;            // one mult increase per round trip
+  bool dsack_round_set_ = false;
   bool tlp_outstanding_ = false;
   Instant first_unacked_at_ = kNever;  // user timeout reference
   uint32_t syn_retries_ = 0;
@@ -221,6 +230,9 @@ class Connection {
   // update be due (Linux's __tcp_cleanup_rbuf rule; a passive open's
   // first ACK does not draw a pure window update).
   bool app_read_ = false;
+  // A duplicate segment to report first in the next ACK (RFC 2883).
+  bool dsack_pending_ = false;
+  wire::TcpSackBlock dsack_;
 
   // Receive-buffer auto-tuning (bytes read per RTT, like Linux DRS).
   uint64_t rcv_space_copied_ = 0;

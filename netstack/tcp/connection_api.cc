@@ -187,6 +187,7 @@ TcpInfo Connection::Info() const {
   i.rcv_buffer = rcv_buf_;
   i.sacked_bytes = sb_.sacked_bytes();
   i.lost_bytes = sb_.lost_bytes();
+  i.reorder_window_mult = reo_wnd_mult_;
   return i;
 }
 
@@ -213,6 +214,7 @@ std::string TcpInfo::ToString() const {
       "cwnd=%u ssthresh=%u in_flight=%u snd_wnd=%u rcv_wnd=%u rcv_buf=%u "
       "sent=%u retrans_bytes=%u acked=%u received=%u segs_out=%u segs_in=%u "
       "retransmits=%u fast_recoveries=%u timeouts=%u tlp=%u dupacks=%u "
+      "dsacks=%u "
       "ooo=%u zwp=%u keepalives=%u acks=%u delayed_acks=%u "
       "delivery_rate=%.1fMbit/s",
       StateName(state), mss, absl::ToDoubleMilliseconds(rtt),
@@ -223,7 +225,7 @@ std::string TcpInfo::ToString() const {
       snd_wnd, rcv_wnd, rcv_buffer, bytes_sent, bytes_retransmitted,
       bytes_acked, bytes_received, segments_sent, segments_received,
       retransmits, fast_retransmits, timeouts, tail_loss_probes,
-      dup_acks_received, ooo_segments, zero_window_probes, keepalive_probes,
+      dup_acks_received, dsacks_received, ooo_segments, zero_window_probes, keepalive_probes,
       acks_sent, delayed_acks, delivery_rate_bps / 1e6);
 }
 

@@ -80,10 +80,18 @@ void Connection::FillCommon(wire::TcpRepr& r, Instant now) {
   r.ack = rcvq_.rcv_nxt().value();
   r.window = WindowField();
   if (ts_ok_) r.timestamps = wire::TcpTimestamps{TsNow(now), ts_recent_};
-  if (sack_ok_ && rcvq_.has_ooo()) {
-    r.sack_count = static_cast<uint8_t>(rcvq_.SackBlocks(
-        std::span<wire::TcpSackBlock>(r.sack_blocks.data(),
-                                      ts_ok_ ? 3 : 4)));
+  if (sack_ok_) {
+    const size_t room = ts_ok_ ? 3 : 4;
+    size_t n = 0;
+    if (dsack_pending_) {
+      r.sack_blocks[n++] = dsack_;
+      dsack_pending_ = false;
+    }
+    if (rcvq_.has_ooo()) {
+      n += rcvq_.SackBlocks(std::span<wire::TcpSackBlock>(
+          r.sack_blocks.data() + n, room - n));
+    }
+    r.sack_count = static_cast<uint8_t>(n);
   }
   last_ack_sent_ = rcvq_.rcv_nxt();
   ack_pending_ = false;
@@ -425,12 +433,7 @@ void Connection::OnDelayedAckTimer(Instant now) {
 
 void Connection::OnRackTimer(Instant now) {
   Instant timeout;
-  const Duration min_rtt = rtt_.min_rtt();
-  Duration reo = absl::ZeroDuration();
-  if (min_rtt != absl::InfiniteDuration() && sb_.reordering_seen()) {
-    reo = std::min(min_rtt / 4, rtt_.srtt());
-  }
-  const uint64_t marked = sb_.RackDetectLoss(now, reo, &timeout);
+  const uint64_t marked = sb_.RackDetectLoss(now, ReorderWindow(), &timeout);
   layer_.timers_.Schedule(rack_timer_, timeout);
   if (marked > 0) {
     if (!in_recovery_ && !rto_recovery_) {

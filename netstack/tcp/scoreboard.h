@@ -97,6 +97,7 @@ class Scoreboard {
   Duration rack_rtt() const { return rack_rtt_; }
   Instant rack_xmit() const { return rack_xmit_; }
   bool reordering_seen() const { return reordering_seen_; }
+  void set_reordering_seen() { reordering_seen_ = true; }
 
  private:
   void Split(size_t i, SeqNum at);

@@ -236,3 +236,37 @@ TEST(AckWindowTest, SixteenMebibyteReceiveWindow) {
 
 }  // namespace
 }  // namespace netstack::tcp
+
+namespace netstack::tcp {
+namespace {
+
+using ::testing::ElementsAre;
+using namespace testing;  // NOLINT: the harness and its matchers
+
+// RFC 2883: a segment we already have is reported in a D-SACK block,
+// first in the next ACK, and only once.
+TEST(DsackTest, DuplicateSegmentIsReportedOnceAsDsack) {
+  HarnessOptions o;
+  o.tcp.connection.quick_acks = 0;  // one ACK per two segments
+  SegmentHarness h(o);
+  auto sock = h.OpenActive();
+  ASSERT_NE(sock, nullptr);
+  const uint32_t mss = sock->Info().mss;
+  const uint32_t base = h.peer.seq;
+  h.Send(h.Segment().Seq(base).Data(mss));
+  h.Send(h.Segment().Seq(base + mss).Data(mss));
+  h.Take();  // the ACK(s) for the in-order data
+  // The first segment again (a spurious retransmission).
+  h.Send(h.Segment().Seq(base).Data(mss));
+  EXPECT_THAT(h.Take(), ElementsAre(Tcp(Flags(kAck), Ack(base + 2 * mss),
+                                        SackBlocks(ElementsAre(
+                                            Block(base, base + mss))))));
+  // The next ACK carries no D-SACK.
+  h.Send(h.Segment().Seq(base + 2 * mss).Data(mss));
+  h.Send(h.Segment().Seq(base + 3 * mss).Data(mss));
+  EXPECT_THAT(h.Take(), ElementsAre(Tcp(Flags(kAck), Ack(base + 4 * mss),
+                                        NoSack())));
+}
+
+}  // namespace
+}  // namespace netstack::tcp

@@ -56,6 +56,8 @@ struct TcpInfo {
   uint64_t timeouts = 0;          // RTO expirations
   uint64_t tail_loss_probes = 0;
   uint64_t spurious_recoveries = 0;
+  uint64_t dsacks_received = 0;   // D-SACKs: spurious retransmissions
+  uint32_t reorder_window_mult = 1;
   uint64_t dup_acks_received = 0;
   uint64_t sacked_bytes = 0;      // currently SACKed
   uint64_t lost_bytes = 0;        // currently marked lost

@@ -414,3 +414,36 @@ TEST_P(LossTest, TailLossProbeWhenOnlyTheLastAckIsMissing) {
 
 }  // namespace
 }  // namespace netstack::tcp
+
+namespace netstack::tcp {
+namespace {
+
+using namespace testing;  // NOLINT: the harness and its matchers
+
+// RFC 8985 7.2: a D-SACK (our retransmission was spurious) marks
+// reordering and widens the reordering window, once per round trip.
+TEST(DsackSenderTest, DsackWidensTheReorderingWindowOncePerRound) {
+  HarnessOptions o;
+  SegmentHarness h(o);
+  auto s = h.OpenPassive();
+  ASSERT_NE(s, nullptr);
+  const uint32_t mss = s->Info().mss;
+  h.Take();
+  h.WriteAndAck(*s, 100, absl::Milliseconds(20));
+  const uint32_t una = h.peer.ack;
+  ASSERT_TRUE(s->Write(std::vector<uint8_t>(4 * mss, 7)).ok());
+  h.Poll();
+  h.Take();
+  EXPECT_EQ(s->Info().reorder_window_mult, 1u);
+  // An ACK for the first segment with a D-SACK for data already acked.
+  h.Send(h.Segment().Ack(una + mss).Sack({{una - 100, una}}));
+  EXPECT_EQ(s->Info().dsacks_received, 1u);
+  EXPECT_EQ(s->Info().reorder_window_mult, 2u);
+  // A second D-SACK in the same round trip does not widen it again.
+  h.Send(h.Segment().Ack(una + 2 * mss).Sack({{una - 100, una}}));
+  EXPECT_EQ(s->Info().dsacks_received, 2u);
+  EXPECT_EQ(s->Info().reorder_window_mult, 2u);
+}
+
+}  // namespace
+}  // namespace netstack::tcp
