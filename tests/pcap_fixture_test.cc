@@ -23,7 +23,9 @@ namespace {
 using ::testing::HasSubstr;
 
 // Every .pcap in tests/testdata, without the extension.
-const std::string kCaptures[] = {"http_ipv4", "http_ipv6", "icmp"};
+const std::string kCaptures[] = {"http_ipv4", "http_ipv6", "icmp",
+                                 "tcp_handshake_transfer",
+                                 "tcp_lossy_transfer"};
 
 // The columns make_captures.sh asks tshark for.
 const std::vector<std::string> kExpectedColumns = {
