@@ -417,7 +417,23 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
       seg.seq() + seg.payload.size() == rcvq_.rcv_nxt() && !fin_received_) {
     ProcessFin(now);
   } else if (seg.has(flag::kFin) && !fin_received_) {
-    ack_pending_ = ack_now_ = true;  // FIN beyond a hole: dup ACK
+    // A FIN beyond a hole, on the last data: keep it (as the data is
+    // kept) and take it once the hole fills, so the peer need not send it
+    // again. A bare FIN beyond a hole is not kept: it costs the peer only
+    // a retransmission, and keeping it would let a blind in-window
+    // forgery end the stream.
+    const SeqNum fin_seq = seg.seq() + seg.payload.size();
+    if (seg.payload.size() > 0 && fin_seq > rcvq_.rcv_nxt() &&
+        fin_seq <= rcv_adv_ &&
+        rcvq_.ooo_end() <= fin_seq) {
+      ooo_fin_ = fin_seq;
+      ooo_fin_set_ = true;
+    }
+    ack_pending_ = ack_now_ = true;  // dup ACK with SACK
+  }
+  if (ooo_fin_set_ && !fin_received_ && rcvq_.rcv_nxt() == ooo_fin_) {
+    ooo_fin_set_ = false;
+    ProcessFin(now);
   }
   MarkOutput();
   return std::nullopt;

@@ -202,6 +202,13 @@ class Connection {
   bool fin_sent_ = false;
   ReceiveQueue rcvq_;
   bool fin_received_ = false;
+  bool ooo_fin_set_ = false;  // a FIN that arrived beyond a hole
+  SeqNum ooo_fin_;
+  // End of the last sub-MSS segment sent: Nagle holds a small segment
+  // only while such a segment is unacknowledged (Minshall's variant, as
+  // Linux), not while any data is.
+  bool small_sent_ = false;
+  SeqNum small_end_;
   bool read_shutdown_ = false;
   uint32_t rcv_buf_ = 0;
 

@@ -204,9 +204,11 @@ bool Connection::SendNewData(Instant now) {
       return false;
     }
   } else if (len < mss_ && avail > 0) {
-    // A small tail: Nagle (RFC 896) and cork.
+    // A small tail: Nagle (RFC 896, with Minshall's refinement: only an
+    // unacknowledged *small* segment holds it) and cork.
     if (options_.cork && !fin_pending) return false;
-    if (!options_.nodelay && snd_una_ != snd_nxt_ && !fin_pending) {
+    if (!options_.nodelay && small_sent_ && small_end_ > snd_una_ &&
+        !fin_pending) {
       return false;
     }
   }
@@ -214,6 +216,10 @@ bool Connection::SendNewData(Instant now) {
   if (len == 0 && !fin) return false;
   if (!SendSegment(snd_nxt_, len, fin, now)) return false;
   sb_.OnSend(snd_nxt_, snd_nxt_ + len + (fin ? 1 : 0), now, fin);
+  if (len > 0 && len < mss_) {
+    small_sent_ = true;
+    small_end_ = snd_nxt_ + len;
+  }
   if (first_unacked_at_ == kNever) first_unacked_at_ = now;
   snd_nxt_ += len + (fin ? 1 : 0);
   if (fin) fin_sent_ = true;

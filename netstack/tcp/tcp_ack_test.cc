@@ -270,3 +270,30 @@ TEST(DsackTest, DuplicateSegmentIsReportedOnceAsDsack) {
 
 }  // namespace
 }  // namespace netstack::tcp
+
+namespace netstack::tcp {
+namespace {
+
+using ::testing::ElementsAre;
+using namespace testing;  // NOLINT: the harness and its matchers
+
+// A FIN that arrives on data beyond a hole is kept with that data and
+// taken when the hole fills: the ACK then covers the FIN.
+TEST(OutOfOrderFinTest, FinOnDataBeyondAHoleIsTakenWhenTheHoleFills) {
+  HarnessOptions o;
+  SegmentHarness h(o);
+  auto sock = h.OpenActive();
+  ASSERT_NE(sock, nullptr);
+  const uint32_t mss = sock->Info().mss;
+  const uint32_t base = h.peer.seq;
+  h.Send(h.Segment().Seq(base + mss).Data(mss).Flags(kAck | kFin | kPsh));
+  h.Take();
+  EXPECT_EQ(sock->state(), TcpState::kEstablished);
+  h.Send(h.Segment().Seq(base).Data(mss));
+  EXPECT_THAT(h.Take(),
+              ElementsAre(Tcp(Flags(kAck), Ack(base + 2 * mss + 1), NoSack())));
+  EXPECT_EQ(sock->state(), TcpState::kCloseWait);
+}
+
+}  // namespace
+}  // namespace netstack::tcp

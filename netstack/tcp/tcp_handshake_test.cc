@@ -83,9 +83,11 @@ TEST_P(HandshakeTest, ActiveAllOptionsNegotiated) {
   // RFC 6691: the MSS option counts no TCP options, so with timestamps on
   // every segment a packet carries MSS - 12 bytes of payload.
   const uint32_t mss = std::min<uint32_t>(1460, MssFor(GetParam(), 1500));
+  // (For IPv6 the 3 * 1448 bytes leave a small tail, which Minshall's
+  // Nagle sends at once; only the full segments are checked here.)
   const auto out = WriteAndTake(h, *s, 3 * 1448);
-  ASSERT_EQ(out.size(), 3u) << ::testing::PrintToString(out);
-  for (size_t i = 0; i < out.size(); ++i) {
+  ASSERT_GE(out.size(), 3u) << ::testing::PrintToString(out);
+  for (size_t i = 0; i < 3; ++i) {
     EXPECT_THAT(out[i], Tcp(FlagsSet(kAck), Seq(h.iss() + 1 + i * (mss - 12)),
                             PayloadLen(mss - 12), HasTimestamps(), NoMss(),
                             NoWindowScale(), NoSackPermitted(), ChecksumOk()));
@@ -165,7 +167,9 @@ TEST_P(HandshakeTest, ActivePeerSmallerMssLimitsPayload) {
   p.mss = 1000;
   auto s = h.OpenActive(p);
   const auto out = WriteAndTake(h, *s, 2000);
-  EXPECT_THAT(out, ElementsAre(Tcp(PayloadLen(988)), Tcp(PayloadLen(988))));
+  // The 24-byte tail goes too: no small segment is unacknowledged.
+  EXPECT_THAT(out, ElementsAre(Tcp(PayloadLen(988)), Tcp(PayloadLen(988)),
+                               Tcp(PayloadLen(24))));
 }
 
 TEST_P(HandshakeTest, ActivePeerWithoutMssOptionUsesDefault) {
@@ -178,7 +182,7 @@ TEST_P(HandshakeTest, ActivePeerWithoutMssOptionUsesDefault) {
   const uint32_t def = GetParam() ? 1220 : 536;
   EXPECT_EQ(s->Info().mss, def);
   const auto out = WriteAndTake(h, *s, def + 1);
-  EXPECT_THAT(out, ElementsAre(Tcp(PayloadLen(def))));
+  EXPECT_THAT(out, ElementsAre(Tcp(PayloadLen(def)), Tcp(PayloadLen(1))));
 }
 
 TEST_P(HandshakeTest, MssClampedToPathMtu) {
