@@ -77,8 +77,8 @@ ABSL_FLAG(std::string, gateway, "",
 ABSL_FLAG(int, mtu, 0, "Link MTU (IP packet size); 0 = the link's own.");
 ABSL_FLAG(std::string, mac, "", "Our MAC address; default: the link's / derived.");
 ABSL_FLAG(std::string, pcap, "",
-          "Write every frame in and out to this pcap file (as on the wire, "
-          "before fault injection on the way out).");
+          "Write every frame in and out to this pcap file, as on the wire: "
+          "outgoing frames after fault injection, incoming ones before it.");
 ABSL_FLAG(double, loss, 0, "Drop this fraction of frames (0.01 = 1%).");
 ABSL_FLAG(double, duplicate, 0, "Duplicate this fraction of frames.");
 ABSL_FLAG(double, reorder, 0, "Hold back this fraction of frames behind later ones.");
