@@ -188,8 +188,7 @@ void Connection::EnterEstablished(Instant now) {
   ArmKeepalive(now);
 }
 
-void Connection::Fail(absl::Status error, Instant now) {
-  (void)now;
+void Connection::Fail(absl::Status error) {
   error_ = std::move(error);
   if (listener_ != nullptr) {
     listener_->Forget(this);
@@ -206,7 +205,7 @@ void Connection::OnReset(Instant now) {
   ++layer_.counters_.resets_received;
   switch (state_) {
     case TcpState::kSynSent:
-      return Fail(transport::ConnectionRefused(), now);
+      return Fail(transport::ConnectionRefused());
     case TcpState::kSynReceived:
       if (listener_ != nullptr) {
         // Passive open: back to LISTEN means forgetting it (RFC 9293).
@@ -216,7 +215,7 @@ void Connection::OnReset(Instant now) {
         SetState(TcpState::kClosed);
         return;
       }
-      return Fail(transport::ConnectionRefused(), now);
+      return Fail(transport::ConnectionRefused());
     case TcpState::kClosing:
     case TcpState::kLastAck:
     case TcpState::kTimeWait:
@@ -224,7 +223,7 @@ void Connection::OnReset(Instant now) {
       Notify(transport::event::kHangup);
       return;
     default:
-      return Fail(transport::ConnectionReset(), now);
+      return Fail(transport::ConnectionReset());
   }
 }
 
@@ -255,8 +254,6 @@ std::optional<DropReason> Connection::OnSynSent(Segment& seg, Instant now) {
   if (seg.has(flag::kAck)) {
     // SYN-ACK: the options we did not offer must not come back.
     snd_una_ = seg.ack();
-    const AckResult res = sb_.OnAck(seg.ack(), {}, now, rtt_.min_rtt());
-    (void)res;
     if (syn_retries_ == 0) rtt_.Sample(now - first_unacked_at_, now);
     first_unacked_at_ = kNever;
     CancelRetransmit();
@@ -268,7 +265,7 @@ std::optional<DropReason> Connection::OnSynSent(Segment& seg, Instant now) {
     ack_pending_ = true;
     ack_now_ = true;
     EnterEstablished(now);
-    if (seg.payload.size() > 0) ProcessData(seg, now);
+    if (seg.payload.size() > 0) ProcessData(seg);
     if (seg.has(flag::kFin)) ProcessFin(now);
     MarkOutput();
     return std::nullopt;
@@ -399,15 +396,11 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
   if (state_ == TcpState::kClosed) return std::nullopt;  // LAST_ACK done
 
   if (seg.payload.size() > 0) {
-    if (read_shutdown_ && state_ != TcpState::kEstablished &&
-        state_ != TcpState::kFinWait1 && state_ != TcpState::kFinWait2) {
-      // Data after our side closed reading and the socket is gone.
-    }
     switch (state_) {
       case TcpState::kEstablished:
       case TcpState::kFinWait1:
       case TcpState::kFinWait2:
-        ProcessData(seg, now);
+        ProcessData(seg);
         break;
       default:
         break;  // after the peer's FIN: ignore (RFC 9293)
@@ -524,7 +517,7 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
   }
   stats_.sacked_bytes = sb_.sacked_bytes();
 
-  DetectLoss(res, prior_in_flight, prior_una, dupack, now);
+  DetectLoss(prior_in_flight, prior_una, dupack, now);
 
   if (res.delivered > 0) {
     AckEvent e;
@@ -616,7 +609,7 @@ Duration Connection::ReorderWindow() const {
   return std::min(min_rtt / 4 * reo_wnd_mult_, rtt_.srtt());
 }
 
-void Connection::DetectLoss(const AckResult& res, uint64_t prior_in_flight,
+void Connection::DetectLoss(uint64_t prior_in_flight,
                             SeqNum prior_una, bool dupack, Instant now) {
   uint64_t marked = 0;
   if (sack_ok_) {
@@ -654,11 +647,10 @@ void Connection::DetectLoss(const AckResult& res, uint64_t prior_in_flight,
     // RFC 8985 6.2: the widened window lasts 16 recoveries.
     if (reo_wnd_persist_ > 0 && --reo_wnd_persist_ == 0) reo_wnd_mult_ = 1;
   }
-  (void)res;
   if (sb_.NextLost() < sb_.size()) MarkOutput();
 }
 
-void Connection::ProcessData(Segment& seg, Instant now) {
+void Connection::ProcessData(Segment& seg) {
   if (fin_received_) return;
   SeqNum seq = seg.seq();
   buffer::PayloadView data = seg.payload;
@@ -686,7 +678,6 @@ void Connection::ProcessData(Segment& seg, Instant now) {
     ack_now_ = true;  // filled (part of) a hole
   }
   if (added > 0) Notify(transport::event::kReadable);
-  (void)now;
 }
 
 void Connection::ProcessFin(Instant now) {
@@ -725,7 +716,6 @@ void Connection::EnterTimeWait(Instant now) {
 }
 
 void Connection::OnTimeWaitTimer(Instant now) {
-  (void)now;
   if (state_ == TcpState::kFinWait2) {
     // Orphaned FIN_WAIT_2 timed out: reset (Linux does the same).
     SendRst(now);

@@ -104,16 +104,16 @@ class Connection {
   bool Acceptable(const Segment& seg) const;
   void NegotiateFromSyn(const wire::TcpRepr& syn, Instant now);
   std::optional<stack::DropReason> ProcessAck(Segment& seg, Instant now);
-  void ProcessData(Segment& seg, Instant now);
+  void ProcessData(Segment& seg);
   void ProcessFin(Instant now);
   void OnReset(Instant now);
   void AckInvalid(const Segment& seg, Instant now);
   void EnterEstablished(Instant now);
   void EnterTimeWait(Instant now);
   void SetState(TcpState s);
-  void Fail(absl::Status error, Instant now);
+  void Fail(absl::Status error);
   void UpdateRtt(const Segment& seg, const AckResult& res, Instant now);
-  void DetectLoss(const AckResult& res, uint64_t prior_in_flight,
+  void DetectLoss(uint64_t prior_in_flight,
                   SeqNum prior_una, bool dupack, Instant now);
   void AutotuneReceive(size_t copied, Instant now);
   // RFC 8985 6.2 step 4: the reordering window.

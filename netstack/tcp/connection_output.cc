@@ -132,9 +132,7 @@ void Connection::SendSyn(Instant now) {
 }
 
 uint16_t Connection::MssForMtuOption() const {
-  const uint32_t ip = tuple_.remote.ip.is_v6() ? 40 : 20;
-  const uint32_t m = path_mtu_ > ip + 20 ? path_mtu_ - ip - 20 : 536;
-  return static_cast<uint16_t>(std::min<uint32_t>(m, 65535));
+  return MssForMtu(path_mtu_, tuple_.remote.ip.is_v6());
 }
 
 bool Connection::SendSegment(SeqNum seq, uint32_t len, bool fin,
@@ -368,7 +366,7 @@ void Connection::OnRetransmitTimer(Instant now) {
   if (state_ == TcpState::kSynSent || state_ == TcpState::kSynReceived) {
     if (++syn_retries_ > options_.syn_retries) {
       ++layer_.counters_.connections_timed_out;
-      return Fail(transport::TimedOut(), now);
+      return Fail(transport::TimedOut());
     }
     rtt_.Backoff();
     ++stats_.timeouts;
@@ -384,7 +382,7 @@ void Connection::OnRetransmitTimer(Instant now) {
   if (user_timeout || rtt_.backoff() >= options_.max_retransmits) {
     ++layer_.counters_.connections_timed_out;
     SendRst(now);
-    Fail(transport::TimedOut(), now);
+    Fail(transport::TimedOut());
       return;
   }
   ++stats_.timeouts;
@@ -415,7 +413,7 @@ void Connection::OnPersistTimer(Instant now) {
       first_unacked_at_ != kNever &&
       now - first_unacked_at_ >= options_.user_timeout) {
     SendRst(now);
-    return Fail(transport::TimedOut(), now);
+    return Fail(transport::TimedOut());
   }
   if (first_unacked_at_ == kNever) first_unacked_at_ = now;
   ++stats_.zero_window_probes;
@@ -480,7 +478,7 @@ void Connection::OnKeepaliveTimer(Instant now) {
   if (keepalive_sent_ >= options_.keepalive_probes) {
     ++layer_.counters_.connections_timed_out;
     SendRst(now);
-    Fail(transport::TimedOut(), now);
+    Fail(transport::TimedOut());
       return;
   }
   ++keepalive_sent_;

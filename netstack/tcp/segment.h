@@ -29,6 +29,14 @@ struct Segment {
   }
 };
 
+// The MSS we announce for a path: its MTU less the IP and TCP headers
+// (RFC 9293 3.7.1; options are not counted, RFC 6691).
+inline uint16_t MssForMtu(uint32_t mtu, bool v6) {
+  const uint32_t hdrs = (v6 ? 40u : 20u) + 20u;
+  const uint32_t m = mtu > hdrs ? mtu - hdrs : 536u;
+  return static_cast<uint16_t>(m < 65535u ? m : 65535u);
+}
+
 // What to send: the header fields (ports are filled from the 4-tuple) and
 // the payload views, shared with the send queue.
 struct SegmentOut {

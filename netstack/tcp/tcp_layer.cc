@@ -201,6 +201,17 @@ std::optional<transport::IpAddress> TcpLayer::SourceFor(
 
 // --- receive ---
 
+std::optional<DropReason> TcpLayer::DeliverSegment(
+    const buffer::PayloadView& l4, uint16_t pseudo_sum, bool verified,
+    bool partial, const transport::IpAddress& src,
+    const transport::IpAddress& dst, Instant now) {
+  Segment seg;
+  if (auto r = ParseSegment(l4, pseudo_sum, verified, partial, seg)) return r;
+  seg.tuple.local = {dst, seg.tcp.dst_port};
+  seg.tuple.remote = {src, seg.tcp.src_port};
+  return Receive(seg, now);
+}
+
 std::optional<DropReason> TcpLayer::Deliver(const stack::Ipv4Datagram& d,
                                             Instant now) {
   now_ = std::max(now_, now);
@@ -209,17 +220,12 @@ std::optional<DropReason> TcpLayer::Deliver(const stack::Ipv4Datagram& d,
       d.ip.src.IsMulticast() || d.ip.src.IsBroadcast()) {
     return DropReason::kTcpBadAddress;
   }
-  Segment seg;
-  if (auto r = ParseSegment(
-          d.payload,
-          wire::Ipv4PseudoHeaderSum(d.ip.src, d.ip.dst, kTcp,
-                                    static_cast<uint16_t>(d.payload.size())),
-          d.checksum_verified, d.checksum_partial, seg)) {
-    return r;
-  }
-  seg.tuple.local = {transport::IpAddress(d.ip.dst), seg.tcp.dst_port};
-  seg.tuple.remote = {transport::IpAddress(d.ip.src), seg.tcp.src_port};
-  return Receive(seg, now_);
+  return DeliverSegment(
+      d.payload,
+      wire::Ipv4PseudoHeaderSum(d.ip.src, d.ip.dst, kTcp,
+                                static_cast<uint16_t>(d.payload.size())),
+      d.checksum_verified, d.checksum_partial, transport::IpAddress(d.ip.src),
+      transport::IpAddress(d.ip.dst), now_);
 }
 
 std::optional<DropReason> TcpLayer::Deliver(const stack::Ipv6Datagram& d,
@@ -229,17 +235,12 @@ std::optional<DropReason> TcpLayer::Deliver(const stack::Ipv6Datagram& d,
   if (d.link_multicast || d.ip.dst.IsMulticast() || d.ip.src.IsMulticast()) {
     return DropReason::kTcpBadAddress;
   }
-  Segment seg;
-  if (auto r = ParseSegment(
-          d.payload,
-          wire::Ipv6PseudoHeaderSum(d.ip.src, d.ip.dst, kTcp,
-                                    static_cast<uint32_t>(d.payload.size())),
-          d.checksum_verified, d.checksum_partial, seg)) {
-    return r;
-  }
-  seg.tuple.local = {transport::IpAddress(d.ip.dst), seg.tcp.dst_port};
-  seg.tuple.remote = {transport::IpAddress(d.ip.src), seg.tcp.src_port};
-  return Receive(seg, now_);
+  return DeliverSegment(
+      d.payload,
+      wire::Ipv6PseudoHeaderSum(d.ip.src, d.ip.dst, kTcp,
+                                static_cast<uint32_t>(d.payload.size())),
+      d.checksum_verified, d.checksum_partial, transport::IpAddress(d.ip.src),
+      transport::IpAddress(d.ip.dst), now_);
 }
 
 std::optional<DropReason> TcpLayer::Receive(Segment& seg, Instant now) {
@@ -328,9 +329,7 @@ std::optional<DropReason> TcpLayer::ReceiveForListener(Listener& l,
     uint32_t mtu = 1500;
     uint32_t gso = 0;
     (void)SourceFor(seg.tuple.remote.ip, &mtu, &gso);
-    const uint32_t hdrs = (seg.tuple.remote.ip.is_v6() ? 40 : 20) + 20;
-    out.tcp.mss = static_cast<uint16_t>(
-        std::min<uint32_t>(mtu > hdrs ? mtu - hdrs : 536, 65535));
+    out.tcp.mss = MssForMtu(mtu, seg.tuple.remote.ip.is_v6());
     const ConnectionOptions& o = l.options();
     out.tcp.window = static_cast<uint16_t>(
         std::min<uint32_t>(o.receive_buffer, 65535));

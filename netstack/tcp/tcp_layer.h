@@ -81,6 +81,12 @@ class TcpLayer : public stack::TransportHandler {
   friend class Connection;
   friend class Listener;
 
+  // Parses the TCP header of a datagram the stack delivered (both
+  // families) and hands the segment to Receive.
+  std::optional<stack::DropReason> DeliverSegment(
+      const buffer::PayloadView& l4, uint16_t pseudo_sum, bool verified,
+      bool partial, const transport::IpAddress& src,
+      const transport::IpAddress& dst, Instant now);
   std::optional<stack::DropReason> Receive(Segment& seg, Instant now);
   std::optional<stack::DropReason> ReceiveForListener(Listener& l,
                                                       Segment& seg,

@@ -95,10 +95,6 @@ absl::StatusOr<size_t> TcpSocket::Read(std::span<uint8_t> out) {
   if (n > 0 || eof || out.empty()) return n;
   if (absl::Status e = conn_->TakeError(); !e.ok()) return e;
   if (conn_->state() == TcpState::kClosed) return size_t{0};
-  if (conn_->state() == TcpState::kSynSent ||
-      conn_->state() == TcpState::kSynReceived) {
-    return transport::WouldBlock();
-  }
   return transport::WouldBlock();
 }
 
