@@ -18,6 +18,7 @@ PacketBuffer& PacketBuffer::operator=(PacketBuffer&& o) noexcept {
   }
   payload_count_ = std::exchange(o.payload_count_, 0);
   payload_size_ = std::exchange(o.payload_size_, 0);
+  gso_ = std::exchange(o.gso_, GsoInfo{});
   return *this;
 }
 
@@ -48,6 +49,7 @@ void PacketBuffer::Reset() {
   for (uint32_t i = 0; i < payload_count_; ++i) payload_[i] = PayloadView();
   payload_count_ = 0;
   payload_size_ = 0;
+  gso_ = GsoInfo{};
 }
 
 void PacketDeleter::operator()(PacketBuffer* p) const {

@@ -28,6 +28,30 @@ namespace netstack::buffer {
 
 class PacketPool;
 
+// Segmentation offload a packet asks of its link. A transport sets it on a
+// super-segment: one TCP segment carrying more than `size` bytes of
+// payload, which must leave as ceil(payload / size) wire packets. The link
+// splits it in software (link/gso.h) or hands it whole to the host kernel
+// with a virtio-net header (host GSO).
+//
+// Contract for a packet with type != kNone, once the stack has queued it:
+//   - headers() holds Ethernet (optionally one 802.1Q tag), IPv4 without
+//     options or IPv6 without extension headers, then the TCP header with
+//     its options, all in the one prependable buffer;
+//   - the IP length fields cover the whole super-segment;
+//   - the TCP checksum field holds the pseudo-header sum for the whole
+//     super-segment's TCP length, not complemented (CHECKSUM_PARTIAL, as
+//     virtio-net's VIRTIO_NET_HDR_F_NEEDS_CSUM expects); payload and
+//     header are not summed;
+//   - PSH and FIN belong to the last wire packet, CWR to the first.
+enum class GsoType : uint8_t { kNone = 0, kTcpV4, kTcpV6 };
+
+struct GsoInfo {
+  GsoType type = GsoType::kNone;
+  // Payload bytes per wire packet (the connection's MSS); 0 without GSO.
+  uint16_t size = 0;
+};
+
 class PacketBuffer {
  public:
   // A 64 KiB super-segment spans at most two chunks when its send queue
@@ -62,7 +86,12 @@ class PacketBuffer {
     return (headers_.size() > 0 ? 1 : 0) + payload_count_;
   }
 
-  // Clears headers and drops payload references, for reuse.
+  // Segmentation offload asked for this packet (see GsoInfo).
+  GsoInfo& gso() { return gso_; }
+  const GsoInfo& gso() const { return gso_; }
+  bool is_gso() const { return gso_.type != GsoType::kNone; }
+
+  // Clears headers, GSO info and payload references, for reuse.
   void Reset();
 
   // The link that chains packets (e.g. the per-segment headers of one GSO
@@ -78,6 +107,7 @@ class PacketBuffer {
   std::array<PayloadView, kMaxPayloadViews> payload_;
   uint32_t payload_count_ = 0;
   uint32_t payload_size_ = 0;
+  GsoInfo gso_;
   PacketPool* pool_ = nullptr;  // set only for pooled storage
 };
 

@@ -344,9 +344,13 @@ bool Stack::SendIpv4(wire::Ipv4Repr ip, buffer::PacketPtr packet,
     ip.src = *src;
   }
   ip.ttl = options_.ipv4_ttl;
-  ip.ident = next_ipv4_ident_++;
   const size_t l4_len = packet->size();
-  if (ip.HeaderLen() + l4_len <= nic->caps.mtu) {
+  // A GSO super-segment leaves as several wire packets, which the link
+  // numbers ident, ident + 1, ... (as Linux's TSO does).
+  ip.ident = next_ipv4_ident_;
+  next_ipv4_ident_ += static_cast<uint16_t>(GsoPackets(*packet));
+  if (ip.HeaderLen() + l4_len <= nic->caps.mtu ||
+      FitsGso(*packet, ip.HeaderLen() + l4_len, nic->caps)) {
     ip.payload_len = static_cast<uint16_t>(l4_len);
     auto hdr = packet->headers().Prepend(ip.BufferLen());
     if (!hdr) {

@@ -437,7 +437,8 @@ bool Stack::SendIpv6(wire::Ipv6Repr ip, buffer::PacketPtr packet,
   if (ip.src.IsZero()) ip.src = *SourceFor(*nic, ip.dst);
   ip.hop_limit = options_.ipv6_hop_limit;
   const size_t l4_len = packet->size();
-  if (wire::Ipv6Packet::kHeaderLen + l4_len <= nic->caps.mtu) {
+  if (wire::Ipv6Packet::kHeaderLen + l4_len <= nic->caps.mtu ||
+      FitsGso(*packet, wire::Ipv6Packet::kHeaderLen + l4_len, nic->caps)) {
     ip.payload_len = static_cast<uint16_t>(l4_len);
     auto hdr = packet->headers().Prepend(ip.BufferLen());
     if (!hdr) {

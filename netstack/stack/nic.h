@@ -37,6 +37,22 @@ class Stack::NicReceiver : public link::LinkReceiver {
   Nic& nic_;
 };
 
+// Wire packets `p` leaves as: ceil(payload / GSO size) for a GSO
+// super-segment, else one.
+inline size_t GsoPackets(const buffer::PacketBuffer& p) {
+  if (!p.is_gso() || p.gso().size == 0) return 1;
+  const size_t n = (p.payload_size() + p.gso().size - 1) / p.gso().size;
+  return n == 0 ? 1 : n;
+}
+
+// A GSO super-segment whose IP packet (`ip_len` bytes) the link takes
+// whole: it is not fragmented but split by the link into wire packets.
+inline bool FitsGso(const buffer::PacketBuffer& p, size_t ip_len,
+                    const link::LinkCapabilities& caps) {
+  return p.is_gso() && p.gso().size > 0 && caps.gso_max_size > 0 &&
+         ip_len <= caps.gso_max_size && ip_len <= 65535;
+}
+
 // fe80::/64 with a modified EUI-64 interface identifier (RFC 4291
 // appendix A): the MAC with the universal/local bit flipped and ff:fe in
 // the middle.

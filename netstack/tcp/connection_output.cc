@@ -154,6 +154,7 @@ bool Connection::SendSegment(SeqNum seq, uint32_t len, bool fin,
   if (fin) r.flags |= flag::kFin;
   FillCommon(r, now);
   out.packets = len > mss_ ? (len + mss_ - 1) / mss_ : 1;
+  if (out.packets > 1) out.gso_size = static_cast<uint16_t>(mss_);
   if (!layer_.Transmit(tuple_, out, now)) return false;
   stats_.segments_sent += out.packets;
   stats_.bytes_sent += len;

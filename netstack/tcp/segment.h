@@ -45,8 +45,11 @@ struct SegmentOut {
       payload;
   uint32_t views = 0;
   uint32_t payload_len = 0;
-  // Wire packets this segment becomes (a super-segment: several).
+  // Wire packets this segment becomes (a super-segment: several), and the
+  // payload per wire packet (the MSS) when there are several: the link
+  // splits the super-segment (GSO).
   uint32_t packets = 1;
+  uint16_t gso_size = 0;
 };
 
 }  // namespace netstack::tcp

@@ -386,13 +386,17 @@ bool TcpLayer::Transmit(const transport::FourTuple& tuple,
     stack_.CountDrop(DropReason::kNoBuffer);
     return false;
   }
+  // A super-segment is split by the link (software or host GSO), which
+  // sums each wire packet's slice: here it gets only the pseudo-header
+  // sum (CHECKSUM_PARTIAL), and its payload is never read.
+  const bool gso = out.packets > 1 && out.gso_size > 0;
   wire::ChecksumAccumulator payload_sum;
   for (uint32_t i = 0; i < out.views; ++i) {
     if (!p->AppendPayload(out.payload[i])) {
       ++counters_.send_failures;
       return false;
     }
-    payload_sum.Add(out.payload[i].bytes());
+    if (!gso) payload_sum.Add(out.payload[i].bytes());
   }
   wire::TcpRepr tcp = out.tcp;
   tcp.src_port = tuple.local.port;
@@ -408,10 +412,15 @@ bool TcpLayer::Transmit(const transport::FourTuple& tuple,
   const size_t l4_len = hlen + out.payload_len;
   ++counters_.segments_out;
   if (tuple.remote.ip.is_v4()) {
-    wire::MutableTcpHeader(*hdr).FillChecksum(
+    const uint16_t pseudo =
         wire::Ipv4PseudoHeaderSum(tuple.local.ip.v4(), tuple.remote.ip.v4(),
-                                  kTcp, static_cast<uint16_t>(l4_len)),
-        payload_sum);
+                                  kTcp, static_cast<uint32_t>(l4_len));
+    if (gso) {
+      p->gso() = buffer::GsoInfo{buffer::GsoType::kTcpV4, out.gso_size};
+      wire::MutableTcpHeader(*hdr).SetChecksum(pseudo);
+    } else {
+      wire::MutableTcpHeader(*hdr).FillChecksum(pseudo, payload_sum);
+    }
     wire::Ipv4Repr ip;
     ip.src = tuple.local.ip.v4();
     ip.dst = tuple.remote.ip.v4();
@@ -419,10 +428,15 @@ bool TcpLayer::Transmit(const transport::FourTuple& tuple,
     ip.dont_fragment = true;
     return stack_.SendIpv4(ip, std::move(p), now);
   }
-  wire::MutableTcpHeader(*hdr).FillChecksum(
+  const uint16_t pseudo =
       wire::Ipv6PseudoHeaderSum(tuple.local.ip.v6(), tuple.remote.ip.v6(),
-                                kTcp, static_cast<uint32_t>(l4_len)),
-      payload_sum);
+                                kTcp, static_cast<uint32_t>(l4_len));
+  if (gso) {
+    p->gso() = buffer::GsoInfo{buffer::GsoType::kTcpV6, out.gso_size};
+    wire::MutableTcpHeader(*hdr).SetChecksum(pseudo);
+  } else {
+    wire::MutableTcpHeader(*hdr).FillChecksum(pseudo, payload_sum);
+  }
   wire::Ipv6Repr ip;
   ip.src = tuple.local.ip.v6();
   ip.dst = tuple.remote.ip.v6();
