@@ -1,0 +1,94 @@
+#include "tools/tcp_benchmark/flags.h"
+
+#include <cstdint>
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, role, "",
+          "Run one role: 'server' (answers iperf3 clients, like iperf3 -s) or "
+          "'client' (measures against an iperf3 server, like iperf3 -c). "
+          "Without --role, tcp_benchmark is the driver: it builds its own "
+          "namespaces and link, runs both roles and the kernel baseline, and "
+          "prints a table.");
+ABSL_FLAG(std::string, stack, "netstack",
+          "With --role: 'netstack' (our stack on --packet/--tap) or "
+          "'kernel' (the host's sockets).");
+ABSL_FLAG(std::string, connect, "",
+          "Client role: the server's HOST:PORT ([v6]:port for IPv6).");
+ABSL_FLAG(int, port, 5201, "Server role: the TCP port to listen on.");
+ABSL_FLAG(bool, one_off, false,
+          "Server role: exit after one test (iperf3 -1).");
+ABSL_FLAG(bool, reverse, false,
+          "Client role: the server sends, the client receives (iperf3 -R).");
+
+ABSL_FLAG(double, duration, 10, "Seconds of data transfer per measurement.");
+ABSL_FLAG(double, interval, 1, "Seconds between interval lines; 0 = none.");
+ABSL_FLAG(int, streams, 1, "Parallel data streams (iperf3 -P).");
+ABSL_FLAG(bool, json, false,
+          "Print results as JSON on stdout; progress goes to stderr.");
+ABSL_FLAG(std::string, cc, "",
+          "Congestion control of the data streams: 'reno' or 'cubic' "
+          "(default: each stack's own).");
+ABSL_FLAG(bool, sack, true, "netstack: offer and accept SACK.");
+ABSL_FLAG(std::string, recv_mode, "plain",
+          "Kernel stack, receiving: 'plain' (recv into a buffer) or 'splice' "
+          "(splice socket -> pipe -> /dev/null: no copy to user memory).");
+ABSL_FLAG(std::string, send_mode, "plain",
+          "Kernel stack, sending: 'plain' (send from a buffer), 'vmsplice' "
+          "(vmsplice a buffer into a pipe, splice the pipe to the socket) or "
+          "'sendfile' (sendfile from a memfd).");
+
+ABSL_FLAG(std::string, tap, "",
+          "netstack: attach to the TAP device NAME (created if needed).");
+ABSL_FLAG(std::string, packet, "",
+          "netstack: attach to interface IFNAME with an AF_PACKET socket.");
+ABSL_FLAG(std::string, netns, "",
+          "netstack: open the link inside this network namespace.");
+ABSL_FLAG(std::vector<std::string>, addr, {},
+          "netstack: IPv4 address with prefix, e.g. 10.9.0.2/24.");
+ABSL_FLAG(std::vector<std::string>, addr6, {},
+          "netstack: IPv6 address with prefix, e.g. fd00:9::2/64.");
+ABSL_FLAG(int, mtu, 0,
+          "Link MTU. Role: 0 = the link's own. Driver: the MTUs to measure "
+          "(0 = 1500 and 9000).");
+ABSL_FLAG(int, gso, 65535,
+          "netstack: largest GSO super-segment in bytes (IP packet); 0 turns "
+          "GSO off.");
+ABSL_FLAG(bool, swgso, false,
+          "netstack: software GSO (split super-segments in the link layer, "
+          "one sendmmsg per batch).");
+ABSL_FLAG(bool, hostgso, false,
+          "netstack: host GSO (hand super-segments to the kernel with a "
+          "virtio-net header).");
+ABSL_FLAG(std::string, pcap, "",
+          "netstack: write the frames in and out to this pcap file.");
+
+ABSL_FLAG(double, loss, 0, "netstack: drop this fraction of frames each way.");
+ABSL_FLAG(double, duplicate, 0,
+          "netstack: duplicate this fraction of frames each way.");
+ABSL_FLAG(double, reorder, 0,
+          "netstack: hold back this fraction of frames behind later ones.");
+ABSL_FLAG(absl::Duration, latency, absl::ZeroDuration(),
+          "netstack: delay every frame by this much each way, e.g. 5ms.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the fault injector.");
+
+ABSL_FLAG(bool, client, false,
+          "Driver: netstack runs the client (the sender; with --reverse the "
+          "receiver).");
+ABSL_FLAG(bool, server, false,
+          "Driver: netstack runs the server (the receiver; with --reverse "
+          "the sender).");
+ABSL_FLAG(bool, ideal, false,
+          "Driver: no impairments at all (the default already has none; "
+          "kept for gVisor's command line).");
+ABSL_FLAG(std::string, link, "packet",
+          "Driver: the link netstack uses, 'packet' (AF_PACKET on a veth "
+          "pair) or 'tap'.");
+ABSL_FLAG(std::string, modes, "",
+          "Driver: comma-separated GSO modes to measure, from off,sw,host "
+          "(default: from --gso/--swgso/--hostgso, or off,sw).");
+ABSL_FLAG(bool, kernel_baseline, true,
+          "Driver: also measure kernel to kernel over the same topology and "
+          "report our ratio to it.");
+ABSL_FLAG(bool, keep_topology, false,
+          "Driver: leave the namespaces in place at exit (for debugging).");
