@@ -178,20 +178,22 @@ bool FrameFitsMtu(const buffer::PacketBuffer& p, uint32_t mtu) {
   return tpid == 0x8100 || tpid == 0x88a8;
 }
 
-VnetRxInfo ParseVnetHeader(const uint8_t* hdr) {
-  // Values from the virtio spec, section 5.1.6 (<linux/virtio_net.h> is
-  // not valid C++: it has a field named `class`).
-  constexpr uint8_t kFlagNeedsCsum = 1;  // VIRTIO_NET_HDR_F_NEEDS_CSUM
-  constexpr uint8_t kFlagDataValid = 2;  // VIRTIO_NET_HDR_F_DATA_VALID
-  constexpr uint8_t kGsoNone = 0;        // VIRTIO_NET_HDR_GSO_NONE
-  constexpr uint8_t kGsoEcn = 0x80;      // VIRTIO_NET_HDR_GSO_ECN
-  VnetRxInfo info;
-  const uint8_t flags = hdr[0];
-  const uint8_t gso_type = hdr[1];
-  info.checksum_partial = (flags & kFlagNeedsCsum) != 0;
-  info.checksum_verified = (flags & kFlagDataValid) != 0;
-  info.gso = (gso_type & ~kGsoEcn) != kGsoNone;
-  return info;
+TxVerdict CheckTxFrame(const buffer::PacketBuffer& p, uint32_t mtu,
+                       uint32_t gso_max_size, uint8_t* vnet) {
+  if (p.size() < kMinFrameLen) return TxVerdict::kRunt;
+  if (!p.is_gso()) {
+    if (vnet != nullptr) std::memset(vnet, 0, kVnetHdrLen);
+    return FrameFitsMtu(p, mtu) ? TxVerdict::kOk : TxVerdict::kOversize;
+  }
+  if (gso_max_size == 0 || vnet == nullptr) return TxVerdict::kBadGso;
+  if (!FrameFitsMtu(p, std::max(mtu, gso_max_size))) {
+    return TxVerdict::kOversize;
+  }
+  if (FillVnetHeader(p, std::span<uint8_t, kVnetHdrLen>(vnet, kVnetHdrLen)) !=
+      VnetTxKind::kGso) {
+    return TxVerdict::kBadGso;
+  }
+  return TxVerdict::kOk;
 }
 
 namespace {

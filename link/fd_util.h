@@ -17,6 +17,7 @@
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/buffer/payload_view.h"
+#include "link/vnet_header.h"  // kVnetHdrLen, ParseVnetHeader
 #include "netstack/wire/address.h"
 
 namespace netstack::link {
@@ -84,23 +85,22 @@ inline constexpr uint32_t kMinFrameLen = 14;
 // tag (the rule of the kernel's AF_PACKET send path, packet_snd()).
 bool FrameFitsMtu(const buffer::PacketBuffer& p, uint32_t mtu);
 
-// The virtio-net header (virtio spec 5.1.6, <linux/virtio_net.h>): 10
-// bytes, or 12 with num_buffers (VIRTIO_NET_F_MRG_RXBUF / virtio 1.0).
-// TAP lets us choose the size (TUNSETVNETHDRSZ); AF_PACKET always uses 10.
-// Fields are in host order on the fd (legacy virtio on a little-endian
-// host, and TUNSETVNETLE is not used), but only the two byte-wide fields
-// are read here.
-inline constexpr size_t kVnetHdrLen = 10;
-inline constexpr size_t kVnetHdrMrgLen = 12;
+// Whether a frame may be sent, and if not, which counter says why.
+enum class TxVerdict : uint8_t { kOk, kRunt, kOversize, kBadGso };
 
-struct VnetRxInfo {
-  bool checksum_partial = false;   // VIRTIO_NET_HDR_F_NEEDS_CSUM
-  bool checksum_verified = false;  // VIRTIO_NET_HDR_F_DATA_VALID
-  bool gso = false;                // gso_type != VIRTIO_NET_HDR_GSO_NONE
-};
-// Reads the flags and gso_type bytes of a received header (at least 2
-// bytes at `hdr`).
-VnetRxInfo ParseVnetHeader(const uint8_t* hdr);
+// The transmit check of the vnet-header endpoints, which also writes the
+// frame's virtio-net header to `vnet` (kVnetHdrLen bytes; may be null when
+// the fd has no vnet header and `gso_max_size` is 0).
+//   - A packet without GSO must pass FrameFitsMtu(p, mtu); its header is
+//     all zero.
+//   - A GSO packet needs host GSO (gso_max_size > 0): its IP packet may be
+//     up to gso_max_size bytes (FrameFitsMtu with that as the MTU), and
+//     FillVnetHeader must accept its headers. Without host GSO it is
+//     kBadGso: its TCP checksum is only the pseudo-header sum, so sent as
+//     is it would reach the peer corrupt.
+[[nodiscard]] TxVerdict CheckTxFrame(const buffer::PacketBuffer& p,
+                                     uint32_t mtu, uint32_t gso_max_size,
+                                     uint8_t* vnet);
 
 // Counters the fd endpoints keep on top of LinkStats, one per reason.
 struct FdEndpointStats {
@@ -116,7 +116,9 @@ struct FdEndpointStats {
   uint64_t rx_gso = 0;              // GSO/GRO super-frames (vnet header)
   uint64_t rx_vlan_reinserted = 0;  // AF_PACKET: tag from auxdata
   // Transmit.
-  uint64_t tx_oversize = 0;  // larger than MTU + Ethernet + VLAN
+  uint64_t tx_oversize = 0;  // larger than MTU (or gso_max_size) + L2
+  uint64_t tx_gso = 0;       // GSO super-frames handed to the kernel whole
+  uint64_t tx_bad_gso = 0;   // GSO packet without host GSO, or malformed
   uint64_t tx_runt = 0;      // shorter than an Ethernet header
   uint64_t tx_errors = 0;    // kernel refused it (not EAGAIN): dropped
   uint64_t tx_blocked = 0;   // EAGAIN: packets left in the chain
