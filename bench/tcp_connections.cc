@@ -26,6 +26,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "bench/tcp_pair.h"
 #include "link/channel_endpoint.h"
 #include "netstack/stack/stack.h"
 #include "netstack/tcp/tcp_layer.h"
@@ -45,23 +46,6 @@ size_t HeapInUse() {
   return m.uordblks + m.hblkhd;
 }
 
-struct Side {
-  Side(buffer::ChunkPool& chunks, buffer::PacketPool& packets,
-       link::ChannelEndpoint& ep, uint8_t id)
-      : stack(stack::StackOptions{}, chunks, packets) {
-    const stack::NicId nic = *stack.AddNic(&ep, "chan");
-    (void)stack.AddAddress(
-        nic, stack::Ipv4Cidr{wire::Ipv4Address::FromU32(0x0a000000u | id),
-                             24});
-    tcp::TcpLayerOptions o;
-    o.seed = id;
-    o.max_backlog = 65535;
-    tcp = std::make_unique<tcp::TcpLayer>(stack, chunks, packets, notifier, o);
-  }
-  stack::Stack stack;
-  transport::Notifier notifier;
-  std::unique_ptr<tcp::TcpLayer> tcp;
-};
 
 // The kernel doing the same: n non-blocking connects to a loopback
 // listener, accepted as they complete. Returns connections per second, or
@@ -127,8 +111,8 @@ int Run() {
     std::fprintf(stderr, "channel: %s\n", pair.status().ToString().c_str());
     return 1;
   }
-  Side client(chunks, packets, *pair->a, 1);
-  Side server(chunks, packets, *pair->b, 2);
+  bench::StackSide client(chunks, packets, *pair->a, 1, 65535);
+  bench::StackSide server(chunks, packets, *pair->b, 2, 65535);
   const transport::SocketAddress dst{
       transport::IpAddress(wire::Ipv4Address::FromU32(0x0a000002u)), 80};
 

@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "link/gso_endpoint.h"
 #include "link/packet_endpoint.h"
 #include "link/sniffer_endpoint.h"
 #include "link/tap_endpoint.h"
@@ -95,8 +96,8 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
 
   std::unique_ptr<NetstackLink> l(new NetstackLink());
   l->gso_mode_ = *mode;
-  if (*mode != GsoMode::kOff) {
-    return absl::UnimplementedError("GSO modes are not wired up yet");
+  if (*mode == GsoMode::kHost) {
+    return absl::UnimplementedError("--hostgso is not wired up yet");
   }
   if (!tap.empty()) {
     link::TapOptions o;
@@ -140,6 +141,17 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
                           absl::StrCat("--pcap: ", sniffer.status().message()));
     }
     l->outer_ = std::move(*sniffer);
+  }
+  if (*mode == GsoMode::kSoftware) {
+    link::GsoEndpointOptions go;
+    go.gso_max_size = static_cast<uint32_t>(absl::GetFlag(FLAGS_gso));
+    auto gso = link::GsoEndpoint::Create(std::move(l->outer_), packets, go);
+    if (!gso.ok()) {
+      return absl::Status(gso.status().code(),
+                          absl::StrCat("--gso: ", gso.status().message()));
+    }
+    l->gso_ = gso->get();
+    l->outer_ = std::move(*gso);
   }
   return l;
 }
@@ -190,6 +202,15 @@ std::string NetstackLink::FormatCounters() const {
       s.rx_frames, "\n", "link.rx_bytes ", s.rx_bytes, "\n",
       "link.rx_dropped ", s.rx_dropped, "\n", "link.rx_syscalls ",
       s.rx_syscalls, "\n");
+  if (gso_ != nullptr) {
+    const link::GsoStats& g = gso_->gso_stats();
+    absl::StrAppend(&text, "gso.super_segments ", g.super_segments, "\n",
+                    "gso.packets_out ", g.packets_out, "\n",
+                    "gso.passed_through ", g.passed_through, "\n",
+                    "gso.malformed ", g.malformed, "\n", "gso.bad_gso_size ",
+                    g.bad_gso_size, "\n", "gso.no_buffer ", g.no_buffer,
+                    "\n", "gso.too_many_views ", g.too_many_views, "\n");
+  }
   if (faults_ != nullptr) {
     for (auto [dir, f] : {std::pair{"egress", &faults_->egress_stats()},
                           std::pair{"ingress", &faults_->ingress_stats()}}) {

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "link/fault_injector.h"
+#include "link/gso_endpoint.h"
 #include "link/link_endpoint.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
@@ -53,6 +54,7 @@ class NetstackLink {
   std::unique_ptr<link::LinkEndpoint> outer_;
   link::LinkEndpoint* base_ = nullptr;      // packet or TAP endpoint
   link::FaultInjector* faults_ = nullptr;   // inside outer_, if any
+  link::GsoEndpoint* gso_ = nullptr;        // outer_ itself, with --swgso
   std::unique_ptr<Handler> handler_;
   int read_fd_ = -1;
   GsoMode gso_mode_ = GsoMode::kOff;
