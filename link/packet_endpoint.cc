@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <span>
@@ -24,6 +25,8 @@ constexpr uint32_t kRxPad = 6;
 constexpr uint32_t kVlanTagLen = 4;
 constexpr size_t kMaxRxBatch = 1024;
 constexpr uint16_t kTpidVlan = 0x8100;
+// IPv4 Total Length and IPv6 Payload Length are 16 bits.
+constexpr uint32_t kMaxGsoSize = 65535;
 
 std::string IfLabel(const std::string& ifname, const std::string& netns) {
   return absl::StrCat("interface '", ifname, "' in ", NetnsLabel(netns));
@@ -39,6 +42,18 @@ absl::Status ValidateOptions(const PacketOptions& o) {
                                o.rx_frame_size > buffer::kChunkSize)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rx_frame_size must be 0 or ", kMinFrameLen, "..", buffer::kChunkSize));
+  }
+  if (o.host_gso) {
+    if (o.gso_max_size == 0 || o.gso_max_size > kMaxGsoSize) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gso_max_size must be 1..", kMaxGsoSize));
+    }
+    // AF_PACKET reads the header in the host's legacy virtio order, and
+    // FillVnetHeader writes little-endian.
+    if constexpr (std::endian::native != std::endian::little) {
+      return absl::UnimplementedError(
+          "host_gso on AF_PACKET needs a little-endian host");
+    }
   }
   return absl::OkStatus();
 }
@@ -137,14 +152,20 @@ absl::StatusOr<std::unique_ptr<PacketEndpoint>> PacketEndpoint::Open(
     config.caps.mac = *mac;
   }
   config.caps.mtu = mtu;
-  config.caps.gso_max_size = 0;
+  const bool vnet_hdr = options.vnet_hdr || options.host_gso;
+  config.caps.gso_max_size = options.host_gso ? options.gso_max_size : 0;
+  // The kernel completes the checksums of GSO frames only (we flag those
+  // NEEDS_CSUM); every other frame leaves with a zero header and must
+  // carry complete checksums.
   config.caps.tx_checksum_offload = false;
-  config.caps.vnet_hdr = options.vnet_hdr;
-  config.vnet_len = options.vnet_hdr ? kVnetHdrLen : 0;
+  config.caps.vnet_hdr = vnet_hdr;
+  config.vnet_len = vnet_hdr ? kVnetHdrLen : 0;
 
   constexpr uint32_t kMaxFrame = buffer::kChunkSize - kRxPad;
   if (options.rx_frame_size != 0) {
     config.max_frame = std::min(options.rx_frame_size, kMaxFrame);
+  } else if (options.host_gso) {
+    config.max_frame = kMaxFrame;
   } else {
     if (uint64_t{mtu} + kEthernetOverhead > kMaxFrame) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -173,7 +194,7 @@ absl::StatusOr<std::unique_ptr<PacketEndpoint>> PacketEndpoint::Open(
   // which OnReadable() skips.
   (void)SetIntOpt(fd.get(), SOL_PACKET, PACKET_IGNORE_OUTGOING, 1,
                   "PACKET_IGNORE_OUTGOING");
-  if (options.vnet_hdr) {
+  if (vnet_hdr) {
     if (absl::Status s = SetIntOpt(fd.get(), SOL_PACKET, PACKET_VNET_HDR, 1,
                                    "PACKET_VNET_HDR");
         !s.ok()) {
@@ -212,7 +233,8 @@ PacketEndpoint::PacketEndpoint(UniqueFd fd, const Config& config,
       scratch_(new uint8_t[slots_.slot_size()]),
       frames_(config.rx_batch),
       tx_hdrs_(kMaxTxBatch),
-      tx_iov_(kMaxTxBatch * kTxIovPerPacket) {}
+      tx_iov_(kMaxTxBatch * kTxIovPerPacket),
+      tx_vnet_(config.vnet_len > 0 ? kMaxTxBatch : 0) {}
 
 std::string PacketEndpoint::Name() const {
   if (netns_.empty()) return absl::StrCat("packet:", ifname_);
@@ -229,15 +251,38 @@ int PacketEndpoint::SendBatch(size_t count) {
   return r;
 }
 
-bool PacketEndpoint::Sendable(const buffer::PacketBuffer& p) const {
-  return FrameFitsMtu(p, caps_.mtu);
+TxVerdict PacketEndpoint::Check(const buffer::PacketBuffer& p,
+                                uint8_t* vnet) const {
+  return CheckTxFrame(p, caps_.mtu, caps_.gso_max_size,
+                      vnet_len_ > 0 ? vnet : nullptr);
 }
 
-void PacketEndpoint::DropFront(buffer::PacketChain& chain) {
-  ++(chain.front().size() < kMinFrameLen ? fd_stats_.tx_runt
-                                         : fd_stats_.tx_oversize);
+void PacketEndpoint::DropFront(buffer::PacketChain& chain, TxVerdict why) {
+  switch (why) {
+    case TxVerdict::kRunt:
+      ++fd_stats_.tx_runt;
+      break;
+    case TxVerdict::kBadGso:
+      ++fd_stats_.tx_bad_gso;
+      break;
+    case TxVerdict::kOversize:
+    case TxVerdict::kOk:  // not reached: only unsendable packets come here
+      ++fd_stats_.tx_oversize;
+      break;
+  }
   ++stats_.tx_dropped;
   chain.PopFront();
+}
+
+bool PacketEndpoint::DropUnsendable(buffer::PacketChain& chain) {
+  bool dropped = false;
+  while (!chain.empty()) {
+    const TxVerdict v = Check(chain.front(), tx_vnet_scratch_.data());
+    if (v == TxVerdict::kOk) break;
+    DropFront(chain, v);
+    dropped = true;
+  }
+  return dropped;
 }
 
 size_t PacketEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
@@ -250,12 +295,13 @@ size_t PacketEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
     size_t iov_used = 0;
     for (const buffer::PacketBuffer& p : chain) {
       if (count == kMaxTxBatch) break;
-      if (!Sendable(p)) continue;
+      // Each message has its own header: the kernel reads them all in
+      // the one sendmmsg.
+      uint8_t* vnet = vnet_len_ > 0 ? tx_vnet_[count].data() : nullptr;
+      if (Check(p, vnet) != TxVerdict::kOk) continue;
       iovec* iov = &tx_iov_[iov_used];
       size_t n = 0;
-      if (vnet_len_ > 0) {
-        iov[n++] = iovec{const_cast<uint8_t*>(tx_vnet_), vnet_len_};
-      }
+      if (vnet_len_ > 0) iov[n++] = iovec{vnet, vnet_len_};
       n += p.ToIovecs(std::span<iovec>(iov + n, kTxIovPerPacket - n));
       mmsghdr& h = tx_hdrs_[count];
       std::memset(&h, 0, sizeof(h));
@@ -266,7 +312,9 @@ size_t PacketEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
       ++count;
     }
     if (count == 0) {  // nothing but bad packets
-      while (!chain.empty()) DropFront(chain);
+      while (!chain.empty()) {
+        DropFront(chain, Check(chain.front(), tx_vnet_scratch_.data()));
+      }
       break;
     }
     int r = SendBatch(count);
@@ -279,18 +327,16 @@ size_t PacketEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
       // queue, ...): that packet is lost; go on with the rest.
       ++fd_stats_.tx_errors;
       ++stats_.tx_dropped;
-      while (!Sendable(chain.front())) DropFront(chain);
+      DropUnsendable(chain);
       chain.PopFront();
       continue;
     }
     if (static_cast<size_t>(r) < count) ++fd_stats_.tx_partial;
     // Pop, in chain order, the bad packets and the first r sendable ones.
     while (!chain.empty()) {
-      if (!Sendable(chain.front())) {
-        DropFront(chain);
-        continue;
-      }
+      if (DropUnsendable(chain)) continue;
       if (r == 0) break;
+      fd_stats_.tx_gso += chain.front().is_gso();
       stats_.tx_bytes += chain.front().size();
       ++stats_.tx_frames;
       ++sent;

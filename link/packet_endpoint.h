@@ -46,6 +46,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -74,6 +75,13 @@ struct PacketOptions {
   std::optional<wire::MacAddress> mac;
   // PACKET_VNET_HDR: a 10-byte virtio-net header on every frame.
   bool vnet_hdr = false;
+  // Host GSO (see the file comment): TCP super-segments leave as one frame
+  // each, and the kernel segments them. Implies vnet_hdr, and 64 KiB
+  // receive slots unless rx_frame_size says otherwise.
+  bool host_gso = false;
+  // With host_gso: the largest IP packet of a super-segment, reported as
+  // LinkCapabilities::gso_max_size. 1..65535 (IP length fields are 16 bits).
+  uint32_t gso_max_size = 65535;
   // Socket buffer sizes. Set with SO_RCVBUFFORCE/SO_SNDBUFFORCE (beyond
   // net.core.rmem_max, needs CAP_NET_ADMIN), else SO_RCVBUF/SO_SNDBUF,
   // which the kernel caps at rmem_max/wmem_max.
@@ -82,7 +90,8 @@ struct PacketOptions {
   // Most frames per recvmmsg.
   size_t rx_batch = 64;
   // Largest frame received, which sets the slot size; 0: MTU + Ethernet +
-  // VLAN. Up to 65536 for GSO/GRO super-frames (then one per chunk).
+  // VLAN, or 65536 with host_gso. Up to 65536 for GSO/GRO super-frames
+  // (then one per chunk; the frame itself may use 65530 bytes of it).
   uint32_t rx_frame_size = 0;
 };
 
@@ -126,9 +135,13 @@ class PacketEndpoint final : public LinkEndpoint {
   // One sendmmsg of the first `count` prepared messages; returns the
   // number sent or -1 with errno.
   int SendBatch(size_t count);
-  bool Sendable(const buffer::PacketBuffer& p) const;
-  // Drops the (unsendable) front packet, counted as runt or oversize.
-  void DropFront(buffer::PacketChain& chain);
+  // Whether `p` may be sent; writes its virtio-net header to `vnet` (when
+  // the socket has one, else `vnet` is ignored).
+  TxVerdict Check(const buffer::PacketBuffer& p, uint8_t* vnet) const;
+  // Drops unsendable packets at the front of `chain`; true if any.
+  bool DropUnsendable(buffer::PacketChain& chain);
+  // Drops the (unsendable) front packet, counted by `why`.
+  void DropFront(buffer::PacketChain& chain, TxVerdict why);
 
   UniqueFd fd_;
   const std::string ifname_;
@@ -161,7 +174,10 @@ class PacketEndpoint final : public LinkEndpoint {
       1 + 1 + buffer::PacketBuffer::kMaxPayloadViews;
   std::vector<mmsghdr> tx_hdrs_;
   std::vector<iovec> tx_iov_;
-  const uint8_t tx_vnet_[kVnetHdrLen] = {};
+  // One virtio-net header per message of a batch (kMaxTxBatch of them
+  // with a vnet header, else none), and one to check a packet with.
+  std::vector<std::array<uint8_t, kVnetHdrLen>> tx_vnet_;
+  std::array<uint8_t, kVnetHdrLen> tx_vnet_scratch_{};
 
   LinkStats stats_;
   FdEndpointStats fd_stats_;

@@ -29,6 +29,12 @@ constexpr unsigned kGsoOffloads = TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_UFO
 #endif
     ;
 
+// What host GSO asks of the TAP for receive: partial checksums and TCP
+// super-frames (TSO_ECN: also those with CWR set; we forward the flag).
+constexpr unsigned kHostGsoOffloads =
+    TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
+constexpr uint32_t kMaxGsoSize = 65535;  // 16-bit IP length fields
+
 std::string TapLabel(const std::string& name, const std::string& netns) {
   return absl::StrCat("TAP '", name, "' in ", NetnsLabel(netns));
 }
@@ -37,7 +43,11 @@ absl::Status ValidateOptions(const TapOptions& o) {
   if (!o.name.empty()) {
     if (absl::Status s = ValidateInterfaceName(o.name); !s.ok()) return s;
   }
-  if (o.offloads != 0 && !o.vnet_hdr) {
+  if (o.host_gso && (o.gso_max_size == 0 || o.gso_max_size > kMaxGsoSize)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gso_max_size must be 1..", kMaxGsoSize));
+  }
+  if (o.offloads != 0 && !o.vnet_hdr && !o.host_gso) {
     return absl::InvalidArgumentError(
         "TAP offloads need vnet_hdr: without a virtio-net header the "
         "kernel cannot say which checksums are partial");
@@ -100,27 +110,38 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
 
   ifreq ifr;
   std::memset(&ifr, 0, sizeof(ifr));
-  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (options.vnet_hdr ? IFF_VNET_HDR : 0);
+  const bool vnet_hdr = options.vnet_hdr || options.host_gso;
+  const unsigned offloads =
+      options.offloads | (options.host_gso ? kHostGsoOffloads : 0u);
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
   std::memcpy(ifr.ifr_name, options.name.data(), options.name.size());
   if (absl::Status s = SetIff(tun.get(), ifr, options); !s.ok()) return s;
   std::string ifname(ifr.ifr_name, strnlen(ifr.ifr_name, IFNAMSIZ));
   const std::string label = TapLabel(ifname, options.netns);
 
   size_t vnet_len = 0;
-  if (options.vnet_hdr) {
+  if (vnet_hdr) {
     int hdr_len = static_cast<int>(kVnetHdrMrgLen);
     if (::ioctl(tun.get(), TUNSETVNETHDRSZ, &hdr_len) < 0) {
       return ErrnoStatus(errno, absl::StrCat(label, ": TUNSETVNETHDRSZ"));
     }
+    if (options.host_gso) {
+      // FillVnetHeader writes little-endian fields; say so, so that the
+      // TAP reads them that way on a big-endian host too.
+      int le = 1;
+      if (::ioctl(tun.get(), TUNSETVNETLE, &le) < 0) {
+        return ErrnoStatus(errno, absl::StrCat(label, ": TUNSETVNETLE"));
+      }
+    }
     if (::ioctl(tun.get(), TUNSETOFFLOAD,
-                static_cast<unsigned long>(options.offloads)) < 0) {
+                static_cast<unsigned long>(offloads)) < 0) {
       return ErrnoStatus(errno, absl::StrCat(label, ": TUNSETOFFLOAD 0x",
-                                             absl::Hex(options.offloads)));
+                                             absl::Hex(offloads)));
     }
     vnet_len = kVnetHdrMrgLen;
   }
 
-  const bool gso_rx = (options.offloads & kGsoOffloads) != 0;
+  const bool gso_rx = (offloads & kGsoOffloads) != 0;
   // A frame must fit its slot after the pad, with one byte to spare: the
   // kernel cuts a frame that does not fit the read buffer and returns the
   // buffer's size without a flag, so a read that fills the slot may have
@@ -158,9 +179,11 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
 
   LinkCapabilities caps;
   caps.mtu = mtu;
-  caps.gso_max_size = 0;  // host GSO on transmit comes with a later issue
-  caps.tx_checksum_offload = false;  // we write zeroed vnet headers
-  caps.vnet_hdr = options.vnet_hdr;
+  caps.gso_max_size = options.host_gso ? options.gso_max_size : 0;
+  // Only GSO frames get NEEDS_CSUM; every other frame leaves with a zero
+  // header and must carry complete checksums.
+  caps.tx_checksum_offload = false;
+  caps.vnet_hdr = vnet_hdr;
   caps.mac =
       options.mac
           ? *options.mac
@@ -195,17 +218,20 @@ size_t TapEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
   while (!chain.empty()) {
     const buffer::PacketBuffer& p = chain.front();
     const size_t size = p.size();
-    if (!FrameFitsMtu(p, caps_.mtu)) {
-      ++(size < kMinFrameLen ? fd_stats_.tx_runt : fd_stats_.tx_oversize);
+    // Writes the header: GSO_NONE and no flags for a complete frame, or
+    // the host GSO request for a super-segment.
+    const TxVerdict verdict = CheckTxFrame(p, caps_.mtu, caps_.gso_max_size,
+                                           vnet_len_ > 0 ? tx_vnet_ : nullptr);
+    if (verdict != TxVerdict::kOk) {
+      ++(verdict == TxVerdict::kRunt     ? fd_stats_.tx_runt
+         : verdict == TxVerdict::kBadGso ? fd_stats_.tx_bad_gso
+                                         : fd_stats_.tx_oversize);
       ++stats_.tx_dropped;
       chain.PopFront();
       continue;
     }
     size_t iovcnt = 0;
-    if (vnet_len_ > 0) {
-      // GSO_NONE, no flags: the frame is complete, checksums included.
-      tx_iov_[iovcnt++] = iovec{const_cast<uint8_t*>(tx_vnet_), vnet_len_};
-    }
+    if (vnet_len_ > 0) tx_iov_[iovcnt++] = iovec{tx_vnet_, vnet_len_};
     iovcnt += p.ToIovecs(
         std::span<iovec>(tx_iov_ + iovcnt, std::size(tx_iov_) - iovcnt));
     ssize_t n;
@@ -225,6 +251,7 @@ size_t TapEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
       continue;
     }
     ++stats_.tx_frames;
+    fd_stats_.tx_gso += p.is_gso();
     stats_.tx_bytes += size;
     ++sent;
     chain.PopFront();

@@ -58,6 +58,13 @@ struct TapOptions {
   uint32_t mtu = 0;
   // IFF_VNET_HDR with a 12-byte virtio-net header on every frame.
   bool vnet_hdr = false;
+  // Host GSO both ways (see the file comment). Implies vnet_hdr, sets
+  // TUNSETVNETLE, and adds TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 |
+  // TUN_F_TSO_ECN to `offloads`, so receive slots are whole chunks.
+  bool host_gso = false;
+  // With host_gso: the largest IP packet of a super-segment, reported as
+  // LinkCapabilities::gso_max_size. 1..65535 (IP length fields are 16 bits).
+  uint32_t gso_max_size = 65535;
   // TUN_F_* flags for TUNSETOFFLOAD (needs vnet_hdr). 0, the default: the
   // kernel sends complete checksums and no GSO frames. With TUN_F_CSUM the
   // kernel may hand us partial checksums (flagged per frame); with
@@ -120,8 +127,9 @@ class TapEndpoint final : public LinkEndpoint {
   uint8_t rx_vnet_[kVnetHdrMrgLen] = {};
   std::unique_ptr<uint8_t[]> scratch_;
   std::vector<InboundFrame> frames_;  // rx_batch entries, reused
-  // Transmit: the zero virtio-net header and per-packet iovecs.
-  const uint8_t tx_vnet_[kVnetHdrMrgLen] = {};
+  // Transmit: the virtio-net header of the frame being written (zero but
+  // for a GSO frame; num_buffers stays zero) and per-packet iovecs.
+  uint8_t tx_vnet_[kVnetHdrMrgLen] = {};
   iovec tx_iov_[1 + 1 + buffer::PacketBuffer::kMaxPayloadViews];
 
   LinkStats stats_;
