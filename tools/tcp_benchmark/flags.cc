@@ -49,8 +49,8 @@ ABSL_FLAG(std::vector<std::string>, addr, {},
 ABSL_FLAG(std::vector<std::string>, addr6, {},
           "netstack: IPv6 address with prefix, e.g. fd00:9::2/64.");
 ABSL_FLAG(int, mtu, 0,
-          "Link MTU. Role: 0 = the link's own. Driver: the MTUs to measure "
-          "(0 = 1500 and 9000).");
+          "Link MTU. Role: 0 = the link's own. Driver: the one MTU to "
+          "measure (0 = 1500); --mtus measures several.");
 ABSL_FLAG(int, gso, 65535,
           "netstack: largest GSO super-segment in bytes (IP packet); 0 turns "
           "GSO off.");
@@ -73,22 +73,30 @@ ABSL_FLAG(absl::Duration, latency, absl::ZeroDuration(),
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the fault injector.");
 
 ABSL_FLAG(bool, client, false,
-          "Driver: netstack runs the client (the sender; with --reverse the "
-          "receiver).");
+          "Driver: measure netstack as the client (the sender; with "
+          "--reverse the receiver). The default when neither --client nor "
+          "--server is given; both: measure both.");
 ABSL_FLAG(bool, server, false,
-          "Driver: netstack runs the server (the receiver; with --reverse "
-          "the sender).");
+          "Driver: measure netstack as the server (the receiver; with "
+          "--reverse the sender).");
 ABSL_FLAG(bool, ideal, false,
           "Driver: no impairments at all (the default already has none; "
           "kept for gVisor's command line).");
 ABSL_FLAG(std::string, link, "packet",
-          "Driver: the link netstack uses, 'packet' (AF_PACKET on a veth "
-          "pair) or 'tap'.");
+          "Driver: the link netstack uses: 'packet' (AF_PACKET on vB of a "
+          "veth pair, the kernel peer on vA in another namespace) or 'tap' "
+          "(a TAP in one namespace, the kernel peer on its kernel side).");
 ABSL_FLAG(std::string, modes, "",
-          "Driver: comma-separated GSO modes to measure, from off,sw,host "
-          "(default: from --gso/--swgso/--hostgso, or off,sw).");
+          "Driver: comma-separated GSO modes to measure, from off (--gso=0), "
+          "sw (--swgso), host (--hostgso); 'kernel' alone measures only the "
+          "kernel baseline. Default: the mode --gso/--swgso/--hostgso "
+          "select, else off,sw.");
+ABSL_FLAG(std::string, mtus, "",
+          "Driver: comma-separated MTUs to measure, e.g. 1500,9000 "
+          "(default: --mtu, or 1500).");
 ABSL_FLAG(bool, kernel_baseline, true,
-          "Driver: also measure kernel to kernel over the same topology and "
-          "report our ratio to it.");
+          "Driver: also measure kernel to kernel over a veth pair of the "
+          "same MTU (default offloads) and report each ratio to it.");
 ABSL_FLAG(bool, keep_topology, false,
-          "Driver: leave the namespaces in place at exit (for debugging).");
+          "Driver: leave the namespaces (tcpb<pid>a, tcpb<pid>b) in place "
+          "at exit, for debugging; delete them with `ip netns del`.");

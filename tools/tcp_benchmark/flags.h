@@ -54,6 +54,7 @@ ABSL_DECLARE_FLAG(bool, server);
 ABSL_DECLARE_FLAG(bool, ideal);
 ABSL_DECLARE_FLAG(std::string, link);
 ABSL_DECLARE_FLAG(std::string, modes);
+ABSL_DECLARE_FLAG(std::string, mtus);
 ABSL_DECLARE_FLAG(bool, kernel_baseline);
 ABSL_DECLARE_FLAG(bool, keep_topology);
 
