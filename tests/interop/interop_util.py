@@ -127,7 +127,10 @@ class Netstackd:
     """One netstackd process; stop() is safe to call twice."""
 
     def __init__(self, args, name="netstackd"):
-        self.args = [NETSTACKD, *args]
+        # NST_NETSTACKD_FLAGS adds flags to every netstackd a test starts,
+        # e.g. "--swgso" to run a whole suite with software GSO.
+        extra = os.environ.get("NST_NETSTACKD_FLAGS", "").split()
+        self.args = [NETSTACKD, *args, *extra]
         fd, self.log_path = tempfile.mkstemp(prefix=f"{name}-", suffix=".log")
         os.close(fd)
         self.proc = None

@@ -44,6 +44,7 @@
 #include "tools/netstackd/services/http_server.h"
 #include "tools/netstackd/services/service.h"
 #include "link/fault_injector.h"
+#include "link/gso_endpoint.h"
 #include "link/packet_endpoint.h"
 #include "link/sniffer_endpoint.h"
 #include "link/tap_endpoint.h"
@@ -94,6 +95,15 @@ ABSL_FLAG(int, fault_queue_limit, 1000,
           "netem's limit. Raise it for --delay at high rates.");
 ABSL_FLAG(bool, fault_ingress, false,
           "Apply the faults to received frames too (default: sent frames only).");
+ABSL_FLAG(int, gso, 65535,
+          "Largest TCP super-segment (IP packet bytes) with --swgso or "
+          "--hostgso; 0 turns GSO off.");
+ABSL_FLAG(bool, swgso, false,
+          "Software GSO: TCP sends super-segments that the link layer splits "
+          "into wire packets (one sendmmsg per batch on --packet).");
+ABSL_FLAG(bool, hostgso, false,
+          "Host GSO: super-segments go to the kernel whole with a virtio-net "
+          "header and the kernel segments them (--packet or --tap).");
 ABSL_FLAG(std::string, http_root, "",
           "Serve the files under this directory over HTTP/1.1 (GET and HEAD, "
           "keep-alive, pipelining; no directory listings: a directory "
@@ -116,6 +126,9 @@ struct Config {
   std::optional<wire::MacAddress> mac;
   link::FaultProfile faults;
   bool any_fault = false;
+  // Software/host GSO up to this IP packet size; 0: no GSO.
+  uint32_t swgso = 0;
+  uint32_t hostgso = 0;
   std::string http_root;
   uint16_t http_port = 0;  // 0: no HTTP server
   uint16_t echo_port = 0;
@@ -207,6 +220,20 @@ absl::StatusOr<Config> ParseConfig() {
     return Usage(absl::StrCat("--fault_queue_limit ", queue_limit,
                               " out of range [1, 1000000]"));
   }
+
+  const int gso = absl::GetFlag(FLAGS_gso);
+  if (gso < 0 || gso > 65535) {
+    return Usage(absl::StrCat("--gso ", gso, " out of range [0, 65535]"));
+  }
+  if (absl::GetFlag(FLAGS_swgso) && absl::GetFlag(FLAGS_hostgso)) {
+    return Usage("--swgso and --hostgso exclude each other");
+  }
+  if (absl::GetFlag(FLAGS_hostgso) && !absl::GetFlag(FLAGS_unix).empty()) {
+    return Usage("--hostgso needs --packet or --tap (a UNIX stream has no "
+                 "kernel to segment)");
+  }
+  if (absl::GetFlag(FLAGS_swgso)) c.swgso = static_cast<uint32_t>(gso);
+  if (absl::GetFlag(FLAGS_hostgso)) c.hostgso = static_cast<uint32_t>(gso);
 
   // Services. 0 is "off" for echo and discard, "the default" for HTTP.
   auto port = [&](const char* name, int v, uint16_t* out) -> absl::Status {
@@ -307,6 +334,8 @@ int Run(const Config& c) {
     o.netns = absl::GetFlag(FLAGS_netns);
     o.mac = c.mac;
     if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
+    o.host_gso = c.hostgso != 0;
+    if (o.host_gso) o.gso_max_size = c.hostgso;
     auto tap = link::TapEndpoint::Open(o, chunks);
     if (!tap.ok()) {
       std::fprintf(stderr, "netstackd: %s\n", std::string(tap.status().message()).c_str());
@@ -333,6 +362,8 @@ int Run(const Config& c) {
     o.netns = absl::GetFlag(FLAGS_netns);
     o.mac = c.mac;
     if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
+    o.host_gso = c.hostgso != 0;
+    if (o.host_gso) o.gso_max_size = c.hostgso;
     auto pkt = link::PacketEndpoint::Open(o, chunks);
     if (!pkt.ok()) {
       std::fprintf(stderr, "netstackd: %s\n", std::string(pkt.status().message()).c_str());
@@ -367,6 +398,20 @@ int Run(const Config& c) {
     }
     faults = fi->get();
     link = std::move(*fi);
+  }
+
+  // The splitter sits right under the stack, so that the pcap and the
+  // fault injector see wire packets.
+  if (c.swgso != 0) {
+    link::GsoEndpointOptions go;
+    go.gso_max_size = c.swgso;
+    auto gso = link::GsoEndpoint::Create(std::move(link), packets, go);
+    if (!gso.ok()) {
+      std::fprintf(stderr, "netstackd: --gso: %s\n",
+                   std::string(gso.status().message()).c_str());
+      return 1;
+    }
+    link = std::move(*gso);
   }
 
   stack::Stack st(stack::StackOptions{}, chunks, packets);
@@ -547,6 +592,7 @@ int main(int argc, char** argv) {
       "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
       "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
       "--seed N --fault_queue_limit N --fault_ingress] "
+      "[--swgso | --hostgso] [--gso N] "
       "[--http-root DIR [--http-port N]] [--echo-port N] [--discard-port N]\n"
       "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
       "reassembly) and runs TCP and UDP; the services (HTTP static files, "

@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
   if (mtu != 0 && (mtu < 1280 || mtu > 65535)) {
     return Usage(absl::StrCat("--mtu ", mtu, " out of range [1280, 65535]"));
   }
+  const int gso_size = absl::GetFlag(FLAGS_gso);
   absl::StatusOr<GsoMode> mode = GsoModeFromFlags();
   if (!mode.ok()) return mode.status();
   absl::StatusOr<link::FaultProfile> faults = FaultsFromFlags();
@@ -96,14 +97,13 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
 
   std::unique_ptr<NetstackLink> l(new NetstackLink());
   l->gso_mode_ = *mode;
-  if (*mode == GsoMode::kHost) {
-    return absl::UnimplementedError("--hostgso is not wired up yet");
-  }
   if (!tap.empty()) {
     link::TapOptions o;
     o.name = tap;
     o.netns = absl::GetFlag(FLAGS_netns);
     if (mtu != 0) o.mtu = static_cast<uint32_t>(mtu);
+    o.host_gso = *mode == GsoMode::kHost;
+    if (o.host_gso) o.gso_max_size = static_cast<uint32_t>(gso_size);
     auto ep = link::TapEndpoint::Open(o, chunks);
     if (!ep.ok()) return ep.status();
     l->base_ = ep->get();
@@ -114,6 +114,8 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
     o.interface = packet;
     o.netns = absl::GetFlag(FLAGS_netns);
     if (mtu != 0) o.mtu = static_cast<uint32_t>(mtu);
+    o.host_gso = *mode == GsoMode::kHost;
+    if (o.host_gso) o.gso_max_size = static_cast<uint32_t>(gso_size);
     auto ep = link::PacketEndpoint::Open(o, chunks);
     if (!ep.ok()) return ep.status();
     l->base_ = ep->get();
