@@ -26,6 +26,16 @@
 // chunk. The device lives as long as this endpoint's fd (unless made
 // persistent with TUNSETPERSIST elsewhere); if someone deletes it anyway,
 // reads fail (counted in rx_errors) and the endpoint should be closed.
+//
+// Host GSO (TapOptions::host_gso): Capabilities().gso_max_size becomes
+// gso_max_size, and each TCP super-segment the stack sends is written as
+// ONE frame behind a filled virtio-net header (NEEDS_CSUM, TCPV4/TCPV6,
+// gso_size = MSS; little-endian, TUNSETVNETLE); the kernel segments it
+// where it must and completes the checksums. Other frames keep a zero
+// header and need complete checksums. host_gso also asks the kernel for
+// TSO super-frames and partial checksums on receive (TUN_F_CSUM | TSO4 |
+// TSO6 | TSO_ECN), read into 64 KiB slots and flagged per frame; the
+// kernel side needs no ethtool changes.
 #ifndef NETSTACK_LINK_TAP_ENDPOINT_H_
 #define NETSTACK_LINK_TAP_ENDPOINT_H_
 
