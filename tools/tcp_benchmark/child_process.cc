@@ -31,14 +31,14 @@ constexpr size_t kStderrTailLines = 20;
   setpgid(0, 0);
   if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) {
     static constexpr char kMsg[] = "tcp_benchmark: setns failed\n";
-    write(err_fd, kMsg, sizeof(kMsg) - 1);
+    if (write(err_fd, kMsg, sizeof(kMsg) - 1) < 0) _exit(127);
     _exit(127);
   }
   dup2(out_fd, STDOUT_FILENO);
   dup2(err_fd, STDERR_FILENO);
   execvp(argv[0], argv);
   static constexpr char kMsg[] = "tcp_benchmark: exec failed\n";
-  write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+  if (write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1) < 0) _exit(127);
   _exit(127);
 }
 

@@ -35,7 +35,8 @@ absl::StatusOr<ChildProcess> StartRole(const RoleCommand& command,
 // wrong, with its stderr tail.
 std::string AwaitListening(ChildProcess& server) {
   const absl::Time deadline = absl::Now() + kListenTimeout;
-  while (!server.stderr_contains(kListeningMarker)) {
+  while (!server.stderr_contains(kListeningMarker) &&
+         server.stdout_text().find(kListeningMarker) == std::string::npos) {
     if (Interrupted()) return "interrupted";
     if (server.TryReap()) {
       return RoleFailure(

@@ -2,9 +2,10 @@
 // client role, the client's JSON result and the CPU time of the process
 // in netstack's place (wait4 rusage), and the topology deleted again.
 //
-// Contract with the roles (main.cc): the server prints a stderr line
-// containing "listening" once its listening socket is ready, serves one
-// test (--one_off) and exits 0; the client prints interval lines on
+// Contract with the roles (main.cc): the server prints a line containing
+// "listening" (iperf3's "Server listening on 5201"; on stderr with --json)
+// once its listening socket is ready, serves one test (--one_off) and
+// exits 0; the client prints interval lines on
 // stderr and one JSON object on stdout (client_result.h), and exits 0.
 #ifndef TOOLS_TCP_BENCHMARK_MEASUREMENT_H_
 #define TOOLS_TCP_BENCHMARK_MEASUREMENT_H_
