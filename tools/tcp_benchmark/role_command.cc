@@ -76,9 +76,9 @@ RoleCommand Command(const std::string& self, const Topology& topology,
 
 RoleCommand ServerCommand(const std::string& self, const Topology& topology,
                           const MeasurementSpec& spec) {
-  return Command(
-      self, topology, spec, /*ours=*/!spec.netstack_is_client,
-      {"--role=server", absl::StrCat("--port=", kBenchPort), "--one_off"});
+  return Command(self, topology, spec, /*ours=*/!spec.netstack_is_client,
+                 {"--role=server", absl::StrCat("--port=", kBenchPort),
+                  "--one_off", "--json"});
 }
 
 RoleCommand ClientCommand(const std::string& self, const Topology& topology,
