@@ -68,7 +68,7 @@ GsoLayout ParseGsoHeaders(std::span<const uint8_t> h, size_t frame_len,
   }
   // RFC 9293 section 3.1: Data Offset in the high nibble of byte 12.
   if (h.size() < l4 + kTcpMinHeaderLen) return out;
-  const size_t doff = size_t{h[l4 + 12] >> 4} * 4;
+  const size_t doff = static_cast<size_t>(h[l4 + 12] >> 4) * 4;
   if (doff < kTcpMinHeaderLen || h.size() < l4 + doff) return out;
   if ((h[l4 + 13] & kTcpCwr) != 0) out.gso_type |= vnet::kGsoEcn;
   out.l4_start = l4;
