@@ -14,7 +14,10 @@ std::atomic<pid_t> g_children[kMaxChildren];
 static_assert(std::atomic<pid_t>::is_always_lock_free);
 
 void OnInterrupt(int signo) {
-  g_signal.store(signo);
+  // Only the first signal stops the children: a second Ctrl-C must not
+  // kill the `ip netns del` commands of the teardown it is waiting for.
+  int none = 0;
+  if (!g_signal.compare_exchange_strong(none, signo)) return;
   for (auto& child : g_children) {
     const pid_t pgid = child.load();
     if (pgid > 0) kill(-pgid, SIGTERM);

@@ -6,7 +6,8 @@
 // records the signal; the driver sees Interrupted() at its next step,
 // stops measuring and tears its topology down on the normal path (no
 // cleanup work inside the handler beyond kill(2), which is
-// async-signal-safe).
+// async-signal-safe). Later signals are ignored, so that pressing Ctrl-C
+// again does not interrupt the teardown.
 #ifndef TOOLS_TCP_BENCHMARK_INTERRUPT_H_
 #define TOOLS_TCP_BENCHMARK_INTERRUPT_H_
 

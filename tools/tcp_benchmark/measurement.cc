@@ -123,6 +123,10 @@ Measurement RunMeasurement(const std::string& self, const TopologyNames& names,
     return m;
   }
   (*topology)->set_keep(keep_topology);
+  if (Interrupted()) {  // a signal during Create(): nothing to stop yet
+    m.error = "interrupted";
+    return m;
+  }
   absl::StatusOr<ChildProcess> server =
       StartRole(ServerCommand(self, **topology, spec), /*echo_stderr=*/false);
   if (!server.ok()) {
