@@ -1,0 +1,315 @@
+// tcp_benchmark: an iperf3-compatible TCP throughput tool on netstack or
+// the host kernel.
+//
+//   tcp_benchmark --role=server --stack=kernel [--port 5201] [--one_off]
+//   tcp_benchmark --role=client --stack=kernel --connect 10.9.0.1:5201
+//       [--duration 10] [--streams 4] [--reverse] [--json]
+//   tcp_benchmark --role=server --stack=netstack --packet veth1 --netns b
+//       --addr 10.9.0.2/24
+//   tcp_benchmark            (no --role: the driver, see driver.h)
+//
+// Either role talks to stock iperf3 3.x as well as to itself. Exit status:
+// 0 when the test(s) succeeded, 1 when a test failed or a resource could
+// not be set up, 2 for bad flags.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "netstack/transport/address.h"
+#include "tools/tcp_benchmark/bench_net.h"
+#include "tools/tcp_benchmark/driver.h"
+#include "tools/tcp_benchmark/flags.h"
+#include "tools/tcp_benchmark/iperf3_client.h"
+#include "tools/tcp_benchmark/iperf3_server.h"
+#include "tools/tcp_benchmark/kernel_net.h"
+#include "tools/tcp_benchmark/netstack_net.h"
+#include "tools/tcp_benchmark/test_summary.h"
+
+namespace netstack::tools::bench {
+namespace {
+
+// absl flags want underscores; accept --one-off as --one_off.
+void DashesToUnderscores(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* a = argv[i];
+    if (a[0] != '-' || a[1] != '-') continue;
+    if (a[2] == '\0') break;
+    for (char* p = a + 2; *p != '\0' && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
+    }
+  }
+}
+
+absl::Status Usage(const std::string& message);
+
+// Abseil exits with status 1 on an unknown flag or a bad value; we want
+// 2 with a clear message. Checks argv first, with the flags' own parsers.
+// Parsing twice is harmless: ParseCommandLine sets the same values.
+absl::Status CheckFlagSyntax(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
+    const size_t eq = arg.find('=');
+    std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos
+                                                             : eq - 2);
+    if (absl::StartsWith(name, "help") || name == "version" ||
+        name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
+        name == "undefok") {
+      if (eq == std::string::npos && !absl::StartsWith(name, "help") &&
+          name != "version") {
+        ++i;  // "--flagfile FILE"
+      }
+      continue;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* positive = absl::FindCommandLineFlag(name.substr(2));
+      if (positive != nullptr && positive->IsOfType<bool>() &&
+          eq == std::string::npos) {
+        continue;
+      }
+    }
+    if (flag == nullptr) return Usage(absl::StrCat("unknown flag --", name));
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return Usage(absl::StrCat("--", name, " needs a value"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return Usage(absl::StrCat("--", name, "=", value, ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Usage(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+struct RoleConfig {
+  bool server = false;
+  bool kernel = false;
+  transport::SocketAddress remote;  // client
+  uint16_t port = 0;                // server
+  KernelNetOptions kernel_options;
+  StreamOptions stream_options;
+};
+
+absl::Status CheckMeasurementFlags() {
+  if (!(absl::GetFlag(FLAGS_duration) > 0) ||
+      absl::GetFlag(FLAGS_duration) > 86400) {
+    return Usage("--duration must be in (0, 86400] seconds");
+  }
+  if (!(absl::GetFlag(FLAGS_interval) >= 0)) {
+    return Usage("--interval must be >= 0");
+  }
+  if (absl::GetFlag(FLAGS_streams) < 1 || absl::GetFlag(FLAGS_streams) > 128) {
+    return Usage("--streams must be in 1..128");
+  }
+  const std::string cc = absl::GetFlag(FLAGS_cc);
+  if (!cc.empty() && cc != "reno" && cc != "cubic") {
+    return Usage("--cc must be reno or cubic");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RoleConfig> ParseRoleConfig() {
+  RoleConfig c;
+  const std::string role = absl::GetFlag(FLAGS_role);
+  const std::string stack = absl::GetFlag(FLAGS_stack);
+  if (role != "server" && role != "client") {
+    return Usage("--role must be server or client (or absent: driver mode)");
+  }
+  if (stack != "kernel" && stack != "netstack") {
+    return Usage("--stack must be kernel or netstack");
+  }
+  c.server = role == "server";
+  c.kernel = stack == "kernel";
+  if (absl::Status s = CheckMeasurementFlags(); !s.ok()) return s;
+  if (c.server) {
+    const int port = absl::GetFlag(FLAGS_port);
+    if (port < 1 || port > 65535) return Usage("--port must be in 1..65535");
+    c.port = static_cast<uint16_t>(port);
+  } else {
+    const std::string connect = absl::GetFlag(FLAGS_connect);
+    std::optional<transport::SocketAddress> remote =
+        transport::SocketAddress::Parse(connect);
+    if (!remote || remote->port == 0) {
+      return Usage(absl::StrCat("--connect: want HOST:PORT or [V6]:PORT, got '",
+                                connect, "'"));
+    }
+    c.remote = *remote;
+  }
+  absl::StatusOr<RecvMode> recv = ParseRecvMode(absl::GetFlag(FLAGS_recv_mode));
+  if (!recv.ok()) return recv.status();
+  absl::StatusOr<SendMode> send = ParseSendMode(absl::GetFlag(FLAGS_send_mode));
+  if (!send.ok()) return send.status();
+  if (!c.kernel && (*recv != RecvMode::kPlain || *send != SendMode::kPlain)) {
+    return Usage("--recv_mode/--send_mode apply to --stack=kernel only");
+  }
+  c.kernel_options.recv_mode = *recv;
+  c.kernel_options.send_mode = *send;
+  c.stream_options.no_delay = true;
+  c.stream_options.congestion_control = absl::GetFlag(FLAGS_cc);
+  return c;
+}
+
+// The address the server listens on: every address. For the kernel an
+// IPv6 socket also takes IPv4 (unless net.ipv6.bindv6only); netstack
+// listens on the family it has an address of.
+transport::SocketAddress ServerAddress(const RoleConfig& c) {
+  const bool v6 = c.kernel ? true
+                           : absl::GetFlag(FLAGS_addr).empty() &&
+                                 !absl::GetFlag(FLAGS_addr6).empty();
+  std::optional<transport::IpAddress> any =
+      transport::IpAddress::Parse(v6 ? "::" : "0.0.0.0");
+  return transport::SocketAddress{*any, c.port};
+}
+
+int RunServer(Net& net, const RoleConfig& c) {
+  ServerOptions o;
+  o.local = ServerAddress(c);
+  o.one_off = absl::GetFlag(FLAGS_one_off);
+  o.json = absl::GetFlag(FLAGS_json);
+  o.stack_name = c.kernel ? "kernel" : "netstack";
+  o.stream_options = c.stream_options;
+  o.session.interval = absl::GetFlag(FLAGS_interval);
+  o.session.progress = o.json ? stderr : stdout;
+  int exit_status = 0;
+  Iperf3Server server(net, o, [&](int status) {
+    exit_status = status;
+    net.loop().Stop();
+  });
+  absl::Status s = net.loop().HandleSignals(
+      {SIGINT, SIGTERM}, [&](int, Instant) { server.Stop(); });
+  if (s.ok()) s = server.Start();
+  if (s.ok()) s = net.loop().Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (std::string counters = net.FormatCounters(); !counters.empty()) {
+    std::fprintf(stderr, "%s\n", counters.c_str());
+  }
+  return exit_status;
+}
+
+int RunClient(Net& net, const RoleConfig& c) {
+  const bool json = absl::GetFlag(FLAGS_json);
+  ClientOptions o;
+  o.server = c.remote;
+  o.duration = absl::GetFlag(FLAGS_duration);
+  o.interval = absl::GetFlag(FLAGS_interval);
+  o.streams = absl::GetFlag(FLAGS_streams);
+  o.reverse = absl::GetFlag(FLAGS_reverse);
+  o.stream_options = c.stream_options;
+  o.progress = json ? stderr : stdout;
+  Iperf3Client client(net, o, [&] { net.loop().Stop(); });
+  absl::Status s = net.loop().HandleSignals(
+      {SIGINT, SIGTERM}, [&](int, Instant) { client.Interrupt(); });
+  if (s.ok()) s = client.Start();
+  if (s.ok()) s = net.loop().Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (!client.result().ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s\n",
+                 std::string(client.result().status().message()).c_str());
+    return 1;
+  }
+  const TestSummary& summary = *client.result();
+  std::fprintf(o.progress, "%s",
+               FormatSummaryText(summary, /*local_is_sender=*/!o.reverse).c_str());
+  if (json) {
+    SummaryContext context{"client", c.kernel ? "kernel" : "netstack",
+                           net.Describe(), c.remote.ToString(), o.reverse};
+    std::printf("%s\n", FormatSummaryJson(summary, context).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+int RunRole() {
+  absl::StatusOr<RoleConfig> config = ParseRoleConfig();
+  if (!config.ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s (see --help)\n",
+                 std::string(config.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<Net>> net =
+      config->kernel ? CreateKernelNet(config->kernel_options)
+                     : CreateNetstackNetFromFlags();
+  if (!net.ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s\n",
+                 std::string(net.status().message()).c_str());
+    return net.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return config->server ? RunServer(**net, *config) : RunClient(**net, *config);
+}
+
+}  // namespace
+}  // namespace netstack::tools::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "An iperf3-compatible TCP throughput benchmark on netstack or the "
+      "host kernel.\n"
+      "usage:\n"
+      "  tcp_benchmark --role=server --stack=kernel|netstack [--port N] "
+      "[--one_off] [--json]\n"
+      "  tcp_benchmark --role=client --stack=kernel|netstack --connect "
+      "HOST:PORT [--duration S] [--interval S] [--streams N] [--reverse] "
+      "[--cc reno|cubic] [--json]\n"
+      "  tcp_benchmark [driver flags]   (no --role: the driver)\n"
+      "Both roles speak iperf3's protocol (TCP), so either end may be stock "
+      "iperf3 (iperf3 -s / iperf3 -c). --stack=kernel uses the host's "
+      "sockets, with --recv_mode=plain|splice and "
+      "--send_mode=plain|vmsplice|sendfile; --stack=netstack runs our stack "
+      "on --packet or --tap (with --netns, --addr, --mtu, GSO and fault "
+      "flags). The client prints interval lines and a summary (with --json: "
+      "one JSON object on stdout, progress on stderr); the server prints a "
+      "summary per test and serves until SIGINT/SIGTERM, or one test with "
+      "--one_off. Flag names take '-' or '_'. Exit status: 0 on success, 1 "
+      "if a test failed or a resource could not be set up, 2 for bad flags.");
+  // --help lists tcp_benchmark's own flags, not Abseil's internals.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "tools/tcp_benchmark/");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  netstack::tools::bench::DashesToUnderscores(argc, argv);
+  if (absl::Status s = netstack::tools::bench::CheckFlagSyntax(argc, argv);
+      !s.ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s (see --help)\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
+  absl::ParseCommandLine(argc, argv);
+  // splice() and sendfile() into a reset socket raise SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
+  if (absl::GetFlag(FLAGS_role).empty()) {
+    return netstack::tools::bench::RunDriver(argv[0]);
+  }
+  return netstack::tools::bench::RunRole();
+}
