@@ -100,9 +100,32 @@ absl::Status Topology::BuildVeth() {
                   absl::StrCat("net.ipv6.conf.", kVethB, ".disable_ipv6=1")},
                  b);
   if (s.ok()) s = LinkUp(b, kVethB, spec_.mtu);
-  if (s.ok() && !spec_.kernel_offloads) {
-    s = RunCommand(
-        {"ethtool", "-K", kVethA, "tso", "off", "gso", "off", "gro", "off"}, a);
+  // A qdisc on vB instead of noqueue: when vA's receive ring is full the
+  // veth stops vB's queue, so a burst from netstack waits instead of
+  // being dropped inside the kernel.
+  if (s.ok()) {
+    s = RunCommand({"tc", "-n", b, "qdisc", "replace", "dev", kVethB, "root",
+                    "pfifo", "limit", "10000"});
+  }
+  if (s.ok() && !spec_.kernel_offloads) s = ReceiveWirePackets(a, b);
+  return s;
+}
+
+absl::Status Topology::ReceiveWirePackets(const std::string& a,
+                                          const std::string& b) {
+  // No TSO/GSO on vA: A's kernel sends frames that fit netstack's
+  // MTU-sized receive slots.
+  absl::Status s = RunCommand(
+      {"ethtool", "-K", kVethA, "tso", "off", "gso", "off", "gro", "on"}, a);
+  // The receiving kernel coalesces netstack's wire packets with GRO, as
+  // behind a real NIC: veth hands a frame to vA's NAPI (and so to GRO)
+  // only when vB does not offer TSO, and a threaded NAPI lets GRO see
+  // more than one frame per poll instead of running inside each send.
+  if (s.ok()) s = RunCommand({"ethtool", "-K", kVethB, "tso", "off"}, b);
+  if (s.ok()) {
+    s = RunCommand({"ip", "netns", "exec", a, "sh", "-c",
+                    absl::StrCat("echo 1 > /sys/class/net/", kVethA,
+                                 "/threaded")});
   }
   return s;
 }

@@ -14,6 +14,13 @@
 //                     with 10.77.0.2/24]
 //   kernel baseline: the veth pair of the packet link, vB 10.77.0.2/24,
 //                    default offloads, the kernel on both sides.
+//
+// With netstack on vB, vB gets a pfifo qdisc (back-pressure from a full
+// veth ring instead of drops). For GSO off and software GSO, vA sends
+// without TSO/GSO (frames fit netstack's receive slots) and receives with
+// GRO on a threaded NAPI, and vB offers no TSO (the condition for veth to
+// pass frames through vA's GRO). Host GSO keeps the defaults: netstack's
+// super-frames cross whole, and the kernel's reach netstack whole.
 #ifndef TOOLS_TCP_BENCHMARK_TOPOLOGY_H_
 #define TOOLS_TCP_BENCHMARK_TOPOLOGY_H_
 
@@ -80,6 +87,9 @@ class Topology {
       : names_(std::move(names)), spec_(spec) {}
   absl::Status AddNamespace(const std::string& name);
   absl::Status BuildVeth();
+  // GSO off and software GSO: A's kernel sends MTU-sized frames and
+  // coalesces the ones it receives (GRO on a threaded NAPI).
+  absl::Status ReceiveWirePackets(const std::string& a, const std::string& b);
   absl::Status BuildTap();
 
   TopologyNames names_;
