@@ -123,6 +123,15 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
     l->nic_name_ = packet;
   }
   l->read_fd_ = l->base_->ReadFd();
+  const std::string pcap = absl::GetFlag(FLAGS_pcap);
+  if (!pcap.empty()) {
+    auto sniffer = link::SnifferEndpoint::Create(std::move(l->outer_), pcap);
+    if (!sniffer.ok()) {
+      return absl::Status(sniffer.status().code(),
+                          absl::StrCat("--pcap: ", sniffer.status().message()));
+    }
+    l->outer_ = std::move(*sniffer);
+  }
   if (faults->Active()) {
     link::FaultInjectorOptions fo;
     fo.egress = *faults;
@@ -134,15 +143,6 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
     if (!fi.ok()) return fi.status();
     l->faults_ = fi->get();
     l->outer_ = std::move(*fi);
-  }
-  const std::string pcap = absl::GetFlag(FLAGS_pcap);
-  if (!pcap.empty()) {
-    auto sniffer = link::SnifferEndpoint::Create(std::move(l->outer_), pcap);
-    if (!sniffer.ok()) {
-      return absl::Status(sniffer.status().code(),
-                          absl::StrCat("--pcap: ", sniffer.status().message()));
-    }
-    l->outer_ = std::move(*sniffer);
   }
   if (*mode == GsoMode::kSoftware) {
     link::GsoEndpointOptions go;

@@ -1,9 +1,10 @@
 // The link under tcp_benchmark's netstack role, built from the flags:
 // --packet IFNAME or --tap NAME (in --netns), then the decorators from the
-// stack outwards: software GSO (--swgso), the pcap sniffer (--pcap) and
-// the fault injector (--loss, --duplicate, --reorder, --latency; both
-// directions). The GSO splitter sits right under the stack so that the
-// pcap and the faults see wire packets. With --hostgso the base endpoint
+// stack outwards: software GSO (--swgso), the fault injector (--loss,
+// --duplicate, --reorder, --latency; both directions) and the pcap sniffer
+// (--pcap), as in netstackd: the pcap shows the wire after the faults, and
+// the GSO splitter sits right under the stack so that the faults and the
+// pcap see wire packets. With --hostgso the base endpoint
 // writes super-segments whole with a virtio-net header instead.
 #ifndef TOOLS_TCP_BENCHMARK_NETSTACK_LINK_H_
 #define TOOLS_TCP_BENCHMARK_NETSTACK_LINK_H_
