@@ -97,7 +97,14 @@ void ControlChannel::OnReady(uint32_t bits) {
   if (bits & (ready::kReadable | ready::kError | ready::kHangup)) {
     const bool had_eof = eof_;
     absl::Status s = ReadAll();
-    if (!s.ok()) return Fail(s);
+    if (!s.ok()) {
+      // A peer that writes its last word (ACCESS_DENIED, say) and closes
+      // with our bytes unread resets the connection: let the owner see
+      // what did arrive before the error.
+      if (reader_.buffered() > 0 && callbacks_.on_input) callbacks_.on_input();
+      if (!closed_) Fail(s);
+      return;
+    }
     if (had_eof) {
       // Level-triggered readiness at EOF would call us every turn: the
       // owner has seen the EOF once, stop listening.
