@@ -112,22 +112,32 @@ class NetstackStream final : public Stream {
   std::array<buffer::PayloadView, kDiscardViews> views_;
 };
 
+// One or two listening TcpSockets as a bench::Listener: a wildcard
+// address listens on both families when the stack has addresses of both
+// (netstack has no dual-stack sockets; the kernel's [::] takes IPv4 too).
 class NetstackListener final : public Listener {
  public:
-  NetstackListener(NetstackNetImpl& net, std::unique_ptr<tcp::TcpSocket> s)
-      : net_(net), socket_(std::move(s)) {}
-  ~NetstackListener() override { socket_->set_callback(nullptr); }
+  NetstackListener(NetstackNetImpl& net,
+                   std::vector<std::unique_ptr<tcp::TcpSocket>> sockets)
+      : net_(net), sockets_(std::move(sockets)) {}
+  ~NetstackListener() override {
+    for (auto& s : sockets_) s->set_callback(nullptr);
+  }
   absl::StatusOr<std::unique_ptr<Stream>> Accept() override;
   void SetHandler(Handler handler) override {
     handler_ = std::move(handler);
-    socket_->set_callback([this](uint32_t events) {
-      if ((events & transport::event::kReadable) != 0 && handler_) handler_();
-    });
+    for (auto& s : sockets_) {
+      s->set_callback([this](uint32_t events) {
+        if ((events & transport::event::kReadable) != 0 && handler_) {
+          handler_();
+        }
+      });
+    }
   }
 
  private:
   NetstackNetImpl& net_;
-  std::unique_ptr<tcp::TcpSocket> socket_;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> sockets_;
   Handler handler_;
 };
 
@@ -258,10 +268,16 @@ std::string NetstackStream::Describe() const {
 }
 
 absl::StatusOr<std::unique_ptr<Stream>> NetstackListener::Accept() {
-  absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> s = socket_->Accept();
-  if (!s.ok()) return s.status();
-  return std::unique_ptr<Stream>(
-      std::make_unique<NetstackStream>(net_, std::move(*s)));
+  absl::Status last = transport::WouldBlock();
+  for (auto& listening : sockets_) {
+    absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> s = listening->Accept();
+    if (s.ok()) {
+      return std::unique_ptr<Stream>(
+          std::make_unique<NetstackStream>(net_, std::move(*s)));
+    }
+    if (!transport::IsWouldBlock(s.status())) last = s.status();
+  }
+  return last;
 }
 
 absl::StatusOr<std::unique_ptr<NetstackNetImpl>> NetstackNetImpl::Create() {
@@ -356,13 +372,29 @@ absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> NetstackNetImpl::OpenSocket(
 
 absl::StatusOr<std::unique_ptr<Listener>> NetstackNetImpl::Listen(
     const transport::SocketAddress& local, const StreamOptions& options) {
-  absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> s =
-      OpenSocket(local, options);
-  if (!s.ok()) return s.status();
-  if (absl::Status st = (*s)->Bind(local); !st.ok()) return st;
-  if (absl::Status st = (*s)->Listen(128); !st.ok()) return st;
+  std::vector<transport::SocketAddress> addresses = {local};
+  if (local.ip.IsUnspecified()) {
+    const bool v4 = !absl::GetFlag(FLAGS_addr).empty();
+    const bool v6 = !absl::GetFlag(FLAGS_addr6).empty();
+    addresses.clear();
+    if (v4) addresses.push_back({*transport::IpAddress::Parse("0.0.0.0"),
+                                 local.port});
+    if (v6) addresses.push_back({*transport::IpAddress::Parse("::"),
+                                 local.port});
+  }
+  std::vector<std::unique_ptr<tcp::TcpSocket>> sockets;
+  for (const transport::SocketAddress& a : addresses) {
+    absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> s = OpenSocket(a, options);
+    if (!s.ok()) return s.status();
+    if (absl::Status st = (*s)->Bind(a); !st.ok()) return st;
+    if (absl::Status st = (*s)->Listen(128); !st.ok()) return st;
+    sockets.push_back(std::move(*s));
+  }
+  if (sockets.empty()) {
+    return absl::InvalidArgumentError("no address to listen on");
+  }
   return std::unique_ptr<Listener>(
-      std::make_unique<NetstackListener>(*this, std::move(*s)));
+      std::make_unique<NetstackListener>(*this, std::move(sockets)));
 }
 
 absl::StatusOr<std::unique_ptr<Stream>> NetstackNetImpl::Connect(

@@ -49,11 +49,11 @@ class Iperf3Interop(unittest.TestCase):
                 *GSO_FLAGS[mode], *args]
 
     def wait_listening(self, proc, what):
-        """Reads the role's stderr until it says it listens."""
+        """Reads the role's output until it says it listens."""
         deadline = time.time() + 20
         lines = []
         while time.time() < deadline:
-            line = proc.stderr.readline()
+            line = proc.stdout.readline()
             if not line:
                 break
             lines.append(line)
@@ -68,15 +68,15 @@ class Iperf3Interop(unittest.TestCase):
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-            self.fail(f"{what} hung:\n{err[-3000:]}")
-        self.assertEqual(proc.returncode, 0,
-                         f"{what} exited {proc.returncode}:\n{err[-3000:]}")
+            self.fail(f"{what} hung:\n{out[-3000:]}{err or ''}")
+        self.assertEqual(proc.returncode, 0, f"{what} exited {proc.returncode}:"
+                         f"\n{out[-3000:]}{err or ''}")
         return out, err
 
     def run_stock_client(self, mode, target, reverse):
         server = subprocess.Popen(
             self.ours(mode, "--role=server", f"--port={PORT}", "--one_off"),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             self.wait_listening(server, "our server")
             cmd = self.topo.peer("iperf3", "-c", target, "-p", str(PORT),
@@ -97,10 +97,12 @@ class Iperf3Interop(unittest.TestCase):
         end = result["end"]
         received = end["sum_received"]["bytes"]
         sent = end["sum_sent"]["bytes"]
+        # sum_received is what our server (or, with -R, iperf3's client)
+        # counted as received by the end of the test; data still in flight
+        # then is sent but not counted, as between two stock iperf3s.
         self.assertGreater(received, 1 << 20, end)
-        # The receiver counts what arrived before the end of the test;
-        # TCP delivers everything that was sent.
-        self.assertEqual(received, sent, end)
+        self.assertLessEqual(received, sent, end)
+        self.assertGreater(received, sent // 2, end)
         gbps = end["sum_received"]["bits_per_second"] / 1e9
         print(f"  stock iperf3 -c {target}{' -R' if reverse else ''} -> our "
               f"server ({mode} GSO): {received} bytes, {gbps:.2f} Gbit/s, "
@@ -130,9 +132,17 @@ class Iperf3Interop(unittest.TestCase):
                 server.kill()
                 server.wait()
         end = theirs["end"]
-        received = end["sum_received"]["bytes"]
         self.assertGreater(ours["bytes"], 1 << 20, ours)
-        self.assertEqual(ours["bytes"], received, (ours, end))
+        if reverse:
+            # iperf3 -s sent; it reports no received count of its own (as
+            # against a stock client). What we received is at most what
+            # it sent (bytes in flight at the end are not counted).
+            sent = end["sum_sent"]["bytes"]
+            self.assertLessEqual(ours["bytes"], sent, (ours, end))
+            self.assertGreater(ours["bytes"], sent // 2, (ours, end))
+        else:
+            self.assertEqual(ours["bytes"], end["sum_received"]["bytes"],
+                             (ours, end))
         print(f"  our client{' --reverse' if reverse else ''} ({mode} GSO) "
               f"-> stock iperf3 -s: {ours['bytes']} bytes, "
               f"{ours['gbps']:.2f} Gbit/s, retransmits "
