@@ -228,6 +228,11 @@ int RunClient(Net& net, const RoleConfig& c) {
       {SIGINT, SIGTERM}, [&](int, Instant) { client.Interrupt(); });
   if (s.ok()) s = client.Start();
   if (s.ok()) s = net.loop().Run();
+  // The stack's counters (drops with their reasons, link syscalls, GSO
+  // splits), whatever the outcome: they explain a slow or failed run.
+  if (std::string counters = net.FormatCounters(); !counters.empty()) {
+    std::fprintf(stderr, "%s\n", counters.c_str());
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "tcp_benchmark: %s\n", std::string(s.message()).c_str());
     return 1;
