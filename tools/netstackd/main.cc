@@ -15,7 +15,6 @@
 // at exit; SIGINT and SIGTERM stop it cleanly. Bad input is a clear
 // message and exit status 2 (usage) or 1 (a resource could not be set up),
 // with nothing left behind.
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -30,7 +29,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,6 +37,8 @@
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/notifier.h"
 #include "netstack/udp/udp_layer.h"
+#include "tools/common/cli.h"
+#include "tools/common/stack_runtime.h"
 #include "tools/netstackd/services/discard_service.h"
 #include "tools/netstackd/services/echo_service.h"
 #include "tools/netstackd/services/http_server.h"
@@ -263,55 +263,6 @@ absl::StatusOr<Config> ParseConfig() {
     return s;
   }
   return c;
-}
-
-// Keys for the TCP layer (ISNs, SYN cookies) and the UDP layer (ephemeral
-// ports) must not be guessable: draw them from the kernel.
-absl::StatusOr<uint64_t> RandomSeed() {
-  uint64_t seed = 0;
-  size_t got = 0;
-  while (got < sizeof(seed)) {
-    const ssize_t n = getrandom(reinterpret_cast<char*>(&seed) + got,
-                                sizeof(seed) - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(
-          absl::StrCat("getrandom: ", std::strerror(errno)));
-    }
-    got += static_cast<size_t>(n);
-  }
-  return seed;
-}
-
-// Runs nothing itself: it keeps the loop awake for the TCP layer's next
-// deadline and, while callbacks are pending, for an immediate turn. The
-// work is done every turn by the turn-end hook (Dispatch, then Poll).
-class TransportPoller : public eventloop::Poller {
- public:
-  TransportPoller(const tcp::TcpLayer& tcp, const transport::Notifier& notifier)
-      : tcp_(tcp), notifier_(notifier) {}
-  Instant NextDeadline() const override {
-    return notifier_.empty() ? tcp_.NextDeadline() : absl::InfinitePast();
-  }
-  void Poll(Instant) override {}
-
- private:
-  const tcp::TcpLayer& tcp_;
-  const transport::Notifier& notifier_;
-};
-
-// absl flags are named with underscores; accept the dashed spelling too
-// (--http-root for --http_root). Only flag names change, never values,
-// and nothing after a bare "--".
-void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    char* a = argv[i];
-    if (a[0] != '-' || a[1] != '-') continue;
-    if (a[2] == '\0') break;
-    for (char* p = a + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
 }
 
 // Calls the outermost endpoint when the base link's fd is readable.
@@ -602,14 +553,7 @@ int main(int argc, char** argv) {
       "SIGTERM stop it. Exit status: 0 after a clean stop, 1 if the link or "
       "a resource (the HTTP root, a port already in use) could not be set "
       "up, 2 for bad flags.");
-  // --help lists the flags defined under tools/netstackd/ (absl's default
-  // looks for a file named after the binary, and main.cc is not).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "tools/netstackd/");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
+  netstack::tools::HelpListsFlagsUnder("tools/netstackd/");
   netstack::tools::DashesToUnderscores(argc, argv);
   absl::ParseCommandLine(argc, argv);
   auto config = netstack::tools::ParseConfig();

@@ -22,12 +22,12 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "netstack/transport/address.h"
+#include "tools/common/cli.h"
 #include "tools/tcp_benchmark/bench_net.h"
 #include "tools/tcp_benchmark/driver.h"
 #include "tools/tcp_benchmark/flags.h"
@@ -39,18 +39,6 @@
 
 namespace netstack::tools::bench {
 namespace {
-
-// absl flags want underscores; accept --one-off as --one_off.
-void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    char* a = argv[i];
-    if (a[0] != '-' || a[1] != '-') continue;
-    if (a[2] == '\0') break;
-    for (char* p = a + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
-}
 
 absl::Status Usage(const std::string& message);
 
@@ -297,13 +285,8 @@ int main(int argc, char** argv) {
       "--one_off. Flag names take '-' or '_'. Exit status: 0 on success, 1 "
       "if a test failed or a resource could not be set up, 2 for bad flags.");
   // --help lists tcp_benchmark's own flags, not Abseil's internals.
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "tools/tcp_benchmark/");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  netstack::tools::bench::DashesToUnderscores(argc, argv);
+  netstack::tools::HelpListsFlagsUnder("tools/tcp_benchmark/");
+  netstack::tools::DashesToUnderscores(argc, argv);
   if (absl::Status s = netstack::tools::bench::CheckFlagSyntax(argc, argv);
       !s.ok()) {
     std::fprintf(stderr, "tcp_benchmark: %s (see --help)\n",

@@ -1,7 +1,5 @@
 #include "tools/tcp_benchmark/netstack_net.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -20,6 +18,7 @@
 #include "netstack/tcp/tcp_socket.h"
 #include "netstack/transport/errors.h"
 #include "netstack/transport/notifier.h"
+#include "tools/common/stack_runtime.h"
 #include "tools/tcp_benchmark/flags.h"
 #include "tools/tcp_benchmark/netstack_link.h"
 
@@ -32,22 +31,6 @@ namespace {
 constexpr uint32_t kBulkView = buffer::kChunkSize;
 // Views moved out per ReadViews call when discarding.
 constexpr size_t kDiscardViews = 64;
-
-absl::StatusOr<uint64_t> RandomSeed() {
-  uint64_t seed = 0;
-  size_t got = 0;
-  while (got < sizeof(seed)) {
-    const ssize_t n = getrandom(reinterpret_cast<char*>(&seed) + got,
-                                sizeof(seed) - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(
-          absl::StrCat("getrandom: ", std::strerror(errno)));
-    }
-    got += static_cast<size_t>(n);
-  }
-  return seed;
-}
 
 absl::StatusOr<tcp::ConnectionOptions> ConnectionOptionsFromFlags(
     const tcp::ConnectionOptions& defaults) {
@@ -141,22 +124,6 @@ class NetstackListener final : public Listener {
   Handler handler_;
 };
 
-// Keeps the loop awake for the TCP layer's next deadline and, while
-// callbacks are pending, for an immediate turn (as netstackd does).
-class TransportPoller final : public eventloop::Poller {
- public:
-  TransportPoller(const tcp::TcpLayer& tcp, const transport::Notifier& n)
-      : tcp_(tcp), notifier_(n) {}
-  Instant NextDeadline() const override {
-    return notifier_.empty() ? tcp_.NextDeadline() : absl::InfinitePast();
-  }
-  void Poll(Instant) override {}
-
- private:
-  const tcp::TcpLayer& tcp_;
-  const transport::Notifier& notifier_;
-};
-
 class NetstackNetImpl final : public Net {
  public:
   static absl::StatusOr<std::unique_ptr<NetstackNetImpl>> Create();
@@ -192,7 +159,7 @@ class NetstackNetImpl final : public Net {
   std::unique_ptr<eventloop::EventLoop> loop_;
   std::unique_ptr<eventloop::PollerRef<stack::Stack>> stack_poller_;
   std::unique_ptr<eventloop::PollerRef<link::LinkEndpoint>> link_poller_;
-  std::unique_ptr<TransportPoller> transport_poller_;
+  std::unique_ptr<tools::TransportPoller> transport_poller_;
   buffer::PayloadView filler_;
 };
 
@@ -295,7 +262,7 @@ absl::Status NetstackNetImpl::Start() {
                                           packets_);
   if (absl::Status s = link_->Configure(*stack_); !s.ok()) return s;
 
-  absl::StatusOr<uint64_t> seed = RandomSeed();
+  absl::StatusOr<uint64_t> seed = tools::RandomSeed();
   if (!seed.ok()) return seed.status();
   tcp::TcpLayerOptions tcp_options;
   tcp_options.seed = *seed;
@@ -315,7 +282,8 @@ absl::Status NetstackNetImpl::Start() {
       std::make_unique<eventloop::PollerRef<stack::Stack>>(stack_.get());
   link_poller_ = std::make_unique<eventloop::PollerRef<link::LinkEndpoint>>(
       &link_->link());
-  transport_poller_ = std::make_unique<TransportPoller>(*tcp_, notifier_);
+  transport_poller_ =
+      std::make_unique<tools::TransportPoller>(*tcp_, notifier_);
   loop_->AddPoller(stack_poller_.get());
   loop_->AddPoller(link_poller_.get());
   loop_->AddPoller(transport_poller_.get());
