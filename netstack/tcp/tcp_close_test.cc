@@ -283,3 +283,33 @@ TEST_P(KeepaliveTest, DataResetsIdleTimer) {
 
 }  // namespace
 }  // namespace netstack::tcp
+
+namespace netstack::tcp {
+namespace {
+
+// What an embedder waits for before exiting: unacknowledged data, then an
+// unacknowledged FIN, count as pending output; FIN_WAIT_2 and TIME_WAIT
+// do not.
+TEST_P(CloseTest, PendingOutputUntilDataAndFinAreAcked) {
+  Open(Options());
+  EXPECT_EQ(h().tcp().ConnectionsWithPendingOutput(), 0u);
+  const uint8_t data[100] = {};
+  ASSERT_TRUE(sock_->Write(data).ok());
+  h().Poll();
+  (void)h().Take();
+  EXPECT_EQ(h().tcp().ConnectionsWithPendingOutput(), 1u);
+  h().SendAck(una_ + 100);
+  una_ += 100;
+  EXPECT_EQ(h().tcp().ConnectionsWithPendingOutput(), 0u);
+  ASSERT_TRUE(sock_->Shutdown(false, true).ok());
+  h().Poll();
+  (void)h().Take();
+  EXPECT_EQ(sock_->state(), TcpState::kFinWait1);
+  EXPECT_EQ(h().tcp().ConnectionsWithPendingOutput(), 1u);
+  h().SendAck(una_ + 1);
+  EXPECT_EQ(sock_->state(), TcpState::kFinWait2);
+  EXPECT_EQ(h().tcp().ConnectionsWithPendingOutput(), 0u);
+}
+
+}  // namespace
+}  // namespace netstack::tcp

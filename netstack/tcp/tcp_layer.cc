@@ -507,6 +507,28 @@ absl::StatusOr<uint16_t> TcpLayer::AllocateEphemeral(
   return transport::AddressInUse("no free ephemeral port");
 }
 
+size_t TcpLayer::ConnectionsWithPendingOutput() const {
+  size_t n = 0;
+  for (const auto& [tuple, conn] : connections_) {
+    switch (conn->state()) {
+      case TcpState::kSynSent:
+      case TcpState::kSynReceived:
+      case TcpState::kFinWait1:
+      case TcpState::kClosing:
+      case TcpState::kLastAck:
+        ++n;
+        break;
+      case TcpState::kEstablished:
+      case TcpState::kCloseWait:
+        if (conn->unsent_bytes() > 0) ++n;
+        break;
+      default:
+        break;
+    }
+  }
+  return n;
+}
+
 std::string TcpLayer::FormatCounters() const {
   const TcpCounters& c = counters_;
   return absl::StrFormat(

@@ -74,6 +74,11 @@ class TcpLayer : public stack::TransportHandler {
   std::string FormatCounters() const;
   // Connections the layer holds (any state but LISTEN), incl. TIME_WAIT.
   size_t connection_count() const { return connections_.size(); }
+  // Connections that still owe their peer something: a handshake, data
+  // queued or not yet acknowledged, or a FIN not yet acknowledged. An
+  // embedder about to exit keeps its loop running until this is zero (or
+  // a deadline), else what its sockets wrote dies with the process.
+  size_t ConnectionsWithPendingOutput() const;
   const TcpLayerOptions& options() const { return options_; }
 
  private:

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "netstack/base/time.h"
 #include "netstack/eventloop/event_loop.h"
 #include "netstack/transport/address.h"
 
@@ -104,6 +105,11 @@ class Net {
       const transport::SocketAddress& remote, const StreamOptions& options) = 0;
   // "kernel" or "netstack (packet:veth1@b, sw GSO 65535)".
   virtual std::string Describe() const = 0;
+  // Called before the process exits, after every stream was closed:
+  // keeps the network running until what the streams wrote (and their
+  // FINs) is acknowledged, at most `max`. The kernel does this by itself;
+  // a userspace stack dies with its process.
+  virtual void Linger(Duration max) {}
   // Counters worth printing at exit (drops with their reasons, link
   // stats); empty when there is nothing to say.
   virtual std::string FormatCounters() const { return {}; }

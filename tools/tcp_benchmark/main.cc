@@ -191,6 +191,9 @@ int RunServer(Net& net, const RoleConfig& c) {
       {SIGINT, SIGTERM}, [&](int, Instant) { server.Stop(); });
   if (s.ok()) s = server.Start();
   if (s.ok()) s = net.loop().Run();
+  // The last control messages may still be unacknowledged (netstack:
+  // they die with the process).
+  net.Linger(absl::Seconds(5));
   if (!s.ok()) {
     std::fprintf(stderr, "tcp_benchmark: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -216,6 +219,7 @@ int RunClient(Net& net, const RoleConfig& c) {
       {SIGINT, SIGTERM}, [&](int, Instant) { client.Interrupt(); });
   if (s.ok()) s = client.Start();
   if (s.ok()) s = net.loop().Run();
+  net.Linger(absl::Seconds(5));
   // The stack's counters (drops with their reasons, link syscalls, GSO
   // splits), whatever the outcome: they explain a slow or failed run.
   if (std::string counters = net.FormatCounters(); !counters.empty()) {

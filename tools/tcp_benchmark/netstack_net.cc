@@ -140,6 +140,7 @@ class NetstackNetImpl final : public Net {
     return absl::StrCat("netstack (", link_->link().Name(), ")");
   }
   std::string FormatCounters() const override;
+  void Linger(Duration max) override;
 
   // One chunk of filler, shared by every bulk send.
   const buffer::PayloadView& filler() const { return filler_; }
@@ -373,6 +374,13 @@ absl::StatusOr<std::unique_ptr<Stream>> NetstackNetImpl::Connect(
   if (absl::Status st = (*s)->Connect(remote); !st.ok()) return st;
   return std::unique_ptr<Stream>(
       std::make_unique<NetstackStream>(*this, std::move(*s)));
+}
+
+void NetstackNetImpl::Linger(Duration max) {
+  const Instant deadline = loop_->Now() + max;
+  while (tcp_->ConnectionsWithPendingOutput() > 0 && loop_->Now() < deadline) {
+    if (!loop_->RunOnce(absl::Milliseconds(10)).ok()) return;
+  }
 }
 
 std::string NetstackNetImpl::FormatCounters() const {
