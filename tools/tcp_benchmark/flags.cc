@@ -52,8 +52,10 @@ ABSL_FLAG(int, mtu, 0,
           "Link MTU. Role: 0 = the link's own. Driver: the one MTU to "
           "measure (0 = 1500); --mtus measures several.");
 ABSL_FLAG(int, gso, 65535,
-          "netstack: largest GSO super-segment in bytes (IP packet); 0 turns "
-          "GSO off.");
+          "netstack: largest GSO super-segment in bytes (IP packet) with "
+          "--swgso or --hostgso; 0 turns GSO off. Without --swgso or "
+          "--hostgso there is no GSO (unlike gVisor, where --gso alone means "
+          "host GSO).");
 ABSL_FLAG(bool, swgso, false,
           "netstack: software GSO (split super-segments in the link layer, "
           "one sendmmsg per batch).");
