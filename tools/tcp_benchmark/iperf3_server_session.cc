@@ -40,7 +40,8 @@ ServerSession::ServerSession(eventloop::EventLoop& loop,
         Finish(absl::DeadlineExceededError(
             absl::StrCat("the client went silent while ", PhaseName(phase_))));
       }),
-      promote_([this](Instant now) { PromotePending(now); }) {
+      promote_([this](Instant now) { PromotePending(now); }),
+      stream_grace_([this](Instant) { Finish(stream_failure_); }) {
   ControlChannel::Callbacks callbacks;
   callbacks.on_input = [this] { OnControlInput(); };
   callbacks.on_failure = [this](absl::Status s) {
@@ -201,12 +202,7 @@ void ServerSession::PromotePending(Instant now) {
     const int id = iperf3::StreamId(static_cast<int>(streams_.size()));
     streams_.push_back(std::make_unique<DataStream>(
         id, std::move(p->stream), loop_, "", params_.len,
-        [this](int id, absl::Status s) {
-          Finish(absl::Status(s.code(),
-                              absl::StrCat("data stream ", id, " failed while ",
-                                           PhaseName(phase_), ": ",
-                                           std::string(s.message()))));
-        }));
+        [this](int id, absl::Status s) { OnStreamFailed(id, std::move(s)); }));
   }
   pending_ = std::move(keep);
   if (phase_ == Phase::kCreateStreams &&
@@ -283,9 +279,20 @@ void ServerSession::Terminate() {
   Finish(absl::AbortedError("the server was stopped"));
 }
 
+void ServerSession::OnStreamFailed(int id, absl::Status status) {
+  if (phase_ == Phase::kFinished || !stream_failure_.ok()) return;
+  stream_failure_ = absl::Status(
+      status.code(), absl::StrCat("data stream ", id, " failed while ",
+                                  PhaseName(phase_), ": ",
+                                  std::string(status.message())));
+  loop_.timers().Schedule(stream_grace_,
+                          loop_.Now() + absl::Milliseconds(500));
+}
+
 void ServerSession::Finish(absl::StatusOr<TestSummary> result,
                            int32_t iperf_errno) {
   if (phase_ == Phase::kFinished) return;
+  loop_.timers().Cancel(stream_grace_);
   if (!result.ok() && iperf_errno != 0 && !control_->closed()) {
     (void)control_->Send(iperf3::EncodeServerError(iperf_errno, 0));
   }

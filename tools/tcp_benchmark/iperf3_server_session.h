@@ -89,6 +89,13 @@ class ServerSession {
   IntervalReporter intervals_;
   eventloop::Timer watchdog_;
   eventloop::Timer promote_;
+  // A data stream that ends during the test is reported only if the
+  // control connection does not explain it soon after: a client stopped
+  // by Ctrl-C closes its data streams and sends CLIENT_TERMINATE on the
+  // control connection, and the two reach us in either order.
+  void OnStreamFailed(int id, absl::Status status);
+  absl::Status stream_failure_;
+  eventloop::Timer stream_grace_;
   iperf3::TestResults local_results_;
   TestSummary summary_;  // once the client's results are in
   bool empty_connection_ = false;

@@ -71,14 +71,7 @@ class NetstackStream final : public Stream {
   void ShutdownWrite() override {
     if (socket_) (void)socket_->Shutdown(false, true);
   }
-  void Close() override {
-    if (!socket_) return;
-    socket_->set_callback(nullptr);
-    socket_->Close();
-    socket_.reset();
-    handler_ = nullptr;
-    kick_.set_callback(nullptr);
-  }
+  void Close() override;
   StreamInfo Info() const override;
   std::string Describe() const override;
 
@@ -168,6 +161,15 @@ NetstackStream::NetstackStream(NetstackNetImpl& net,
                                std::unique_ptr<tcp::TcpSocket> s)
     : net_(net), socket_(std::move(s)) {
   socket_->set_callback([this](uint32_t events) { OnEvents(events); });
+}
+
+void NetstackStream::Close() {
+  if (!socket_) return;
+  socket_->set_callback(nullptr);
+  socket_->Close();
+  socket_.reset();
+  // Not kick_.set_callback(): Close() may run inside kick_'s own callback.
+  net_.loop().timers().Cancel(kick_);
 }
 
 void NetstackStream::OnEvents(uint32_t events) {
