@@ -27,8 +27,10 @@ ABSL_FLAG(int, streams, 1, "Parallel data streams (iperf3 -P).");
 ABSL_FLAG(bool, json, false,
           "Print results as JSON on stdout; progress goes to stderr.");
 ABSL_FLAG(std::string, cc, "",
-          "Congestion control of the data streams: 'reno' or 'cubic' "
-          "(default: each stack's own).");
+          "Congestion control of the data streams: 'reno' or 'cubic'. A "
+          "role's default is its stack's own (the kernel's may be bbr); the "
+          "driver's default is cubic for every sender, kernel baseline "
+          "included, so the comparison is like for like.");
 ABSL_FLAG(bool, sack, true, "netstack: offer and accept SACK.");
 ABSL_FLAG(std::string, recv_mode, "plain",
           "Kernel stack, receiving: 'plain' (recv into a buffer) or 'splice' "

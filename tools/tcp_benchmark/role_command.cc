@@ -94,9 +94,12 @@ RoleCommand ClientCommand(const std::string& self, const Topology& topology,
       absl::StrCat("--streams=", spec.streams),
       "--json"};
   if (spec.reverse) flags.push_back("--reverse");
-  if (!absl::GetFlag(FLAGS_cc).empty()) {
-    flags.push_back(absl::StrCat("--cc=", absl::GetFlag(FLAGS_cc)));
-  }
+  // Every sender runs the same congestion control, netstack's CUBIC unless
+  // --cc says otherwise, so the kernel baseline is like for like (a
+  // host's default may be bbr, which on a veth retransmits thousands of
+  // packets per run and paces badly against batched ACKs).
+  const std::string cc = absl::GetFlag(FLAGS_cc);
+  flags.push_back(absl::StrCat("--cc=", cc.empty() ? "cubic" : cc));
   return Command(self, topology, spec, /*ours=*/spec.netstack_is_client,
                  std::move(flags));
 }
