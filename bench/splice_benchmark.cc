@@ -31,6 +31,8 @@
 //
 // Own flags (after Google Benchmark's):
 //   --auto_threshold=BYTES    RelayOptions::auto_splice_threshold
+//   --auto_min_segment=BYTES  RelayOptions::auto_splice_min_segment (0: a
+//                             TCP source's segment size is not checked)
 //   --cpu_relay=N             pin the parent (the relay) to CPU N
 //   --cpu_children=N          pin the writer and the reader to CPU N
 //   --cpu_writer=N, --cpu_reader=N   pin one child (after --cpu_children)
@@ -58,6 +60,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -84,6 +87,7 @@ using forward::RelayStats;
 
 struct Flags {
   size_t auto_threshold = 0;  // 0: RelayOptions' default
+  std::optional<size_t> auto_min_segment;  // unset: RelayOptions' default
   int cpu_relay = -1;
   int cpu_writer = -1;
   int cpu_reader = -1;
@@ -149,6 +153,9 @@ void BM_Relay(benchmark::State& state, CaseSpec c, RelayMode mode,
 
   RelayOptions options;
   options.mode = mode;
+  if (env.flags.auto_min_segment.has_value()) {
+    options.auto_splice_min_segment = *env.flags.auto_min_segment;
+  }
   if (env.flags.auto_threshold > 0) {
     options.auto_splice_threshold = env.flags.auto_threshold;
   }
@@ -355,7 +362,11 @@ bool ParseOwnFlags(int argc, char** argv, Flags* flags) {
     const std::string_view arg = argv[i];
     std::string_view v;
     bool ok = false;
-    if (ParseFlag(arg, "auto_threshold", &v)) {
+    if (ParseFlag(arg, "auto_min_segment", &v)) {
+      size_t bytes = 0;
+      ok = absl::SimpleAtoi(std::string(v), &bytes);
+      flags->auto_min_segment = bytes;
+    } else if (ParseFlag(arg, "auto_threshold", &v)) {
       ok = absl::SimpleAtoi(std::string(v), &flags->auto_threshold) &&
            flags->auto_threshold > 0;
     } else if (ParseFlag(arg, "cpu_relay", &v)) {
@@ -379,7 +390,8 @@ bool ParseOwnFlags(int argc, char** argv, Flags* flags) {
     if (!ok) {
       std::fprintf(stderr,
                    "splice_benchmark: bad or unknown flag: %s\n"
-                   "own flags: --auto_threshold=BYTES --cpu_relay=N "
+                   "own flags: --auto_threshold=BYTES "
+                   "--auto_min_segment=BYTES --cpu_relay=N "
                    "--cpu_children=N --cpu_writer=N --cpu_reader=N "
                    "--transfer_timeout=SECS --tcp_congestion=NAME "
                    "--direct\n",
@@ -432,6 +444,10 @@ int Main(int argc, char** argv) {
       absl::StrCat(env.flags.auto_threshold > 0
                        ? env.flags.auto_threshold
                        : RelayOptions().auto_splice_threshold));
+  benchmark::AddCustomContext(
+      "auto_splice_min_segment",
+      absl::StrCat(env.flags.auto_min_segment.value_or(
+          RelayOptions().auto_splice_min_segment)));
   benchmark::AddCustomContext(
       "cpu_relay_writer_reader",
       absl::StrCat(env.flags.cpu_relay, ",", env.flags.cpu_writer, ",",

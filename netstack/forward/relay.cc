@@ -65,6 +65,10 @@ constexpr int kMaxRoundsPerWake = 8;
 // copy (the stream has turned into small messages).
 constexpr int kSmallReadsBeforeCopy = 4;
 
+// kAuto, TCP source: after a segment-size check, this many fills pass
+// before the next one (a getsockopt per 32 reads of >= 16 KiB is noise).
+constexpr int kFillsBetweenSegmentChecks = 32;
+
 constexpr const char* kLegName[2] = {"a", "b"};
 
 void IgnoreSigpipeIfDefault() {
@@ -90,6 +94,23 @@ absl::Status MakeNonBlocking(int fd) {
     return absl::ErrnoToStatus(errno, "fcntl(F_SETFL, O_NONBLOCK)");
   }
   return absl::OkStatus();
+}
+
+bool IsTcpSocket(int fd) {
+  int protocol = 0;
+  socklen_t len = sizeof(protocol);
+  return getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0 &&
+         protocol == IPPROTO_TCP;
+}
+
+// The segment size the kernel has measured on a TCP socket's receive side
+// (tcp_measure_rcv_mss: the largest recent segment, lowered once two
+// segments in a row are smaller), or 0 if it cannot say.
+size_t ReceiveSegmentSize(int fd) {
+  struct tcp_info info = {};
+  socklen_t len = sizeof(info);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return 0;
+  return info.tcpi_rcv_mss;
 }
 
 // Best effort: a UNIX socket answers EOPNOTSUPP, which is fine, and a TCP
@@ -156,6 +177,10 @@ class Relay::Core {
     // EINVAL or no pipe: this direction copies from now on.
     bool splice_disabled = false;
     int small_reads = 0;  // kAuto on splice, see kSmallReadsBeforeCopy
+    // kAuto on splice: the segments turned small; copy once empty.
+    bool want_copy = false;
+    // kAuto, TCP source: fills until the next segment-size check.
+    int fills_to_segment_check = 0;
 
     std::optional<PipePool::Pipe> pipe;
     size_t in_pipe = 0;            // spliced in minus spliced out
@@ -187,6 +212,7 @@ class Relay::Core {
     uint32_t interest = 0;
     bool registered = false;
     bool hup = false;  // EPOLLHUP seen: out of the loop, pumped directly
+    bool tcp = false;  // a TCP socket (kAuto checks its segment size)
 
    private:
     Core* const core_;
@@ -209,6 +235,12 @@ class Relay::Core {
   bool RecvIn(Direction& d);
   void ForwardEof(Direction& d);
   void ChoosePath(Direction& d);
+  // kAuto: whether the source's segments are large enough to splice (see
+  // RelayOptions::auto_splice_min_segment); counts a veto.
+  bool SegmentsLargeEnough(Direction& d);
+  // kAuto, TCP source, on a fill: every kFillsBetweenSegmentChecks fills,
+  // whether the segments are still large enough (true between checks).
+  bool SegmentCheckDue(Direction& d);
   // splice-out said EINVAL before any byte left through it: read what the
   // pipe holds into the buffer and go on copying.
   void MovePipeToBuffer(Direction& d);
@@ -258,6 +290,9 @@ Relay::Core::Core(eventloop::EventLoop& loop, PipePool& pipes, int fd_a,
       legs_{Leg(this, 0), Leg(this, 1)} {
   legs_[0].fd = fd_a;
   legs_[1].fd = fd_b;
+  if (options_.mode == RelayMode::kAuto) {
+    for (Leg& leg : legs_) leg.tcp = IsTcpSocket(leg.fd);
+  }
   for (int i = 0; i < 2; ++i) {
     Direction& d = dirs_[i];
     d.src = i;
@@ -386,9 +421,14 @@ bool Relay::Core::SpliceIn(Direction& d) {
   if (n > 0) {
     d.in_pipe += static_cast<size_t>(n);
     d.spliced_in = true;
-    if (options_.mode == RelayMode::kAuto && was_empty) {
-      d.small_reads =
-          static_cast<size_t>(n) < threshold_ ? d.small_reads + 1 : 0;
+    if (options_.mode == RelayMode::kAuto) {
+      if (was_empty) {
+        d.small_reads =
+            static_cast<size_t>(n) < threshold_ ? d.small_reads + 1 : 0;
+      }
+      if (SegmentCheckDue(d) && !SegmentsLargeEnough(d)) {
+        d.want_copy = true;  // back to copy once the pipe drains
+      }
     }
     return true;
   }
@@ -406,7 +446,10 @@ bool Relay::Core::SpliceIn(Direction& d) {
         return true;
       }
       if (was_empty) {
-        d.src_wait = true;  // the pipe has room: the socket is empty
+        // The pipe has room, so the socket is empty. An empty pipe goes
+        // back to the pool until the source has bytes again.
+        d.src_wait = true;
+        ReleasePipe(d);
       } else {
         d.pipe_maybe_full = true;  // wait for the destination instead
       }
@@ -437,8 +480,11 @@ bool Relay::Core::RecvIn(Direction& d) {
     d.head = 0;
     d.tail = static_cast<size_t>(n);
     if (options_.mode == RelayMode::kAuto && !d.splice_disabled &&
-        static_cast<size_t>(n) >= threshold_) {
-      d.want_splice = true;
+        !d.want_splice && static_cast<size_t>(n) >= threshold_) {
+      // A UNIX source's large read is enough; a TCP source's must also
+      // come from large segments (RelayOptions::auto_splice_min_segment).
+      d.want_splice = !legs_[d.src].tcp ||
+                      (SegmentCheckDue(d) && SegmentsLargeEnough(d));
     }
     return true;
   }
@@ -560,34 +606,47 @@ void Relay::Core::ForwardEof(Direction& d) {
 
 void Relay::Core::ChoosePath(Direction& d) {
   NETSTACK_DCHECK(Pending(d) == 0);
-  switch (options_.mode) {
-    case RelayMode::kCopy:
+  if (options_.mode == RelayMode::kCopy) return;
+  if (options_.mode == RelayMode::kAuto) {
+    if (d.path == Path::kCopy && d.want_splice && !d.splice_disabled) {
+      d.want_splice = false;
+      d.path = Path::kSplice;
+      d.small_reads = 0;
+    } else if (d.path == Path::kSplice &&
+               (d.small_reads >= kSmallReadsBeforeCopy || d.want_copy)) {
+      ReleasePipe(d);
+      d.path = Path::kCopy;
+      d.small_reads = 0;
+      d.want_copy = false;
       return;
-    case RelayMode::kSplice:
-      if (d.path == Path::kSplice && !d.pipe.has_value() && !AcquirePipe(d)) {
-        d.stats->fell_back_no_pipe = true;
-        d.splice_disabled = true;
-        d.path = Path::kCopy;
-      }
-      return;
-    case RelayMode::kAuto:
-      if (d.path == Path::kCopy && d.want_splice && !d.splice_disabled) {
-        d.want_splice = false;
-        if (AcquirePipe(d)) {
-          d.path = Path::kSplice;
-          d.small_reads = 0;
-        } else {
-          d.stats->fell_back_no_pipe = true;
-          d.splice_disabled = true;
-        }
-      } else if (d.path == Path::kSplice &&
-                 d.small_reads >= kSmallReadsBeforeCopy) {
-        ReleasePipe(d);
-        d.path = Path::kCopy;
-        d.small_reads = 0;
-      }
-      return;
+    }
   }
+  // On the splice path the pipe is taken only for bytes to move (a
+  // released one is back in the pool while the source is idle).
+  if (d.path == Path::kSplice && !d.pipe.has_value() && !d.src_wait &&
+      !AcquirePipe(d)) {
+    d.stats->fell_back_no_pipe = true;
+    d.splice_disabled = true;
+    d.path = Path::kCopy;
+  }
+}
+
+bool Relay::Core::SegmentCheckDue(Direction& d) {
+  if (!legs_[d.src].tcp) return false;
+  if (d.fills_to_segment_check > 0) {
+    --d.fills_to_segment_check;
+    return false;
+  }
+  d.fills_to_segment_check = kFillsBetweenSegmentChecks;
+  return true;
+}
+
+bool Relay::Core::SegmentsLargeEnough(Direction& d) {
+  if (!legs_[d.src].tcp) return true;
+  const size_t segment = ReceiveSegmentSize(legs_[d.src].fd);
+  if (segment >= options_.auto_splice_min_segment) return true;
+  ++d.stats->segment_vetoes;
+  return false;
 }
 
 bool Relay::Core::AcquirePipe(Direction& d) {
@@ -595,7 +654,9 @@ bool Relay::Core::AcquirePipe(Direction& d) {
   d.pipe = pipes_.Acquire();
   d.in_pipe = 0;
   d.pipe_maybe_full = false;
-  return d.pipe.has_value();
+  if (!d.pipe.has_value()) return false;
+  ++d.stats->pipe_acquires;
+  return true;
 }
 
 void Relay::Core::ReleasePipe(Direction& d) {

@@ -44,6 +44,8 @@ std::optional<RelayMode> ParseRelayMode(std::string_view text);
 
 // The default of RelayOptions::auto_splice_threshold; see there.
 inline constexpr size_t kDefaultAutoSpliceThreshold = 16 * 1024;
+// The default of RelayOptions::auto_splice_min_segment; see there.
+inline constexpr size_t kDefaultAutoSpliceMinSegment = 32 * 1024;
 
 struct RelayOptions {
   RelayMode mode = RelayMode::kAuto;
@@ -62,6 +64,20 @@ struct RelayOptions {
   // start from an empty pipe and bring less than the threshold move the
   // direction back to copy (bulk turned into small messages).
   size_t auto_splice_threshold = kDefaultAutoSpliceThreshold;
+  // kAuto, TCP sources only: a large read is not enough, because TCP
+  // queues a writer's small segments while the relay is busy and the next
+  // recv() takes them all. The direction also needs the segment size the
+  // kernel measured on the source socket (TCP_INFO tcpi_rcv_mss) to reach
+  // this. Splicing small segments costs more than copying them: each one
+  // takes a pipe slot, becomes one small page fragment on the way out, and
+  // pins the local writer's pages while it sits in the pipe (measured: at
+  // 1 KiB writes the writer's CPU per GB doubled and MB/s halved;
+  // docs/BENCHMARKS.md). A remote peer's segments are its MSS (1448 bytes
+  // on Ethernet), so in kAuto such a source is copied; kSplice forces the
+  // pipe. Checked when a read reaches the threshold, then again after
+  // every 32 fills; a splicing direction whose segments turned small goes
+  // back to copy once its pipe drains. 0 turns the check off.
+  size_t auto_splice_min_segment = kDefaultAutoSpliceMinSegment;
   // User buffer of the copy path, per direction.
   size_t copy_buffer_size = 64 * 1024;
   bool tcp_nodelay = true;
@@ -74,6 +90,8 @@ struct DirectionStats {
   uint64_t splice_syscalls = 0;
   uint64_t copy_syscalls = 0;      // recv/send (read/write)
   uint64_t would_block = 0;        // writes that returned EAGAIN
+  uint64_t segment_vetoes = 0;     // kAuto: TCP segments too small to splice
+  uint64_t pipe_acquires = 0;      // pipes taken from the pool (see Relay)
   bool fell_back_einval = false;   // splice said EINVAL before any byte
   bool fell_back_no_pipe = false;  // the pipe pool could not grow
   bool eof_forwarded = false;      // shutdown(SHUT_WR) sent after draining
@@ -149,6 +167,12 @@ class Relay {
   // the pipes are back in the pool (or closed, if they held data).
   using DoneCallback = absl::AnyInvocable<void(Relay& relay, absl::Status)>;
 
+  // A direction on the splice path holds a pipe only while it has bytes
+  // to move: it takes one from the pool when its source turns readable and
+  // gives it back when the pipe has drained and the source has nothing
+  // more, so idle connections hold no pipes (a pooled pipe is reused
+  // without a system call).
+  //
   // Takes ownership of `fd_a` and `fd_b`: connected stream sockets (TCP or
   // UNIX), made non-blocking here, registered with `loop`. Fails (and
   // closes both) only if the loop refuses them, or for invalid fds.

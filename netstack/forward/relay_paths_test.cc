@@ -228,6 +228,86 @@ TEST(RelayAutoTest, BulkMovesToSplice) {
   EXPECT_FALSE(s.fell_back_no_pipe);
 }
 
+// A TCP writer's 1 KiB segments queue up while the relay is not reading,
+// so its first read is 48 KiB, far above the threshold; but the segments
+// are small (tcpi_rcv_mss 1024), and kAuto keeps copying.
+TEST(RelayAutoTest, LargeReadOfSmallTcpSegmentsStaysOnCopy) {
+  Harness h;
+  h.MakeLegs(LegKind::kTcp4, LegKind::kUnix);
+  h.Start(Mode(RelayMode::kAuto));
+  const int one = 1;
+  ASSERT_EQ(setsockopt(h.a().peer, IPPROTO_TCP, TCP_NODELAY, &one,
+                       sizeof(one)),
+            0);
+  constexpr size_t kChunk = 1024;
+  constexpr int kChunks = 48;
+  const std::vector<uint8_t> data = test::SeededBytes(kChunk * kChunks, 21);
+  for (int i = 0; i < kChunks; ++i) {
+    ASSERT_TRUE(SendAll(h.a().peer, data.data() + i * kChunk, kChunk));
+  }
+  ASSERT_EQ(shutdown(h.a().peer, SHUT_WR), 0);
+  Peer pa(h.a().peer);
+  Peer pb(h.b().peer);
+  pb.StartWriter({}, {});
+  pa.StartReader({});
+  pb.StartReader({});
+  const bool done = h.WaitDone();
+  if (!done) {
+    pa.Abort();
+    pb.Abort();
+  }
+  pa.Join();
+  pb.Join();
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(h.status().ok()) << h.status();
+  EXPECT_TRUE(SameBytes(pb.received(), data));
+  const DirectionStats& s = h.stats().a_to_b;
+  EXPECT_EQ(s.copy_bytes, data.size());
+  EXPECT_EQ(s.splice_syscalls, 0u);
+  EXPECT_GE(s.segment_vetoes, 1u);
+  EXPECT_EQ(h.pool().stats().created, 0u);
+}
+
+// The same 48 KiB from a UNIX writer: no segment size to check, so the
+// large read moves the direction to splice.
+TEST(RelayAutoTest, LargeReadFromUnixSourceSplices) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
+  Harness h;
+  h.MakeLegs(LegKind::kUnix, LegKind::kTcp4);
+  h.Start(Mode(RelayMode::kAuto));
+  constexpr size_t kChunk = 1024;
+  constexpr int kChunks = 48;
+  const std::vector<uint8_t> data = test::SeededBytes(kChunk * kChunks, 22);
+  for (int i = 0; i < kChunks; ++i) {
+    ASSERT_TRUE(SendAll(h.a().peer, data.data() + i * kChunk, kChunk));
+  }
+  Peer pa(h.a().peer);
+  Peer pb(h.b().peer);
+  // 1 MiB more after the first read: that one goes through the pipe.
+  const std::vector<uint8_t> more = test::SeededBytes(kMiB, 23);
+  pb.StartWriter({}, {});
+  pb.StartReader({});
+  ASSERT_TRUE(h.RunUntil([&] { return pb.received_so_far() == data.size(); }));
+  pa.StartWriter(more, {.seed = 3});
+  pa.StartReader({});
+  const bool done = h.WaitDone();
+  if (!done) {
+    pa.Abort();
+    pb.Abort();
+  }
+  pa.Join();
+  pb.Join();
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(h.status().ok()) << h.status();
+  std::vector<uint8_t> want = data;
+  want.insert(want.end(), more.begin(), more.end());
+  EXPECT_TRUE(SameBytes(pb.received(), want));
+  const DirectionStats& s = h.stats().a_to_b;
+  EXPECT_EQ(s.segment_vetoes, 0u);
+  EXPECT_GT(s.splice_bytes, 0u);
+  EXPECT_GE(s.copy_bytes, data.size());
+}
+
 // Bulk first (splice), then small request/response: the direction goes
 // back to copying.
 TEST(RelayAutoTest, ReturnsToCopyWhenMessagesTurnSmall) {
@@ -455,9 +535,10 @@ TEST(RelayPoolTest, NoPipesAtAllMeansCopy) {
   }
 }
 
-// One pipe for two directions: a -> b takes it and keeps it (no FIN yet);
-// b -> a then finds the pool empty and copies.
-TEST(RelayPoolTest, OnePipeServesOneDirection) {
+// One pipe for two directions, used one after the other: a -> b gives its
+// pipe back once it has drained and its source is idle (no FIN yet), and
+// b -> a then splices through the same pipe.
+TEST(RelayPoolTest, IdleDirectionGivesItsPipeBack) {
   SKIP_UNLESS_KERNEL_GRANTS_PIPES();
   Harness h(PipePool::Options{.max_pipes = 1});
   h.MakeLegs(LegKind::kUnix, LegKind::kTcp4);
@@ -471,10 +552,55 @@ TEST(RelayPoolTest, OnePipeServesOneDirection) {
   pb.StartReader({});
   ASSERT_TRUE(
       h.RunUntil([&] { return pb.received_so_far() == a_data.size(); }));
+  // a's writer is done but has not shut down: a -> b is idle, not over.
+  ASSERT_TRUE(h.RunUntil([&] { return h.pool().stats().in_use == 0; }));
+  EXPECT_EQ(h.pool().stats().pooled, 1u);
   pb.StartWriter(b_data, {.seed = 2});
   ASSERT_TRUE(
       h.RunUntil([&] { return pa.received_so_far() == b_data.size(); }));
   ASSERT_EQ(shutdown(h.a().peer, SHUT_WR), 0);
+  const bool done = h.WaitDone();
+  if (!done) {
+    pa.Abort();
+    pb.Abort();
+  }
+  pa.Join();
+  pb.Join();
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(h.status().ok()) << h.status();
+  EXPECT_TRUE(SameBytes(pb.received(), a_data));
+  EXPECT_TRUE(SameBytes(pa.received(), b_data));
+  for (const DirectionStats* s : {&h.stats().a_to_b, &h.stats().b_to_a}) {
+    EXPECT_FALSE(s->fell_back_no_pipe);
+    EXPECT_EQ(s->splice_bytes, s->bytes);
+    EXPECT_GE(s->pipe_acquires, 1u);
+  }
+  EXPECT_EQ(h.pool().stats().created, 1u);
+  EXPECT_GE(h.pool().stats().reused, 1u);
+  EXPECT_EQ(h.pool().stats().pooled, 1u);
+}
+
+// One pipe for two busy directions: a -> b holds it full (b reads nothing
+// yet), so b -> a finds the pool empty and copies, and nothing is lost.
+TEST(RelayPoolTest, BusyDirectionKeepsItsPipe) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
+  Harness h(PipePool::Options{.max_pipes = 1});
+  h.MakeLegs(LegKind::kUnix, LegKind::kTcp4);
+  h.Start(Mode(RelayMode::kSplice));
+  // More than the pipe and both sockets' buffers hold while b is not read.
+  const std::vector<uint8_t> a_data = test::SeededBytes(16 * kMiB, 19);
+  const std::vector<uint8_t> b_data = test::SeededBytes(2 * kMiB, 20);
+  Peer pa(h.a().peer);
+  Peer pb(h.b().peer);
+  pa.StartWriter(a_data, {.seed = 1});
+  pa.StartReader({});
+  ASSERT_TRUE(h.RunUntil([&] { return h.pool().stats().in_use == 1; }));
+  test::RunFor(h.loop(), absl::Milliseconds(200));
+  ASSERT_EQ(h.pool().stats().in_use, 1u);  // a -> b's pipe holds bytes
+  pb.StartWriter(b_data, {.seed = 2});
+  ASSERT_TRUE(
+      h.RunUntil([&] { return pa.received_so_far() == b_data.size(); }));
+  pb.StartReader({});
   const bool done = h.WaitDone();
   if (!done) {
     pa.Abort();
@@ -491,7 +617,6 @@ TEST(RelayPoolTest, OnePipeServesOneDirection) {
   EXPECT_TRUE(h.stats().b_to_a.fell_back_no_pipe);
   EXPECT_EQ(h.stats().b_to_a.copy_bytes, b_data.size());
   EXPECT_EQ(h.pool().stats().created, 1u);
-  EXPECT_EQ(h.pool().stats().pooled, 1u);
 }
 
 // --- Hang-ups, destruction, fds ------------------------------------------

@@ -104,7 +104,8 @@ class Cli(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         text = p.stdout + p.stderr
         for flag in ("listen", "connect", "mode", "pipe_size", "max_pipes",
-                     "auto_threshold", "copy_buffer", "connect_timeout",
+                     "auto_threshold", "auto_min_segment", "copy_buffer",
+                     "connect_timeout",
                      "shutdown_grace", "pipe_idle_timeout", "backlog",
                      "verbose", "require_all"):
             self.assertIn(f"--{flag} (", text)

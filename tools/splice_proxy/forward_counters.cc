@@ -11,6 +11,8 @@ void DirectionCounters::Add(const forward::DirectionStats& d) {
   splice_syscalls += d.splice_syscalls;
   copy_syscalls += d.copy_syscalls;
   would_block += d.would_block;
+  segment_vetoes += d.segment_vetoes;
+  pipe_acquires += d.pipe_acquires;
   fallback_einval += d.fell_back_einval ? 1 : 0;
   fallback_no_pipe += d.fell_back_no_pipe ? 1 : 0;
   eof_forwarded += d.eof_forwarded ? 1 : 0;
@@ -23,6 +25,8 @@ void DirectionCounters::Add(const DirectionCounters& d) {
   splice_syscalls += d.splice_syscalls;
   copy_syscalls += d.copy_syscalls;
   would_block += d.would_block;
+  segment_vetoes += d.segment_vetoes;
+  pipe_acquires += d.pipe_acquires;
   fallback_einval += d.fallback_einval;
   fallback_no_pipe += d.fallback_no_pipe;
   eof_forwarded += d.eof_forwarded;
@@ -33,7 +37,8 @@ std::string DirectionCounters::Format() const {
       "bytes=", bytes, " splice_bytes=", splice_bytes,
       " copy_bytes=", copy_bytes, " syscalls=", splice_syscalls + copy_syscalls,
       " splice_syscalls=", splice_syscalls, " copy_syscalls=", copy_syscalls,
-      " would_block=", would_block, " fallback_einval=", fallback_einval,
+      " would_block=", would_block, " segment_vetoes=", segment_vetoes,
+      " pipe_acquires=", pipe_acquires, " fallback_einval=", fallback_einval,
       " fallback_no_pipe=", fallback_no_pipe, " eof_forwarded=", eof_forwarded);
 }
 

@@ -44,8 +44,9 @@ ABSL_FLAG(std::string, mode, "auto",
           "direction (copy only where splice cannot: EINVAL before any "
           "byte, or no pipe to be had); copy: recv/send through a user "
           "buffer; auto: per direction, copy while reads are small, splice "
-          "from the first read of at least --auto_threshold bytes, and back "
-          "to copy after a few small reads in a row.");
+          "from the first read of at least --auto_threshold bytes (from a "
+          "TCP source only if its segments are at least --auto_min_segment "
+          "bytes), and back to copy after a few small reads in a row.");
 ABSL_FLAG(uint64_t, pipe_size, uint64_t{1} << 20,
           "Pipe capacity to ask for (F_SETPIPE_SZ), 4096 to 1 GiB; the "
           "kernel may grant less (fs.pipe-max-size, "
@@ -60,6 +61,14 @@ ABSL_FLAG(uint64_t, auto_threshold,
           "--mode=auto: a direction switches to splice once one read "
           "returns at least this many bytes (capped at --copy_buffer: a "
           "full buffer counts).");
+ABSL_FLAG(uint64_t, auto_min_segment,
+          netstack::forward::kDefaultAutoSpliceMinSegment,
+          "--mode=auto, TCP sources: splice only while the segment size the "
+          "kernel measured on the source (TCP_INFO rcv_mss) is at least "
+          "this; smaller segments cost more spliced than copied (the "
+          "stats count each refusal as segment_vetoes). A remote peer's "
+          "segments are its MSS (1448 on Ethernet), so such a source is "
+          "copied unless --mode=splice. 0: no check.");
 ABSL_FLAG(uint64_t, copy_buffer, 64 * 1024,
           "User buffer per direction of the copy path, 1 KiB to 64 MiB.");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(10),
@@ -209,6 +218,8 @@ absl::StatusOr<ProxyConfig> ParseConfig(const SplitArgs& args) {
     if (!s.ok()) return s;
   }
   defaults.relay.auto_splice_threshold = auto_threshold;
+  defaults.relay.auto_splice_min_segment =
+      absl::GetFlag(FLAGS_auto_min_segment);
   defaults.relay.copy_buffer_size = copy_buffer;
   defaults.backlog = backlog;
   defaults.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
