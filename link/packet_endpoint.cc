@@ -234,7 +234,8 @@ PacketEndpoint::PacketEndpoint(UniqueFd fd, const Config& config,
       frames_(config.rx_batch),
       tx_hdrs_(kMaxTxBatch),
       tx_iov_(kMaxTxBatch * kTxIovPerPacket),
-      tx_vnet_(config.vnet_len > 0 ? kMaxTxBatch : 0) {}
+      tx_vnet_(config.vnet_len > 0 ? kMaxTxBatch : 0),
+      tx_verdicts_(kMaxTxInspect) {}
 
 std::string PacketEndpoint::Name() const {
   if (netns_.empty()) return absl::StrCat("packet:", ifname_);
@@ -274,50 +275,62 @@ void PacketEndpoint::DropFront(buffer::PacketChain& chain, TxVerdict why) {
   chain.PopFront();
 }
 
-bool PacketEndpoint::DropUnsendable(buffer::PacketChain& chain) {
-  bool dropped = false;
-  while (!chain.empty()) {
-    const TxVerdict v = Check(chain.front(), tx_vnet_scratch_.data());
-    if (v == TxVerdict::kOk) break;
-    DropFront(chain, v);
-    dropped = true;
+size_t PacketEndpoint::BuildBatch(const buffer::PacketChain& chain) {
+  size_t count = 0;
+  size_t iov_used = 0;
+  tx_inspected_ = 0;
+  for (const buffer::PacketBuffer& p : chain) {
+    if (count == kMaxTxBatch || tx_inspected_ == kMaxTxInspect) break;
+    // Each message has its own header: the kernel reads them all in the
+    // one sendmmsg. A bad packet gets no message (and its header slot is
+    // reused), so it does not split the batch.
+    uint8_t* vnet = vnet_len_ > 0 ? tx_vnet_[count].data() : nullptr;
+    const TxVerdict v = Check(p, vnet);
+    tx_verdicts_[tx_inspected_++] = v;
+    if (v != TxVerdict::kOk) continue;
+    iovec* iov = &tx_iov_[iov_used];
+    size_t n = 0;
+    if (vnet_len_ > 0) iov[n++] = iovec{vnet, vnet_len_};
+    n += p.ToIovecs(std::span<iovec>(iov + n, kTxIovPerPacket - n));
+    mmsghdr& h = tx_hdrs_[count];
+    std::memset(&h, 0, sizeof(h));
+    // The socket is bound: no destination address is needed.
+    h.msg_hdr.msg_iov = iov;
+    h.msg_hdr.msg_iovlen = n;
+    iov_used += n;
+    ++count;
   }
-  return dropped;
+  return count;
+}
+
+size_t PacketEndpoint::PopChecked(buffer::PacketChain& chain, size_t checked,
+                                  size_t sent) {
+  size_t popped = 0;
+  for (size_t i = 0; i < checked && !chain.empty(); ++i) {
+    const TxVerdict v = tx_verdicts_[i];
+    if (v != TxVerdict::kOk) {
+      DropFront(chain, v);
+      continue;
+    }
+    if (popped == sent) break;
+    fd_stats_.tx_gso += chain.front().is_gso();
+    stats_.tx_bytes += chain.front().size();
+    ++stats_.tx_frames;
+    ++popped;
+    chain.PopFront();
+  }
+  return popped;
 }
 
 size_t PacketEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
   size_t sent = 0;
   while (!chain.empty()) {
-    // One mmsghdr per sendable packet; bad ones (runts, oversize) get no
-    // message and are dropped in their turn below, so they do not split
-    // the batch.
-    size_t count = 0;
-    size_t iov_used = 0;
-    for (const buffer::PacketBuffer& p : chain) {
-      if (count == kMaxTxBatch) break;
-      // Each message has its own header: the kernel reads them all in
-      // the one sendmmsg.
-      uint8_t* vnet = vnet_len_ > 0 ? tx_vnet_[count].data() : nullptr;
-      if (Check(p, vnet) != TxVerdict::kOk) continue;
-      iovec* iov = &tx_iov_[iov_used];
-      size_t n = 0;
-      if (vnet_len_ > 0) iov[n++] = iovec{vnet, vnet_len_};
-      n += p.ToIovecs(std::span<iovec>(iov + n, kTxIovPerPacket - n));
-      mmsghdr& h = tx_hdrs_[count];
-      std::memset(&h, 0, sizeof(h));
-      // The socket is bound: no destination address is needed.
-      h.msg_hdr.msg_iov = iov;
-      h.msg_hdr.msg_iovlen = n;
-      iov_used += n;
-      ++count;
+    const size_t count = BuildBatch(chain);
+    if (count == 0) {  // only bad packets so far: drop them, look further
+      PopChecked(chain, tx_inspected_, 0);
+      continue;
     }
-    if (count == 0) {  // nothing but bad packets
-      while (!chain.empty()) {
-        DropFront(chain, Check(chain.front(), tx_vnet_scratch_.data()));
-      }
-      break;
-    }
-    int r = SendBatch(count);
+    const int r = SendBatch(count);
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         ++fd_stats_.tx_blocked;
@@ -327,22 +340,13 @@ size_t PacketEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
       // queue, ...): that packet is lost; go on with the rest.
       ++fd_stats_.tx_errors;
       ++stats_.tx_dropped;
-      DropUnsendable(chain);
+      PopChecked(chain, tx_inspected_, 0);  // the bad ones before it
       chain.PopFront();
       continue;
     }
     if (static_cast<size_t>(r) < count) ++fd_stats_.tx_partial;
     // Pop, in chain order, the bad packets and the first r sendable ones.
-    while (!chain.empty()) {
-      if (DropUnsendable(chain)) continue;
-      if (r == 0) break;
-      fd_stats_.tx_gso += chain.front().is_gso();
-      stats_.tx_bytes += chain.front().size();
-      ++stats_.tx_frames;
-      ++sent;
-      --r;
-      chain.PopFront();
-    }
+    sent += PopChecked(chain, tx_inspected_, static_cast<size_t>(r));
   }
   return sent;
 }

@@ -156,8 +156,16 @@ class PacketEndpoint final : public LinkEndpoint {
   // Whether `p` may be sent; writes its virtio-net header to `vnet` (when
   // the socket has one, else `vnet` is ignored).
   TxVerdict Check(const buffer::PacketBuffer& p, uint8_t* vnet) const;
-  // Drops unsendable packets at the front of `chain`; true if any.
-  bool DropUnsendable(buffer::PacketChain& chain);
+  // Checks the front of `chain` once per packet, recording each verdict in
+  // tx_verdicts_, and prepares one message per sendable packet: up to
+  // kMaxTxBatch messages from at most kMaxTxInspect packets. Returns the
+  // number of messages; tx_inspected_ says how many packets were checked.
+  size_t BuildBatch(const buffer::PacketChain& chain);
+  // Pops the first `checked` packets of `chain` (tx_verdicts_ in order):
+  // each unsendable one dropped and counted, and the first `sent`
+  // sendable ones counted as transmitted; stops at the first sendable
+  // packet past them. Returns how many were popped as sent.
+  size_t PopChecked(buffer::PacketChain& chain, size_t checked, size_t sent);
   // Drops the (unsendable) front packet, counted by `why`.
   void DropFront(buffer::PacketChain& chain, TxVerdict why);
 
@@ -193,9 +201,13 @@ class PacketEndpoint final : public LinkEndpoint {
   std::vector<mmsghdr> tx_hdrs_;
   std::vector<iovec> tx_iov_;
   // One virtio-net header per message of a batch (kMaxTxBatch of them
-  // with a vnet header, else none), and one to check a packet with.
+  // with a vnet header, else none).
   std::vector<std::array<uint8_t, kVnetHdrLen>> tx_vnet_;
-  std::array<uint8_t, kVnetHdrLen> tx_vnet_scratch_{};
+  // The verdict of each packet BuildBatch checked, in chain order, so that
+  // popping them does not check them again.
+  static constexpr size_t kMaxTxInspect = 2 * kMaxTxBatch;
+  std::vector<TxVerdict> tx_verdicts_;
+  size_t tx_inspected_ = 0;
 
   LinkStats stats_;
   FdEndpointStats fd_stats_;
