@@ -38,16 +38,13 @@
 #include "netstack/transport/notifier.h"
 #include "netstack/udp/udp_layer.h"
 #include "tools/common/cli.h"
+#include "tools/common/link_chain.h"
 #include "tools/common/stack_runtime.h"
 #include "tools/netstackd/services/discard_service.h"
 #include "tools/netstackd/services/echo_service.h"
 #include "tools/netstackd/services/http_server.h"
 #include "tools/netstackd/services/service.h"
 #include "link/fault_injector.h"
-#include "link/gso_endpoint.h"
-#include "link/packet_endpoint.h"
-#include "link/sniffer_endpoint.h"
-#include "link/tap_endpoint.h"
 #include "link/unix_stream_endpoint.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
@@ -278,22 +275,8 @@ class LinkHandler : public eventloop::Handler {
 int Run(const Config& c) {
   buffer::ChunkPool chunks(1024);   // 64 MiB of payload chunks at most
   buffer::PacketPool packets(16384);
-  std::unique_ptr<link::LinkEndpoint> link;
-  if (!absl::GetFlag(FLAGS_tap).empty()) {
-    link::TapOptions o;
-    o.name = absl::GetFlag(FLAGS_tap);
-    o.netns = absl::GetFlag(FLAGS_netns);
-    o.mac = c.mac;
-    if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
-    o.host_gso = c.hostgso != 0;
-    if (o.host_gso) o.gso_max_size = c.hostgso;
-    auto tap = link::TapEndpoint::Open(o, chunks);
-    if (!tap.ok()) {
-      std::fprintf(stderr, "netstackd: %s\n", std::string(tap.status().message()).c_str());
-      return 1;
-    }
-    link = std::move(*tap);
-  } else if (!absl::GetFlag(FLAGS_unix).empty()) {
+  std::unique_ptr<link::LinkEndpoint> host;
+  if (!absl::GetFlag(FLAGS_unix).empty()) {
     link::UnixStreamOptions o;
     o.path = absl::GetFlag(FLAGS_unix);
     o.mode = absl::GetFlag(FLAGS_unix_connect)
@@ -306,34 +289,25 @@ int Run(const Config& c) {
       std::fprintf(stderr, "netstackd: %s\n", std::string(us.status().message()).c_str());
       return 1;
     }
-    link = std::move(*us);
+    host = std::move(*us);
   } else {
-    link::PacketOptions o;
-    o.interface = absl::GetFlag(FLAGS_packet);
+    HostLinkOptions o;
+    o.tap_name = absl::GetFlag(FLAGS_tap);
+    if (o.tap_name.empty()) o.packet_interface = absl::GetFlag(FLAGS_packet);
     o.netns = absl::GetFlag(FLAGS_netns);
     o.mac = c.mac;
-    if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
-    o.host_gso = c.hostgso != 0;
-    if (o.host_gso) o.gso_max_size = c.hostgso;
-    auto pkt = link::PacketEndpoint::Open(o, chunks);
-    if (!pkt.ok()) {
-      std::fprintf(stderr, "netstackd: %s\n", std::string(pkt.status().message()).c_str());
+    o.mtu = static_cast<uint32_t>(absl::GetFlag(FLAGS_mtu));
+    o.host_gso_max_size = c.hostgso;
+    auto opened = OpenHostLink(o, chunks);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n",
+                   std::string(opened.status().message()).c_str());
       return 1;
     }
-    link = std::move(*pkt);
+    host = *std::move(opened);
   }
-  const int read_fd = link->ReadFd();
-  if (!absl::GetFlag(FLAGS_pcap).empty()) {
-    auto sniffer =
-        link::SnifferEndpoint::Create(std::move(link), absl::GetFlag(FLAGS_pcap));
-    if (!sniffer.ok()) {
-      std::fprintf(stderr, "netstackd: --pcap: %s\n",
-                   std::string(sniffer.status().message()).c_str());
-      return 1;
-    }
-    link = std::move(*sniffer);
-  }
-  link::FaultInjector* faults = nullptr;
+  LinkDecorators decorators;
+  decorators.pcap = absl::GetFlag(FLAGS_pcap);
   if (c.any_fault) {
     link::FaultInjectorOptions fo;
     fo.egress = c.faults;
@@ -341,29 +315,18 @@ int Run(const Config& c) {
     fo.queue_limit =
         static_cast<size_t>(absl::GetFlag(FLAGS_fault_queue_limit));
     if (absl::GetFlag(FLAGS_fault_ingress)) fo.ingress = c.faults;
-    auto fi = link::FaultInjector::Create(std::move(link), packets, chunks, fo);
-    if (!fi.ok()) {
-      std::fprintf(stderr, "netstackd: faults: %s\n",
-                   std::string(fi.status().message()).c_str());
-      return 1;
-    }
-    faults = fi->get();
-    link = std::move(*fi);
+    decorators.faults = fo;
   }
-
-  // The splitter sits right under the stack, so that the pcap and the
-  // fault injector see wire packets.
-  if (c.swgso != 0) {
-    link::GsoEndpointOptions go;
-    go.gso_max_size = c.swgso;
-    auto gso = link::GsoEndpoint::Create(std::move(link), packets, go);
-    if (!gso.ok()) {
-      std::fprintf(stderr, "netstackd: --gso: %s\n",
-                   std::string(gso.status().message()).c_str());
-      return 1;
-    }
-    link = std::move(*gso);
+  decorators.software_gso_max_size = c.swgso;
+  auto chain = DecorateLink(std::move(host), decorators, chunks, packets);
+  if (!chain.ok()) {
+    std::fprintf(stderr, "netstackd: %s\n",
+                 std::string(chain.status().message()).c_str());
+    return 1;
   }
+  std::unique_ptr<link::LinkEndpoint> link = std::move(chain->outer);
+  link::FaultInjector* const faults = chain->faults;
+  const int read_fd = chain->read_fd;
 
   stack::Stack st(stack::StackOptions{}, chunks, packets);
   const std::string nic_name = !absl::GetFlag(FLAGS_tap).empty()

@@ -6,10 +6,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "link/gso_endpoint.h"
-#include "link/packet_endpoint.h"
-#include "link/sniffer_endpoint.h"
-#include "link/tap_endpoint.h"
 #include "netstack/stack/route_table.h"
+#include "tools/common/link_chain.h"
 #include "tools/tcp_benchmark/flags.h"
 
 namespace netstack::tools::bench {
@@ -97,64 +95,36 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
 
   std::unique_ptr<NetstackLink> l(new NetstackLink());
   l->gso_mode_ = *mode;
-  if (!tap.empty()) {
-    link::TapOptions o;
-    o.name = tap;
-    o.netns = absl::GetFlag(FLAGS_netns);
-    if (mtu != 0) o.mtu = static_cast<uint32_t>(mtu);
-    o.host_gso = *mode == GsoMode::kHost;
-    if (o.host_gso) o.gso_max_size = static_cast<uint32_t>(gso_size);
-    auto ep = link::TapEndpoint::Open(o, chunks);
-    if (!ep.ok()) return ep.status();
-    l->base_ = ep->get();
-    l->outer_ = std::move(*ep);
-    l->nic_name_ = tap;
-  } else {
-    link::PacketOptions o;
-    o.interface = packet;
-    o.netns = absl::GetFlag(FLAGS_netns);
-    if (mtu != 0) o.mtu = static_cast<uint32_t>(mtu);
-    o.host_gso = *mode == GsoMode::kHost;
-    if (o.host_gso) o.gso_max_size = static_cast<uint32_t>(gso_size);
-    auto ep = link::PacketEndpoint::Open(o, chunks);
-    if (!ep.ok()) return ep.status();
-    l->base_ = ep->get();
-    l->outer_ = std::move(*ep);
-    l->nic_name_ = packet;
+  HostLinkOptions host;
+  host.tap_name = tap;
+  host.packet_interface = packet;
+  host.netns = absl::GetFlag(FLAGS_netns);
+  host.mtu = static_cast<uint32_t>(mtu);
+  if (*mode == GsoMode::kHost) {
+    host.host_gso_max_size = static_cast<uint32_t>(gso_size);
   }
-  l->read_fd_ = l->base_->ReadFd();
-  const std::string pcap = absl::GetFlag(FLAGS_pcap);
-  if (!pcap.empty()) {
-    auto sniffer = link::SnifferEndpoint::Create(std::move(l->outer_), pcap);
-    if (!sniffer.ok()) {
-      return absl::Status(sniffer.status().code(),
-                          absl::StrCat("--pcap: ", sniffer.status().message()));
-    }
-    l->outer_ = std::move(*sniffer);
-  }
+  auto base = OpenHostLink(host, chunks);
+  if (!base.ok()) return base.status();
+  LinkDecorators decorators;
+  decorators.pcap = absl::GetFlag(FLAGS_pcap);
   if (faults->Active()) {
     link::FaultInjectorOptions fo;
     fo.egress = *faults;
     fo.ingress = *faults;
     fo.seed = absl::GetFlag(FLAGS_seed);
     fo.queue_limit = 100000;
-    auto fi = link::FaultInjector::Create(std::move(l->outer_), packets,
-                                          chunks, fo);
-    if (!fi.ok()) return fi.status();
-    l->faults_ = fi->get();
-    l->outer_ = std::move(*fi);
+    decorators.faults = fo;
   }
   if (*mode == GsoMode::kSoftware) {
-    link::GsoEndpointOptions go;
-    go.gso_max_size = static_cast<uint32_t>(absl::GetFlag(FLAGS_gso));
-    auto gso = link::GsoEndpoint::Create(std::move(l->outer_), packets, go);
-    if (!gso.ok()) {
-      return absl::Status(gso.status().code(),
-                          absl::StrCat("--gso: ", gso.status().message()));
-    }
-    l->gso_ = gso->get();
-    l->outer_ = std::move(*gso);
+    decorators.software_gso_max_size = static_cast<uint32_t>(gso_size);
   }
+  auto chain = DecorateLink(*std::move(base), decorators, chunks, packets);
+  if (!chain.ok()) return chain.status();
+  l->outer_ = std::move(chain->outer);
+  l->faults_ = chain->faults;
+  l->gso_ = chain->gso;
+  l->read_fd_ = chain->read_fd;
+  l->nic_name_ = tap.empty() ? packet : tap;
   return l;
 }
 

@@ -53,7 +53,6 @@ class NetstackLink {
   NetstackLink() = default;
 
   std::unique_ptr<link::LinkEndpoint> outer_;
-  link::LinkEndpoint* base_ = nullptr;      // packet or TAP endpoint
   link::FaultInjector* faults_ = nullptr;   // inside outer_, if any
   link::GsoEndpoint* gso_ = nullptr;        // outer_ itself, with --swgso
   std::unique_ptr<Handler> handler_;
