@@ -65,9 +65,14 @@ constexpr int kMaxRoundsPerWake = 8;
 // copy (the stream has turned into small messages).
 constexpr int kSmallReadsBeforeCopy = 4;
 
-// kAuto, TCP source: after a segment-size check, this many fills pass
-// before the next one (a getsockopt per 32 reads of >= 16 KiB is noise).
+// kAuto, TCP source: after a segment-size check, this many fills use its
+// verdict before the next one (a getsockopt per 32 fills is noise).
 constexpr int kFillsBetweenSegmentChecks = 32;
+
+// A direction that had a pipe and found the pool empty when its source
+// had bytes again copies this many fills before it asks again (each ask
+// may cost pipe2 + fcntl + close when the kernel's budget is the limit).
+constexpr int kFillsBeforePipeRetry = 16;
 
 constexpr const char* kLegName[2] = {"a", "b"};
 
@@ -104,8 +109,8 @@ bool IsTcpSocket(int fd) {
 }
 
 // The segment size the kernel has measured on a TCP socket's receive side
-// (tcp_measure_rcv_mss: the largest recent segment, lowered once two
-// segments in a row are smaller), or 0 if it cannot say.
+// (tcp_measure_rcv_mss: raised to any larger segment, lowered to a smaller
+// length only when two segments in a row have it), or 0 if it cannot say.
 size_t ReceiveSegmentSize(int fd) {
   struct tcp_info info = {};
   socklen_t len = sizeof(info);
@@ -179,8 +184,14 @@ class Relay::Core {
     int small_reads = 0;  // kAuto on splice, see kSmallReadsBeforeCopy
     // kAuto on splice: the segments turned small; copy once empty.
     bool want_copy = false;
-    // kAuto, TCP source: fills until the next segment-size check.
+    // kAuto, TCP source: the last segment-size verdict, and the fills that
+    // still use it before the next check.
+    bool segments_large = false;
     int fills_to_segment_check = 0;
+    // The pool was empty when this direction (which had a pipe before)
+    // needed one again: it copies, and asks again when the countdown ends.
+    bool pipe_retry = false;
+    int fills_to_pipe_retry = 0;
 
     std::optional<PipePool::Pipe> pipe;
     size_t in_pipe = 0;            // spliced in minus spliced out
@@ -212,7 +223,9 @@ class Relay::Core {
     uint32_t interest = 0;
     bool registered = false;
     bool hup = false;  // EPOLLHUP seen: out of the loop, pumped directly
-    bool tcp = false;  // a TCP socket (kAuto checks its segment size)
+    // kAuto with auto_splice_min_segment > 0 on a TCP socket: its segment
+    // size decides as well.
+    bool check_segments = false;
 
    private:
     Core* const core_;
@@ -235,12 +248,12 @@ class Relay::Core {
   bool RecvIn(Direction& d);
   void ForwardEof(Direction& d);
   void ChoosePath(Direction& d);
-  // kAuto: whether the source's segments are large enough to splice (see
-  // RelayOptions::auto_splice_min_segment); counts a veto.
-  bool SegmentsLargeEnough(Direction& d);
-  // kAuto, TCP source, on a fill: every kFillsBetweenSegmentChecks fills,
-  // whether the segments are still large enough (true between checks).
-  bool SegmentCheckDue(Direction& d);
+  // kAuto, called per fill that counts: whether the source's segments are
+  // large enough to splice (RelayOptions::auto_splice_min_segment). Always
+  // true for a source without segments to check; for a TCP source the
+  // verdict of a TCP_INFO check, renewed every kFillsBetweenSegmentChecks
+  // calls (a check that refuses counts in segment_vetoes).
+  bool SegmentsLarge(Direction& d);
   // splice-out said EINVAL before any byte left through it: read what the
   // pipe holds into the buffer and go on copying.
   void MovePipeToBuffer(Direction& d);
@@ -290,8 +303,9 @@ Relay::Core::Core(eventloop::EventLoop& loop, PipePool& pipes, int fd_a,
       legs_{Leg(this, 0), Leg(this, 1)} {
   legs_[0].fd = fd_a;
   legs_[1].fd = fd_b;
-  if (options_.mode == RelayMode::kAuto) {
-    for (Leg& leg : legs_) leg.tcp = IsTcpSocket(leg.fd);
+  if (options_.mode == RelayMode::kAuto &&
+      options_.auto_splice_min_segment > 0) {
+    for (Leg& leg : legs_) leg.check_segments = IsTcpSocket(leg.fd);
   }
   for (int i = 0; i < 2; ++i) {
     Direction& d = dirs_[i];
@@ -426,9 +440,7 @@ bool Relay::Core::SpliceIn(Direction& d) {
         d.small_reads =
             static_cast<size_t>(n) < threshold_ ? d.small_reads + 1 : 0;
       }
-      if (SegmentCheckDue(d) && !SegmentsLargeEnough(d)) {
-        d.want_copy = true;  // back to copy once the pipe drains
-      }
+      if (!SegmentsLarge(d)) d.want_copy = true;  // copy once drained
     }
     return true;
   }
@@ -479,12 +491,12 @@ bool Relay::Core::RecvIn(Direction& d) {
   if (n > 0) {
     d.head = 0;
     d.tail = static_cast<size_t>(n);
+    if (d.fills_to_pipe_retry > 0) --d.fills_to_pipe_retry;
     if (options_.mode == RelayMode::kAuto && !d.splice_disabled &&
         !d.want_splice && static_cast<size_t>(n) >= threshold_) {
       // A UNIX source's large read is enough; a TCP source's must also
-      // come from large segments (RelayOptions::auto_splice_min_segment).
-      d.want_splice = !legs_[d.src].tcp ||
-                      (SegmentCheckDue(d) && SegmentsLargeEnough(d));
+      // come from large segments.
+      d.want_splice = SegmentsLarge(d);
     }
     return true;
   }
@@ -607,6 +619,11 @@ void Relay::Core::ForwardEof(Direction& d) {
 void Relay::Core::ChoosePath(Direction& d) {
   NETSTACK_DCHECK(Pending(d) == 0);
   if (options_.mode == RelayMode::kCopy) return;
+  if (d.path == Path::kCopy && d.pipe_retry && d.fills_to_pipe_retry == 0 &&
+      !d.splice_disabled) {
+    d.pipe_retry = false;
+    d.path = Path::kSplice;
+  }
   if (options_.mode == RelayMode::kAuto) {
     if (d.path == Path::kCopy && d.want_splice && !d.splice_disabled) {
       d.want_splice = false;
@@ -625,28 +642,32 @@ void Relay::Core::ChoosePath(Direction& d) {
   // released one is back in the pool while the source is idle).
   if (d.path == Path::kSplice && !d.pipe.has_value() && !d.src_wait &&
       !AcquirePipe(d)) {
-    d.stats->fell_back_no_pipe = true;
-    d.splice_disabled = true;
     d.path = Path::kCopy;
+    if (d.stats->pipe_acquires == 0) {
+      // Never had one: the pool cannot grow (pipe-user-pages-soft, fd
+      // limits, max_pipes). Copy from now on.
+      d.stats->fell_back_no_pipe = true;
+      d.splice_disabled = true;
+    } else {
+      // Other connections hold the pipes for now: copy a while.
+      ++d.stats->pipe_shortages;
+      d.pipe_retry = true;
+      d.fills_to_pipe_retry = kFillsBeforePipeRetry;
+    }
   }
 }
 
-bool Relay::Core::SegmentCheckDue(Direction& d) {
-  if (!legs_[d.src].tcp) return false;
+bool Relay::Core::SegmentsLarge(Direction& d) {
+  if (!legs_[d.src].check_segments) return true;
   if (d.fills_to_segment_check > 0) {
     --d.fills_to_segment_check;
-    return false;
+    return d.segments_large;
   }
   d.fills_to_segment_check = kFillsBetweenSegmentChecks;
-  return true;
-}
-
-bool Relay::Core::SegmentsLargeEnough(Direction& d) {
-  if (!legs_[d.src].tcp) return true;
-  const size_t segment = ReceiveSegmentSize(legs_[d.src].fd);
-  if (segment >= options_.auto_splice_min_segment) return true;
-  ++d.stats->segment_vetoes;
-  return false;
+  d.segments_large =
+      ReceiveSegmentSize(legs_[d.src].fd) >= options_.auto_splice_min_segment;
+  if (!d.segments_large) ++d.stats->segment_vetoes;
+  return d.segments_large;
 }
 
 bool Relay::Core::AcquirePipe(Direction& d) {

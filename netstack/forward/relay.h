@@ -5,7 +5,8 @@
 //
 // Lessons this design keeps (../shared/DESIGN.md, "Lessons from the
 // anchors"):
-//   - one pipe per direction, from a pool; F_SETPIPE_SZ up to 1 MiB,
+//   - one pipe per busy direction, from a pool (taken when bytes arrive,
+//     given back once drained and idle); F_SETPIPE_SZ up to 1 MiB,
 //     falling back to what the kernel grants;
 //   - the bytes in each pipe are counted (spliced in minus spliced out); an
 //     EAGAIN on the write side does not mean the pipe is empty, and after an
@@ -74,9 +75,12 @@ struct RelayOptions {
   // 1 KiB writes the writer's CPU per GB doubled and MB/s halved;
   // docs/BENCHMARKS.md). A remote peer's segments are its MSS (1448 bytes
   // on Ethernet), so in kAuto such a source is copied; kSplice forces the
-  // pipe. Checked when a read reaches the threshold, then again after
-  // every 32 fills; a splicing direction whose segments turned small goes
-  // back to copy once its pipe drains. 0 turns the check off.
+  // pipe. One getsockopt decides for 32 fills (on copy only reads that
+  // reach the threshold count); a splicing direction whose segments turned
+  // small goes back to copy once its pipe drains. tcpi_rcv_mss falls only
+  // when two segments in a row share a smaller length, so small
+  // request/response traffic is left to the small-reads rule above. 0
+  // turns the check off (no getsockopt).
   size_t auto_splice_min_segment = kDefaultAutoSpliceMinSegment;
   // User buffer of the copy path, per direction.
   size_t copy_buffer_size = 64 * 1024;
@@ -90,10 +94,13 @@ struct DirectionStats {
   uint64_t splice_syscalls = 0;
   uint64_t copy_syscalls = 0;      // recv/send (read/write)
   uint64_t would_block = 0;        // writes that returned EAGAIN
-  uint64_t segment_vetoes = 0;     // kAuto: TCP segments too small to splice
+  uint64_t segment_vetoes = 0;     // kAuto: checks that found TCP segments
+                                   //   too small to splice
   uint64_t pipe_acquires = 0;      // pipes taken from the pool (see Relay)
+  uint64_t pipe_shortages = 0;     // a pipe was needed again and the pool had
+                                   //   none: copied a while, then asked again
   bool fell_back_einval = false;   // splice said EINVAL before any byte
-  bool fell_back_no_pipe = false;  // the pipe pool could not grow
+  bool fell_back_no_pipe = false;  // no pipe the first time: copies for good
   bool eof_forwarded = false;      // shutdown(SHUT_WR) sent after draining
 };
 
@@ -170,8 +177,12 @@ class Relay {
   // A direction on the splice path holds a pipe only while it has bytes
   // to move: it takes one from the pool when its source turns readable and
   // gives it back when the pipe has drained and the source has nothing
-  // more, so idle connections hold no pipes (a pooled pipe is reused
-  // without a system call).
+  // more, so idle connections hold no pipes. Taking a pooled pipe costs no
+  // system call; giving one back costs one FIONREAD (the pool verifies
+  // that it is empty). If the pool has none when the direction needs one
+  // again, it copies for 16 fills and then asks again (pipe_shortages);
+  // only a direction that never got a pipe copies for good
+  // (fell_back_no_pipe).
   //
   // Takes ownership of `fd_a` and `fd_b`: connected stream sockets (TCP or
   // UNIX), made non-blocking here, registered with `loop`. Fails (and

@@ -229,23 +229,23 @@ TEST(RelayAutoTest, BulkMovesToSplice) {
 }
 
 // A TCP writer's 1 KiB segments queue up while the relay is not reading,
-// so its first read is 48 KiB, far above the threshold; but the segments
-// are small (tcpi_rcv_mss 1024), and kAuto keeps copying.
-TEST(RelayAutoTest, LargeReadOfSmallTcpSegmentsStaysOnCopy) {
-  Harness h;
+// so the relay's first read is 48 KiB, far above the threshold. Returns
+// the a -> b stats.
+DirectionStats SmallTcpSegments(const RelayOptions& options,
+                                PipePool::Options pool_options = {}) {
+  Harness h(pool_options);
   h.MakeLegs(LegKind::kTcp4, LegKind::kUnix);
-  h.Start(Mode(RelayMode::kAuto));
+  h.Start(options);
   const int one = 1;
-  ASSERT_EQ(setsockopt(h.a().peer, IPPROTO_TCP, TCP_NODELAY, &one,
-                       sizeof(one)),
+  EXPECT_EQ(setsockopt(h.a().peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)),
             0);
   constexpr size_t kChunk = 1024;
   constexpr int kChunks = 48;
   const std::vector<uint8_t> data = test::SeededBytes(kChunk * kChunks, 21);
   for (int i = 0; i < kChunks; ++i) {
-    ASSERT_TRUE(SendAll(h.a().peer, data.data() + i * kChunk, kChunk));
+    EXPECT_TRUE(SendAll(h.a().peer, data.data() + i * kChunk, kChunk));
   }
-  ASSERT_EQ(shutdown(h.a().peer, SHUT_WR), 0);
+  EXPECT_EQ(shutdown(h.a().peer, SHUT_WR), 0);
   Peer pa(h.a().peer);
   Peer pb(h.b().peer);
   pb.StartWriter({}, {});
@@ -258,14 +258,30 @@ TEST(RelayAutoTest, LargeReadOfSmallTcpSegmentsStaysOnCopy) {
   }
   pa.Join();
   pb.Join();
-  ASSERT_TRUE(done);
+  EXPECT_TRUE(done);
   EXPECT_TRUE(h.status().ok()) << h.status();
   EXPECT_TRUE(SameBytes(pb.received(), data));
-  const DirectionStats& s = h.stats().a_to_b;
-  EXPECT_EQ(s.copy_bytes, data.size());
+  EXPECT_EQ(h.stats().a_to_b.bytes, data.size());
+  return h.stats().a_to_b;
+}
+
+// ... and its segments are small (tcpi_rcv_mss 1024): kAuto keeps copying.
+TEST(RelayAutoTest, LargeReadOfSmallTcpSegmentsStaysOnCopy) {
+  const DirectionStats s = SmallTcpSegments(Mode(RelayMode::kAuto));
   EXPECT_EQ(s.splice_syscalls, 0u);
-  EXPECT_GE(s.segment_vetoes, 1u);
-  EXPECT_EQ(h.pool().stats().created, 0u);
+  EXPECT_EQ(s.copy_bytes, s.bytes);
+  EXPECT_EQ(s.segment_vetoes, 1u);  // one check decides for 32 reads
+}
+
+// With the segment check off, the same large read moves to splice.
+TEST(RelayAutoTest, MinSegmentZeroTurnsTheCheckOff) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
+  RelayOptions options = Mode(RelayMode::kAuto);
+  options.auto_splice_min_segment = 0;
+  const DirectionStats s = SmallTcpSegments(options);
+  EXPECT_EQ(s.segment_vetoes, 0u);
+  EXPECT_GT(s.splice_syscalls, 0u);
+  EXPECT_GE(s.pipe_acquires, 1u);
 }
 
 // The same 48 KiB from a UNIX writer: no segment size to check, so the
@@ -617,6 +633,102 @@ TEST(RelayPoolTest, BusyDirectionKeepsItsPipe) {
   EXPECT_TRUE(h.stats().b_to_a.fell_back_no_pipe);
   EXPECT_EQ(h.stats().b_to_a.copy_bytes, b_data.size());
   EXPECT_EQ(h.pool().stats().created, 1u);
+}
+
+// Two relays share a pool of one pipe. Relay 1 splices a burst and goes
+// idle, so its pipe goes back to the pool; relay 2 takes it and keeps it
+// full (its reader waits). Relay 1's next burst finds the pool empty: it
+// copies a while without giving up on splice (pipe_shortages, not
+// fell_back_no_pipe), and splices again once relay 2 has let go.
+TEST(RelayPoolTest, ShortageCopiesAWhileThenSplicesAgain) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
+  auto loop_or = eventloop::EventLoop::Create();
+  ASSERT_TRUE(loop_or.ok());
+  eventloop::EventLoop& loop = **loop_or;
+  PipePool pool(PipePool::Options{.max_pipes = 1});
+  struct Side {
+    test::Leg a, b;
+    std::unique_ptr<Relay> relay;
+    bool done = false;
+    absl::Status status;
+    RelayStats stats;
+  };
+  Side r1, r2;
+  for (Side* r : {&r1, &r2}) {
+    auto a = test::MakeLeg(LegKind::kUnix);
+    auto b = test::MakeLeg(LegKind::kTcp4);
+    ASSERT_TRUE(a.ok() && b.ok());
+    r->a = *a;
+    r->b = *b;
+    auto relay = Relay::Create(loop, pool, r->a.relay, r->b.relay,
+                               Mode(RelayMode::kSplice),
+                               [r](Relay& relay, absl::Status status) {
+                                 r->done = true;
+                                 r->status = status;
+                                 r->stats = relay.stats();
+                               });
+    ASSERT_TRUE(relay.ok()) << relay.status();
+    r->relay = *std::move(relay);
+  }
+  auto run = [&](absl::FunctionRef<bool()> done) {
+    return test::RunUntil(loop, done, kTimeout);
+  };
+  const std::vector<uint8_t> data = test::SeededBytes(13 * kMiB, 24);
+  Peer r1_reader(r1.b.peer);
+  r1_reader.StartReader({});
+  auto send_part = [&](size_t from, size_t to) {
+    std::atomic<bool> sent{false};
+    std::thread t([&] {
+      SendAll(r1.a.peer, data.data() + from, to - from);
+      sent = true;
+    });
+    const bool ok =
+        run([&] { return sent.load() && r1_reader.received_so_far() == to; });
+    if (!ok) shutdown(r1.a.peer, SHUT_RDWR);
+    t.join();
+    return ok;
+  };
+  // 1: relay 1 splices 1 MiB and goes idle.
+  ASSERT_TRUE(send_part(0, kMiB));
+  ASSERT_TRUE(run([&] { return pool.stats().in_use == 0; }));
+  const RelayStats first = r1.relay->stats();
+  EXPECT_EQ(first.a_to_b.splice_bytes, kMiB);
+  // 2: relay 2 takes the pipe and keeps it full.
+  const std::vector<uint8_t> other = test::SeededBytes(16 * kMiB, 25);
+  Peer r2_writer(r2.a.peer);
+  r2_writer.StartWriter(other, {.seed = 5});
+  ASSERT_TRUE(run([&] { return pool.stats().in_use == 1; }));
+  test::RunFor(loop, absl::Milliseconds(200));
+  ASSERT_EQ(pool.stats().in_use, 1u);
+  // 3: relay 1's next 4 MiB find no pipe and are copied.
+  ASSERT_TRUE(send_part(kMiB, 5 * kMiB));
+  const RelayStats shortage = r1.relay->stats();
+  EXPECT_GE(shortage.a_to_b.pipe_shortages, 1u);
+  EXPECT_FALSE(shortage.a_to_b.fell_back_no_pipe);
+  EXPECT_GT(shortage.a_to_b.copy_bytes, 0u);
+  // 4: relay 2's reader drains it, both its directions end.
+  Peer r2_reader(r2.b.peer);
+  r2_reader.StartReader({});
+  r2_reader.StartWriter({}, {});
+  ASSERT_TRUE(run([&] { return r2.done; }));
+  r2_writer.Join();
+  r2_reader.Join();
+  EXPECT_TRUE(r2.status.ok()) << r2.status;
+  EXPECT_TRUE(SameBytes(r2_reader.received(), other));
+  // 5: relay 1's last 8 MiB splice again.
+  ASSERT_TRUE(send_part(5 * kMiB, data.size()));
+  ASSERT_EQ(shutdown(r1.a.peer, SHUT_WR), 0);
+  ASSERT_EQ(shutdown(r1.b.peer, SHUT_WR), 0);
+  ASSERT_TRUE(run([&] { return r1.done; }));
+  r1_reader.Join();
+  EXPECT_TRUE(r1.status.ok()) << r1.status;
+  EXPECT_TRUE(SameBytes(r1_reader.received(), data));
+  const DirectionStats& s = r1.stats.a_to_b;
+  EXPECT_GT(s.splice_bytes, shortage.a_to_b.splice_bytes);
+  EXPECT_EQ(s.splice_bytes + s.copy_bytes, data.size());
+  EXPECT_FALSE(s.fell_back_no_pipe);
+  EXPECT_EQ(pool.stats().created, 1u);
+  close(r1.a.peer);
 }
 
 // --- Hang-ups, destruction, fds ------------------------------------------

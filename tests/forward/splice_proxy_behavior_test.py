@@ -400,8 +400,10 @@ class Behavior(unittest.TestCase):
     # --- pipe pool exhaustion -----------------------------------------------
 
     def test_pipe_pool_exhausted(self):
-        """4 concurrent 16 MiB transfers with --max_pipes=2: at most two
-        directions get a pipe, the others copy; every byte intact."""
+        """4 concurrent 16 MiB transfers with --max_pipes=2, the readers
+        held back until the pipes are full: two directions get a pipe and
+        keep it (a full pipe is never given back), the other two find
+        none and copy; every byte intact."""
         if MODE == "copy":
             self.skipTest("the copy mode uses no pipes")
         server = h.Listener("tcp", self.tmp, name="srv-pool")
@@ -414,8 +416,15 @@ class Behavior(unittest.TestCase):
             conns = [server.accept() for _ in range(4)]
             readers = [h.Worker(h.recv_stream, c) for c in conns]
             writers = [h.Worker(h.send_stream, c, size) for c in clients]
-            for w in readers + writers:
+            for w in writers:
                 w.start()
+            deadline = time.time() + 10
+            while proxy.stats()["pipes"]["info"]["in_use"] < 2:
+                self.assertLess(time.time(), deadline, proxy.stats())
+                time.sleep(0.05)
+            time.sleep(0.3)  # the pipes fill while nobody reads
+            for r in readers:
+                r.start()
             for w, r in zip(writers, readers):
                 self.assertEqual(r.join(), (w.join(), size))
             for s in clients + conns:
@@ -429,7 +438,12 @@ class Behavior(unittest.TestCase):
             pipes = stats["pipes"]["info"]
             FIGURES.append(f"max_pipes=2, 4 transfers: {up}; pipes {pipes}")
             self.assertEqual(up["bytes"], 4 * size)
-            self.assertGreater(up["fallback_no_pipe"], 0, stats)
+            # Usually the two without a pipe never had one
+            # (fallback_no_pipe); one that had a pipe early and gave it
+            # back while its writer paused counts a shortage instead.
+            self.assertGreater(up["fallback_no_pipe"] + up["pipe_shortages"],
+                               0, stats)
+            self.assertGreater(up["copy_bytes"], 0, stats)
             self.assertGreater(pipes["acquire_failed"], 0, stats)
             self.assertLessEqual(pipes["created"], 2, stats)
             self.assertEqual(stats["total"]["connections"]["relay_errors"], 0)

@@ -49,9 +49,10 @@ absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
   return std::unique_ptr<link::LinkEndpoint>(std::move(*ep));
 }
 
-absl::StatusOr<LinkChain> DecorateLink(
-    std::unique_ptr<link::LinkEndpoint> host, const LinkDecorators& decorators,
-    buffer::ChunkPool& chunks, buffer::PacketPool& packets) {
+absl::StatusOr<LinkChain> DecorateLink(std::unique_ptr<link::LinkEndpoint> host,
+                                       const LinkDecorators& decorators,
+                                       buffer::ChunkPool& chunks,
+                                       buffer::PacketPool& packets) {
   LinkChain chain;
   chain.host = host.get();
   chain.read_fd = host->ReadFd();

@@ -38,9 +38,9 @@ struct HostLinkOptions {
 
 // The decorators; each is left out when off.
 struct LinkDecorators {
-  std::string pcap;                           // empty: no sniffer
+  std::string pcap;  // empty: no sniffer
   std::optional<link::FaultInjectorOptions> faults;
-  uint32_t software_gso_max_size = 0;         // > 0: GsoEndpoint
+  uint32_t software_gso_max_size = 0;  // > 0: GsoEndpoint
 };
 
 struct LinkChain {
@@ -48,7 +48,7 @@ struct LinkChain {
   link::LinkEndpoint* host = nullptr;         // owned through `outer`
   link::FaultInjector* faults = nullptr;      // if any
   link::GsoEndpoint* gso = nullptr;           // if any (then outer itself)
-  int read_fd = -1;  // the host endpoint's; its readiness drives outer
+  int read_fd = -1;      // the host endpoint's; its readiness drives outer
   std::string nic_name;  // the interface or TAP name
 };
 
@@ -59,9 +59,10 @@ absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
 // Wraps `host` in the decorators. Errors start with the flag they come
 // from ("--pcap: ...", "faults: ...", "--gso: ..."). The pools must
 // outlive the chain.
-absl::StatusOr<LinkChain> DecorateLink(
-    std::unique_ptr<link::LinkEndpoint> host, const LinkDecorators& decorators,
-    buffer::ChunkPool& chunks, buffer::PacketPool& packets);
+absl::StatusOr<LinkChain> DecorateLink(std::unique_ptr<link::LinkEndpoint> host,
+                                       const LinkDecorators& decorators,
+                                       buffer::ChunkPool& chunks,
+                                       buffer::PacketPool& packets);
 
 }  // namespace netstack::tools
 

@@ -13,6 +13,7 @@ void DirectionCounters::Add(const forward::DirectionStats& d) {
   would_block += d.would_block;
   segment_vetoes += d.segment_vetoes;
   pipe_acquires += d.pipe_acquires;
+  pipe_shortages += d.pipe_shortages;
   fallback_einval += d.fell_back_einval ? 1 : 0;
   fallback_no_pipe += d.fell_back_no_pipe ? 1 : 0;
   eof_forwarded += d.eof_forwarded ? 1 : 0;
@@ -27,6 +28,7 @@ void DirectionCounters::Add(const DirectionCounters& d) {
   would_block += d.would_block;
   segment_vetoes += d.segment_vetoes;
   pipe_acquires += d.pipe_acquires;
+  pipe_shortages += d.pipe_shortages;
   fallback_einval += d.fallback_einval;
   fallback_no_pipe += d.fallback_no_pipe;
   eof_forwarded += d.eof_forwarded;
@@ -38,7 +40,8 @@ std::string DirectionCounters::Format() const {
       " copy_bytes=", copy_bytes, " syscalls=", splice_syscalls + copy_syscalls,
       " splice_syscalls=", splice_syscalls, " copy_syscalls=", copy_syscalls,
       " would_block=", would_block, " segment_vetoes=", segment_vetoes,
-      " pipe_acquires=", pipe_acquires, " fallback_einval=", fallback_einval,
+      " pipe_acquires=", pipe_acquires, " pipe_shortages=", pipe_shortages,
+      " fallback_einval=", fallback_einval,
       " fallback_no_pipe=", fallback_no_pipe, " eof_forwarded=", eof_forwarded);
 }
 

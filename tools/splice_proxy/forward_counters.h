@@ -21,6 +21,7 @@ struct DirectionCounters {
   uint64_t would_block = 0;  // writes that found the destination full
   uint64_t segment_vetoes = 0;  // auto: TCP segments too small to splice
   uint64_t pipe_acquires = 0;   // pipes taken from the pool
+  uint64_t pipe_shortages = 0;  // pool empty when needed again: copied
   // Connections whose direction fell back to copying, by reason.
   uint64_t fallback_einval = 0;
   uint64_t fallback_no_pipe = 0;

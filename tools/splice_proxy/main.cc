@@ -53,9 +53,10 @@ ABSL_FLAG(uint64_t, pipe_size, uint64_t{1} << 20,
           "fs.pipe-user-pages-soft), which the stats count as "
           "resize_refused.");
 ABSL_FLAG(uint64_t, max_pipes, 4096,
-          "At most this many pipes in use or pooled (two per spliced "
-          "connection); beyond that, connections copy (fallback_no_pipe). "
-          "0: never splice.");
+          "At most this many pipes in use or pooled. A direction holds a "
+          "pipe only while it has bytes to move; one that never got a pipe "
+          "copies for good (fallback_no_pipe), one that had a pipe copies a "
+          "while and asks again (pipe_shortages). 0: never splice.");
 ABSL_FLAG(uint64_t, auto_threshold,
           netstack::forward::kDefaultAutoSpliceThreshold,
           "--mode=auto: a direction switches to splice once one read "
