@@ -65,8 +65,8 @@ constexpr int kMaxRoundsPerWake = 8;
 // copy (the stream has turned into small messages).
 constexpr int kSmallReadsBeforeCopy = 4;
 
-// kAuto, TCP source: after a segment-size check, this many fills use its
-// verdict before the next one (a getsockopt per 32 fills is noise).
+// kAuto, TCP source: a segment-size check that passed covers this many
+// fills (a getsockopt per 32 fills is noise).
 constexpr int kFillsBetweenSegmentChecks = 32;
 
 // A direction that had a pipe and found the pool empty when its source
@@ -184,9 +184,9 @@ class Relay::Core {
     int small_reads = 0;  // kAuto on splice, see kSmallReadsBeforeCopy
     // kAuto on splice: the segments turned small; copy once empty.
     bool want_copy = false;
-    // kAuto, TCP source: the last segment-size verdict, and the fills that
-    // still use it before the next check.
-    bool segments_large = false;
+    // kAuto, TCP source: a segment-size check failed, which is final; and
+    // the fills that a passed check still covers.
+    bool segments_vetoed = false;
     int fills_to_segment_check = 0;
     // The pool was empty when this direction (which had a pipe before)
     // needed one again: it copies, and asks again when the countdown ends.
@@ -250,9 +250,10 @@ class Relay::Core {
   void ChoosePath(Direction& d);
   // kAuto, called per fill that counts: whether the source's segments are
   // large enough to splice (RelayOptions::auto_splice_min_segment). Always
-  // true for a source without segments to check; for a TCP source the
-  // verdict of a TCP_INFO check, renewed every kFillsBetweenSegmentChecks
-  // calls (a check that refuses counts in segment_vetoes).
+  // true for a source without segments to check. For a TCP source, a
+  // TCP_INFO check covers kFillsBetweenSegmentChecks calls; the first one
+  // that finds small segments is final (segment_vetoes): the direction
+  // copies from then on.
   bool SegmentsLarge(Direction& d);
   // splice-out said EINVAL before any byte left through it: read what the
   // pipe holds into the buffer and go on copying.
@@ -659,15 +660,18 @@ void Relay::Core::ChoosePath(Direction& d) {
 
 bool Relay::Core::SegmentsLarge(Direction& d) {
   if (!legs_[d.src].check_segments) return true;
+  if (d.segments_vetoed) return false;
   if (d.fills_to_segment_check > 0) {
     --d.fills_to_segment_check;
-    return d.segments_large;
+    return true;  // the last check passed (a failed one is final)
   }
   d.fills_to_segment_check = kFillsBetweenSegmentChecks;
-  d.segments_large =
-      ReceiveSegmentSize(legs_[d.src].fd) >= options_.auto_splice_min_segment;
-  if (!d.segments_large) ++d.stats->segment_vetoes;
-  return d.segments_large;
+  if (ReceiveSegmentSize(legs_[d.src].fd) >= options_.auto_splice_min_segment) {
+    return true;
+  }
+  d.segments_vetoed = true;
+  ++d.stats->segment_vetoes;
+  return false;
 }
 
 bool Relay::Core::AcquirePipe(Direction& d) {

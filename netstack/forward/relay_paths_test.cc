@@ -270,7 +270,48 @@ TEST(RelayAutoTest, LargeReadOfSmallTcpSegmentsStaysOnCopy) {
   const DirectionStats s = SmallTcpSegments(Mode(RelayMode::kAuto));
   EXPECT_EQ(s.splice_syscalls, 0u);
   EXPECT_EQ(s.copy_bytes, s.bytes);
-  EXPECT_EQ(s.segment_vetoes, 1u);  // one check decides for 32 reads
+  EXPECT_EQ(s.segment_vetoes, 1u);
+}
+
+// A failed segment check is final: the same writer's 1 MiB writes that
+// follow (large segments now) are copied too.
+TEST(RelayAutoTest, SegmentVetoIsFinal) {
+  Harness h;
+  h.MakeLegs(LegKind::kTcp4, LegKind::kUnix);
+  h.Start(Mode(RelayMode::kAuto));
+  const int one = 1;
+  ASSERT_EQ(setsockopt(h.a().peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)),
+            0);
+  constexpr size_t kChunk = 1024;
+  constexpr int kChunks = 48;
+  const std::vector<uint8_t> small = test::SeededBytes(kChunk * kChunks, 26);
+  for (int i = 0; i < kChunks; ++i) {
+    ASSERT_TRUE(SendAll(h.a().peer, small.data() + i * kChunk, kChunk));
+  }
+  Peer pa(h.a().peer);
+  Peer pb(h.b().peer);
+  pb.StartWriter({}, {});
+  pb.StartReader({});
+  ASSERT_TRUE(h.RunUntil([&] { return pb.received_so_far() == small.size(); }));
+  const std::vector<uint8_t> bulk = test::SeededBytes(8 * kMiB, 27);
+  pa.StartWriter(bulk, {.min_chunk = kMiB, .max_chunk = kMiB, .seed = 4});
+  pa.StartReader({});
+  const bool done = h.WaitDone();
+  if (!done) {
+    pa.Abort();
+    pb.Abort();
+  }
+  pa.Join();
+  pb.Join();
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(h.status().ok()) << h.status();
+  std::vector<uint8_t> want = small;
+  want.insert(want.end(), bulk.begin(), bulk.end());
+  EXPECT_TRUE(SameBytes(pb.received(), want));
+  const DirectionStats& s = h.stats().a_to_b;
+  EXPECT_EQ(s.segment_vetoes, 1u);
+  EXPECT_EQ(s.splice_syscalls, 0u);
+  EXPECT_EQ(s.copy_bytes, want.size());
 }
 
 // With the segment check off, the same large read moves to splice.
