@@ -65,8 +65,8 @@ constexpr int kMaxRoundsPerWake = 8;
 // copy (the stream has turned into small messages).
 constexpr int kSmallReadsBeforeCopy = 4;
 
-// kAuto, TCP source: a segment-size check that passed covers this many
-// fills (a getsockopt per 32 fills is noise).
+// kAuto, TCP source: a segment-size check covers this many fills (a
+// getsockopt per 32 fills is noise).
 constexpr int kFillsBetweenSegmentChecks = 32;
 
 // A direction that had a pipe and found the pool empty when its source
@@ -184,8 +184,9 @@ class Relay::Core {
     int small_reads = 0;  // kAuto on splice, see kSmallReadsBeforeCopy
     // kAuto on splice: the segments turned small; copy once empty.
     bool want_copy = false;
-    // kAuto, TCP source: a segment-size check failed, which is final; and
-    // the fills that a passed check still covers.
+    // kAuto, TCP source: the last segment-size verdict and the fills it
+    // still covers; a check that failed while splicing is final.
+    bool segments_large = false;
     bool segments_vetoed = false;
     int fills_to_segment_check = 0;
     // The pool was empty when this direction (which had a pipe before)
@@ -251,9 +252,9 @@ class Relay::Core {
   // kAuto, called per fill that counts: whether the source's segments are
   // large enough to splice (RelayOptions::auto_splice_min_segment). Always
   // true for a source without segments to check. For a TCP source, a
-  // TCP_INFO check covers kFillsBetweenSegmentChecks calls; the first one
-  // that finds small segments is final (segment_vetoes): the direction
-  // copies from then on.
+  // TCP_INFO check covers kFillsBetweenSegmentChecks calls; a check that
+  // finds small segments counts in segment_vetoes, and one made while the
+  // direction splices is final: it copies from then on.
   bool SegmentsLarge(Direction& d);
   // splice-out said EINVAL before any byte left through it: read what the
   // pipe holds into the buffer and go on copying.
@@ -663,15 +664,20 @@ bool Relay::Core::SegmentsLarge(Direction& d) {
   if (d.segments_vetoed) return false;
   if (d.fills_to_segment_check > 0) {
     --d.fills_to_segment_check;
-    return true;  // the last check passed (a failed one is final)
+    return d.segments_large;
   }
   d.fills_to_segment_check = kFillsBetweenSegmentChecks;
-  if (ReceiveSegmentSize(legs_[d.src].fd) >= options_.auto_splice_min_segment) {
-    return true;
+  d.segments_large =
+      ReceiveSegmentSize(legs_[d.src].fd) >= options_.auto_splice_min_segment;
+  if (!d.segments_large) {
+    ++d.stats->segment_vetoes;
+    // Small segments while splicing: the writer turned to small writes,
+    // or (what the benchmark saw) its small writes had only looked large
+    // while coalesced, and splicing them tipped writer, relay and reader
+    // into the state where every write is its own segment. Copy for good.
+    if (d.path == Path::kSplice) d.segments_vetoed = true;
   }
-  d.segments_vetoed = true;
-  ++d.stats->segment_vetoes;
-  return false;
+  return d.segments_large;
 }
 
 bool Relay::Core::AcquirePipe(Direction& d) {

@@ -71,16 +71,16 @@ struct RelayOptions {
   // kernel measured on the source socket (TCP_INFO tcpi_rcv_mss) to reach
   // this. Splicing small segments costs more than copying them: each one
   // takes a pipe slot and becomes one small page fragment on the way out,
-  // and it pins the local writer's page while it sits in the pipe. The
-  // first check that finds small segments is final: the direction copies
-  // from then on. A stream of small writes shows large segments only when
-  // the relay lags and the writer's queue coalesces them, and splicing
-  // those tips the three processes into the costly state where every
-  // write is its own segment (docs/BENCHMARKS.md, "Splice relay"). A
-  // remote peer's segments are its MSS (1448 bytes on Ethernet), so in
-  // kAuto such a source is copied; kSplice forces the pipe. A check that
-  // passes covers 32 fills (on copy only reads that reach the threshold
-  // count). tcpi_rcv_mss falls only when two segments in a row share a
+  // and it pins the local writer's page while it sits in the pipe. A check
+  // covers 32 fills (on copy only reads that reach the threshold count).
+  // One that finds small segments while the direction splices is final:
+  // the direction copies from then on. (A stream of small writes shows
+  // large segments while the relay lags and the writer's queue coalesces
+  // them; splicing those tipped writer, relay and reader into the state
+  // where every write is its own segment: docs/BENCHMARKS.md, "Splice
+  // relay".) A remote peer's segments are its MSS (1448 bytes on
+  // Ethernet), so in kAuto such a source is copied; kSplice forces the
+  // pipe. tcpi_rcv_mss falls only when two segments in a row share a
   // smaller length, so small request/response traffic is left to the
   // small-reads rule above. 0 turns the check off (no getsockopt).
   size_t auto_splice_min_segment = kDefaultAutoSpliceMinSegment;

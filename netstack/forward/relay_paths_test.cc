@@ -273,47 +273,6 @@ TEST(RelayAutoTest, LargeReadOfSmallTcpSegmentsStaysOnCopy) {
   EXPECT_EQ(s.segment_vetoes, 1u);
 }
 
-// A failed segment check is final: the same writer's 1 MiB writes that
-// follow (large segments now) are copied too.
-TEST(RelayAutoTest, SegmentVetoIsFinal) {
-  Harness h;
-  h.MakeLegs(LegKind::kTcp4, LegKind::kUnix);
-  h.Start(Mode(RelayMode::kAuto));
-  const int one = 1;
-  ASSERT_EQ(setsockopt(h.a().peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)),
-            0);
-  constexpr size_t kChunk = 1024;
-  constexpr int kChunks = 48;
-  const std::vector<uint8_t> small = test::SeededBytes(kChunk * kChunks, 26);
-  for (int i = 0; i < kChunks; ++i) {
-    ASSERT_TRUE(SendAll(h.a().peer, small.data() + i * kChunk, kChunk));
-  }
-  Peer pa(h.a().peer);
-  Peer pb(h.b().peer);
-  pb.StartWriter({}, {});
-  pb.StartReader({});
-  ASSERT_TRUE(h.RunUntil([&] { return pb.received_so_far() == small.size(); }));
-  const std::vector<uint8_t> bulk = test::SeededBytes(8 * kMiB, 27);
-  pa.StartWriter(bulk, {.min_chunk = kMiB, .max_chunk = kMiB, .seed = 4});
-  pa.StartReader({});
-  const bool done = h.WaitDone();
-  if (!done) {
-    pa.Abort();
-    pb.Abort();
-  }
-  pa.Join();
-  pb.Join();
-  ASSERT_TRUE(done);
-  EXPECT_TRUE(h.status().ok()) << h.status();
-  std::vector<uint8_t> want = small;
-  want.insert(want.end(), bulk.begin(), bulk.end());
-  EXPECT_TRUE(SameBytes(pb.received(), want));
-  const DirectionStats& s = h.stats().a_to_b;
-  EXPECT_EQ(s.segment_vetoes, 1u);
-  EXPECT_EQ(s.splice_syscalls, 0u);
-  EXPECT_EQ(s.copy_bytes, want.size());
-}
-
 // With the segment check off, the same large read moves to splice.
 TEST(RelayAutoTest, MinSegmentZeroTurnsTheCheckOff) {
   SKIP_UNLESS_KERNEL_GRANTS_PIPES();
@@ -325,27 +284,35 @@ TEST(RelayAutoTest, MinSegmentZeroTurnsTheCheckOff) {
   EXPECT_GE(s.pipe_acquires, 1u);
 }
 
-// The same 48 KiB from a UNIX writer: no segment size to check, so the
-// large read moves the direction to splice.
-TEST(RelayAutoTest, LargeReadFromUnixSourceSplices) {
-  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
+// 48 KiB in 1 KiB writes (TCP_NODELAY on a TCP writer) queue up before
+// the relay runs, so its first read is 48 KiB; once they have arrived the
+// writer sends `bulk_bytes` more in `bulk_chunk` writes. Returns the
+// a -> b stats after checking every byte.
+DirectionStats SmallWritesThenBulk(LegKind source, size_t bulk_bytes,
+                                   size_t bulk_chunk) {
   Harness h;
-  h.MakeLegs(LegKind::kUnix, LegKind::kTcp4);
+  h.MakeLegs(source,
+             source == LegKind::kUnix ? LegKind::kTcp4 : LegKind::kUnix);
   h.Start(Mode(RelayMode::kAuto));
+  if (source != LegKind::kUnix) {
+    const int one = 1;
+    EXPECT_EQ(
+        setsockopt(h.a().peer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)), 0);
+  }
   constexpr size_t kChunk = 1024;
   constexpr int kChunks = 48;
-  const std::vector<uint8_t> data = test::SeededBytes(kChunk * kChunks, 22);
+  const std::vector<uint8_t> small = test::SeededBytes(kChunk * kChunks, 26);
   for (int i = 0; i < kChunks; ++i) {
-    ASSERT_TRUE(SendAll(h.a().peer, data.data() + i * kChunk, kChunk));
+    EXPECT_TRUE(SendAll(h.a().peer, small.data() + i * kChunk, kChunk));
   }
   Peer pa(h.a().peer);
   Peer pb(h.b().peer);
-  // 1 MiB more after the first read: that one goes through the pipe.
-  const std::vector<uint8_t> more = test::SeededBytes(kMiB, 23);
   pb.StartWriter({}, {});
   pb.StartReader({});
-  ASSERT_TRUE(h.RunUntil([&] { return pb.received_so_far() == data.size(); }));
-  pa.StartWriter(more, {.seed = 3});
+  EXPECT_TRUE(h.RunUntil([&] { return pb.received_so_far() == small.size(); }));
+  const std::vector<uint8_t> bulk = test::SeededBytes(bulk_bytes, 27);
+  pa.StartWriter(bulk,
+                 {.min_chunk = bulk_chunk, .max_chunk = bulk_chunk, .seed = 4});
   pa.StartReader({});
   const bool done = h.WaitDone();
   if (!done) {
@@ -354,15 +321,35 @@ TEST(RelayAutoTest, LargeReadFromUnixSourceSplices) {
   }
   pa.Join();
   pb.Join();
-  ASSERT_TRUE(done);
+  EXPECT_TRUE(done);
   EXPECT_TRUE(h.status().ok()) << h.status();
-  std::vector<uint8_t> want = data;
-  want.insert(want.end(), more.begin(), more.end());
+  std::vector<uint8_t> want = small;
+  want.insert(want.end(), bulk.begin(), bulk.end());
   EXPECT_TRUE(SameBytes(pb.received(), want));
-  const DirectionStats& s = h.stats().a_to_b;
+  EXPECT_EQ(h.stats().a_to_b.bytes, want.size());
+  return h.stats().a_to_b;
+}
+
+// A check that fails on copy is made again 32 large reads later: the same
+// writer's 1 MiB writes that follow (large segments now) are spliced.
+TEST(RelayAutoTest, SegmentVetoOnCopyIsCheckedAgain) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
+  const DirectionStats s = SmallWritesThenBulk(LegKind::kTcp4, 8 * kMiB, kMiB);
+  EXPECT_EQ(s.segment_vetoes, 1u);
+  EXPECT_GT(s.splice_bytes, 0u);
+  // The 32 large reads (>= 16 KiB each) after the veto are copied.
+  EXPECT_GE(s.copy_bytes, 48u * 1024 + 32 * 16 * 1024);
+}
+
+// The same from a UNIX writer: no segment size to check, so the first
+// large read moves the direction to splice, and the bulk goes through the
+// pipe.
+TEST(RelayAutoTest, LargeReadFromUnixSourceSplices) {
+  SKIP_UNLESS_KERNEL_GRANTS_PIPES();
+  const DirectionStats s = SmallWritesThenBulk(LegKind::kUnix, kMiB, 64 * 1024);
   EXPECT_EQ(s.segment_vetoes, 0u);
   EXPECT_GT(s.splice_bytes, 0u);
-  EXPECT_GE(s.copy_bytes, data.size());
+  EXPECT_GE(s.copy_bytes, 48u * 1024);
 }
 
 // Bulk first (splice), then small request/response: the direction goes

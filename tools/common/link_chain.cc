@@ -16,6 +16,18 @@ absl::Status Prefixed(const char* prefix, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
 
+// The fields TapOptions and PacketOptions share.
+template <typename EndpointOptions>
+EndpointOptions CommonOptions(const HostLinkOptions& options) {
+  EndpointOptions o;
+  o.netns = options.netns;
+  o.mac = options.mac;
+  if (options.mtu != 0) o.mtu = options.mtu;
+  o.host_gso = options.host_gso_max_size > 0;
+  if (o.host_gso) o.gso_max_size = options.host_gso_max_size;
+  return o;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
@@ -24,26 +36,15 @@ absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
     return absl::InvalidArgumentError(
         "a host link needs exactly one of an interface and a TAP name");
   }
-  const bool host_gso = options.host_gso_max_size > 0;
   if (!options.tap_name.empty()) {
-    link::TapOptions o;
+    auto o = CommonOptions<link::TapOptions>(options);
     o.name = options.tap_name;
-    o.netns = options.netns;
-    o.mac = options.mac;
-    if (options.mtu != 0) o.mtu = options.mtu;
-    o.host_gso = host_gso;
-    if (host_gso) o.gso_max_size = options.host_gso_max_size;
     auto ep = link::TapEndpoint::Open(o, chunks);
     if (!ep.ok()) return ep.status();
     return std::unique_ptr<link::LinkEndpoint>(std::move(*ep));
   }
-  link::PacketOptions o;
+  auto o = CommonOptions<link::PacketOptions>(options);
   o.interface = options.packet_interface;
-  o.netns = options.netns;
-  o.mac = options.mac;
-  if (options.mtu != 0) o.mtu = options.mtu;
-  o.host_gso = host_gso;
-  if (host_gso) o.gso_max_size = options.host_gso_max_size;
   auto ep = link::PacketEndpoint::Open(o, chunks);
   if (!ep.ok()) return ep.status();
   return std::unique_ptr<link::LinkEndpoint>(std::move(*ep));
