@@ -95,6 +95,18 @@ class Harness {
     return test::RunUntil(
         *loop_, [this] { return done_calls_ > 0; }, kTimeout);
   }
+  // WaitDone, then (on a timeout, after unblocking both peers) joins their
+  // threads; returns whether the relay finished.
+  bool Finish(Peer& pa, Peer& pb) {
+    const bool done = WaitDone();
+    if (!done) {
+      pa.Abort();
+      pb.Abort();
+    }
+    pa.Join();
+    pb.Join();
+    return done;
+  }
   bool RunUntil(absl::FunctionRef<bool()> done) {
     return test::RunUntil(*loop_, done, kTimeout);
   }
@@ -136,13 +148,7 @@ void Transfer(Harness& h, const std::vector<uint8_t>& a_data,
   pb.StartWriter(b_data, {.seed = 2});
   pa.StartReader({.seed = 3});
   pb.StartReader({.seed = 4});
-  const bool done = h.WaitDone();
-  if (!done) {
-    pa.Abort();
-    pb.Abort();
-  }
-  pa.Join();
-  pb.Join();
+  const bool done = h.Finish(pa, pb);
   ASSERT_TRUE(done);
   EXPECT_TRUE(h.status().ok()) << h.status();
   EXPECT_TRUE(SameBytes(pb.received(), a_data));
@@ -251,13 +257,7 @@ DirectionStats SmallTcpSegments(const RelayOptions& options,
   pb.StartWriter({}, {});
   pa.StartReader({});
   pb.StartReader({});
-  const bool done = h.WaitDone();
-  if (!done) {
-    pa.Abort();
-    pb.Abort();
-  }
-  pa.Join();
-  pb.Join();
+  const bool done = h.Finish(pa, pb);
   EXPECT_TRUE(done);
   EXPECT_TRUE(h.status().ok()) << h.status();
   EXPECT_TRUE(SameBytes(pb.received(), data));
@@ -314,13 +314,7 @@ DirectionStats SmallWritesThenBulk(LegKind source, size_t bulk_bytes,
   pa.StartWriter(bulk,
                  {.min_chunk = bulk_chunk, .max_chunk = bulk_chunk, .seed = 4});
   pa.StartReader({});
-  const bool done = h.WaitDone();
-  if (!done) {
-    pa.Abort();
-    pb.Abort();
-  }
-  pa.Join();
-  pb.Join();
+  const bool done = h.Finish(pa, pb);
   EXPECT_TRUE(done);
   EXPECT_TRUE(h.status().ok()) << h.status();
   std::vector<uint8_t> want = small;
@@ -511,13 +505,7 @@ TEST(RelayEinvalTest, SpliceInEinvalAfterBytesMovedFailsNamingTheLeg) {
   pa.StartWriter(test::SeededBytes(8 * kMiB, 12), {.seed = 1});
   pa.StartReader({});
   pb.StartReader({});
-  const bool done = h.WaitDone();
-  if (!done) {
-    pa.Abort();
-    pb.Abort();
-  }
-  pa.Join();
-  pb.Join();
+  const bool done = h.Finish(pa, pb);
   ASSERT_TRUE(done);
   EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument)
       << h.status();
@@ -603,13 +591,7 @@ TEST(RelayPoolTest, IdleDirectionGivesItsPipeBack) {
   ASSERT_TRUE(
       h.RunUntil([&] { return pa.received_so_far() == b_data.size(); }));
   ASSERT_EQ(shutdown(h.a().peer, SHUT_WR), 0);
-  const bool done = h.WaitDone();
-  if (!done) {
-    pa.Abort();
-    pb.Abort();
-  }
-  pa.Join();
-  pb.Join();
+  const bool done = h.Finish(pa, pb);
   ASSERT_TRUE(done);
   EXPECT_TRUE(h.status().ok()) << h.status();
   EXPECT_TRUE(SameBytes(pb.received(), a_data));
@@ -645,13 +627,7 @@ TEST(RelayPoolTest, BusyDirectionKeepsItsPipe) {
   ASSERT_TRUE(
       h.RunUntil([&] { return pa.received_so_far() == b_data.size(); }));
   pb.StartReader({});
-  const bool done = h.WaitDone();
-  if (!done) {
-    pa.Abort();
-    pb.Abort();
-  }
-  pa.Join();
-  pb.Join();
+  const bool done = h.Finish(pa, pb);
   ASSERT_TRUE(done);
   EXPECT_TRUE(h.status().ok()) << h.status();
   EXPECT_TRUE(SameBytes(pb.received(), a_data));
