@@ -56,10 +56,9 @@ std::unique_ptr<CongestionControl> MakeCongestionControl(
 uint32_t CongestionControl::SlowStart(uint32_t delivered) {
   const uint32_t ceiling = std::min(ssthresh_, kMaxCwnd);
   const uint32_t room = ceiling > cwnd_ ? ceiling - cwnd_ : 0;
-  const uint32_t grow = std::min({delivered, kAbcLimit, room});
+  const uint32_t grow = std::min(delivered, room);
   cwnd_ += grow;
-  // Only the packets past ssthresh carry over; those beyond the ABC limit
-  // while still below ssthresh are not counted at all (RFC 3465).
+  // The packets past ssthresh carry over into congestion avoidance.
   return cwnd_ >= ssthresh_ ? delivered - grow : 0;
 }
 

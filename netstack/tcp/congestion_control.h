@@ -74,17 +74,17 @@ class CongestionControl {
   // No cwnd grows past this: far above any real window, and far enough
   // below UINT32_MAX that the arithmetic on it cannot wrap.
   static constexpr uint32_t kMaxCwnd = 1u << 24;
-  // RFC 3465 section 2.2: in slow start an ACK grows cwnd by at most L = 2
-  // packets, whatever it acknowledges (limits bursts after ACK loss or a
-  // stretch ACK).
-  static constexpr uint32_t kAbcLimit = 2;
 
  protected:
   explicit CongestionControl(uint32_t initial_cwnd)
       : cwnd_(initial_cwnd < 1 ? 1 : initial_cwnd), initial_cwnd_(cwnd_) {}
 
-  // Slow start (RFC 5681 section 3.1, RFC 3465): grows cwnd by
-  // min(delivered, kAbcLimit), never past ssthresh. Call only while
+  // Slow start (RFC 5681 section 3.1, RFC 3465 byte counting): grows cwnd
+  // by every packet the ACK delivered, never past ssthresh. RFC 3465's
+  // L = 2 limit is not applied, as in Linux's tcp_slow_start: a GRO or
+  // LRO receiver ACKs once per ~45 packets, and with L = 2 cwnd would grow
+  // ~4% per RTT instead of doubling. Bursts are bounded by the sender's
+  // super-segment size instead. Call only while
   // InSlowStart(). Returns the delivered packets that slow start did not
   // use because cwnd reached ssthresh: congestion avoidance counts those.
   uint32_t SlowStart(uint32_t delivered);

@@ -94,22 +94,33 @@ TEST_P(BothAlgorithms, SlowStartDoublesEveryRoundTrip) {
 }
 
 TEST_P(BothAlgorithms, SlowStartDoublesWithDelayedAcks) {
-  // One ACK per two packets: +2 each with L = 2, so still doubling.
+  // One ACK per two packets: +2 each, so still doubling.
   AckOneWindow(*cc_, now_, Milliseconds(100), 2);
   EXPECT_EQ(cc_->cwnd(), 20u);
   AckOneWindow(*cc_, now_, Milliseconds(100), 2);
   EXPECT_EQ(cc_->cwnd(), 40u);
 }
 
-TEST_P(BothAlgorithms, AbcLimitsGrowthPerAckToTwoPackets) {
-  cc_->OnAck(Ack(now_, 10, 10));  // a stretch ACK for the whole window
-  EXPECT_EQ(cc_->cwnd(), 12u);
-  cc_->OnAck(Ack(now_, 3, 12));
-  EXPECT_EQ(cc_->cwnd(), 14u);
-  cc_->OnAck(Ack(now_, 1, 12));
-  EXPECT_EQ(cc_->cwnd(), 15u);
-  cc_->OnAck(Ack(now_, 0, 12));
-  EXPECT_EQ(cc_->cwnd(), 15u);
+TEST_P(BothAlgorithms, StretchAckGrowsSlowStartByWhatItCovers) {
+  // A GRO receiver's single ACK for the whole window: slow start counts
+  // all of it (Linux tcp_slow_start), so cwnd still doubles per RTT.
+  cc_->OnAck(Ack(now_, 10, 10));
+  EXPECT_EQ(cc_->cwnd(), 20u);
+  cc_->OnAck(Ack(now_, 3, 20));
+  EXPECT_EQ(cc_->cwnd(), 23u);
+  cc_->OnAck(Ack(now_, 0, 23));
+  EXPECT_EQ(cc_->cwnd(), 23u);
+}
+
+TEST_P(BothAlgorithms, SlowStartStopsAtSsthreshOnAStretchAck) {
+  cc_->OnRetransmitTimeout(now_, 40);  // ssthresh 20 (reno) / 28 (cubic)
+  const uint32_t ssthresh = cc_->ssthresh();
+  // 100 packets: slow start takes cwnd to ssthresh, and only what is left
+  // over counts in congestion avoidance (a few packets, not 100).
+  cc_->OnAck(Ack(now_, 100, 1));
+  EXPECT_FALSE(cc_->InSlowStart());
+  EXPECT_GE(cc_->cwnd(), ssthresh);
+  EXPECT_LE(cc_->cwnd(), ssthresh + 100 / ssthresh + 1);
 }
 
 TEST_P(BothAlgorithms, RetransmitTimeoutCollapsesToOnePacket) {

@@ -16,6 +16,8 @@ namespace {
 // Largest window shift (RFC 7323 section 2.3).
 constexpr uint8_t kMaxWindowShift = 14;
 constexpr uint32_t kDupThresh = 3;
+// PAWS tolerance in ticks of the peer's clock (Linux TCP_PAWS_WINDOW).
+constexpr int32_t kPawsWindow = 1;
 }  // namespace
 
 Connection::Connection(TcpLayer& layer, const transport::FourTuple& tuple,
@@ -311,13 +313,10 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
                                                      Instant now) {
   const SeqNum rcv_nxt = rcvq_.rcv_nxt();
   // PAWS (RFC 7323 section 5.3), not for RST.
-  if (ts_ok_ && seg.tcp.timestamps && !seg.has(flag::kRst)) {
-    const uint32_t tsval = seg.tcp.timestamps->tsval;
-    if (static_cast<int32_t>(tsval - ts_recent_) < 0 &&
-        now - ts_recent_at_ < absl::Hours(24 * 24)) {
-      AckInvalid(seg, now);
-      return DropReason::kTcpPawsRejected;
-    }
+  if (ts_ok_ && seg.tcp.timestamps && !seg.has(flag::kRst) &&
+      PawsReject(seg, now)) {
+    AckInvalid(seg, now);
+    return DropReason::kTcpPawsRejected;
   }
   if (state_ == TcpState::kTimeWait) {
     // RFC 1337: a RST must not end TIME_WAIT early.
@@ -372,19 +371,12 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
   last_recv_ = now;
   keepalive_sent_ = 0;
 
-  // Timestamps: remember the peer's clock (RFC 7323 section 4.3).
-  if (ts_ok_ && seg.tcp.timestamps &&
-      seg.seq() <= last_ack_sent_ &&
-      static_cast<int32_t>(seg.tcp.timestamps->tsval - ts_recent_) >= 0) {
-    ts_recent_ = seg.tcp.timestamps->tsval;
-    ts_recent_at_ = now;
-  }
-
   if (state_ == TcpState::kSynReceived) {
     if (seg.ack() <= snd_una_ || seg.ack() > snd_nxt_) {
       layer_.SendResetFor(seg, now);
       return DropReason::kTcpAckUnsent;
     }
+    SampleHandshakeRtt(seg, now);
     if (listener_ != nullptr) listener_->RemoveHalfOpen();
     snd_wnd_ = static_cast<uint32_t>(seg.tcp.window) << snd_wscale_;
     max_snd_wnd_ = std::max(max_snd_wnd_, snd_wnd_);
@@ -443,6 +435,15 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
     AckInvalid(seg, now);
     return DropReason::kTcpOldAck;
   }
+  // Timestamps: remember the peer's clock (RFC 7323 section 4.3), but
+  // only from a segment whose ACK is acceptable (Linux's
+  // FLAG_UPDATE_TS_RECENT): a forged in-window segment with a far-future
+  // TSval would otherwise make PAWS reject every genuine one.
+  if (ts_ok_ && seg.tcp.timestamps && seg.seq() <= last_ack_sent_ &&
+      static_cast<int32_t>(seg.tcp.timestamps->tsval - ts_recent_) >= 0) {
+    ts_recent_ = seg.tcp.timestamps->tsval;
+    ts_recent_at_ = now;
+  }
   const uint32_t new_wnd = static_cast<uint32_t>(seg.tcp.window)
                            << snd_wscale_;
   const bool window_changed = new_wnd != snd_wnd_;
@@ -470,7 +471,9 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
         (seg.tcp.sack_count > 1 &&
          SeqNum(seg.tcp.sack_blocks[1].left) <= SeqNum(b0.left) &&
          SeqNum(b0.right) <= SeqNum(seg.tcp.sack_blocks[1].right));
-    if (dsack && SeqNum(b0.left) < SeqNum(b0.right)) OnDsack();
+    if (dsack && SeqNum(b0.left) < SeqNum(b0.right)) {
+      OnDsack(Span(SeqNum(b0.left), SeqNum(b0.right)));
+    }
   }
   if (sack_ok_) {
     for (uint8_t i = 0; i < seg.tcp.sack_count; ++i) {
@@ -494,6 +497,16 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
   if (dupack) {
     ++dupacks_;
     ++stats_.dup_acks_received;
+  }
+  last_delivered_ = res.delivered;
+  if (in_recovery_) prr_delivered_ += res.delivered;
+  if (ack > snd_una_ && (in_recovery_ || rto_recovery_) && ts_ok_ &&
+      seg.tcp.timestamps && seg.tcp.timestamps->tsecr != 0 &&
+      static_cast<int32_t>(seg.tcp.timestamps->tsecr - undo_tsval_) < 0) {
+    // The ACK that moves snd_una echoes a TSval older than our first
+    // retransmission: the original arrived, the loss was not real (Eifel,
+    // RFC 3522; Linux tcp_packet_delayed).
+    UndoCongestionResponse();
   }
   if (ack > snd_una_) {
     const uint32_t acked = Span(snd_una_, ack);
@@ -567,6 +580,47 @@ std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
   return std::nullopt;
 }
 
+bool Connection::PawsReject(const Segment& seg, Instant now) const {
+  const uint32_t tsval = seg.tcp.timestamps->tsval;
+  const int32_t behind = static_cast<int32_t>(ts_recent_ - tsval);
+  // One tick of tolerance (Linux's TCP_PAWS_WINDOW): a sender that stamps
+  // data at its pacing time and ACKs at the current time emits ACKs that
+  // look a tick older than the data before them.
+  if (behind <= kPawsWindow) return false;
+  // RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.
+  if (now - ts_recent_at_ >= absl::Hours(24 * 24)) return false;
+  // A reordered duplicate ACK (Linux's tcp_disordered_ack): a pure ACK at
+  // rcv_nxt, acking snd_una, not moving the window, and no older than an
+  // RTO. Dropping it is harmless, but it is not an attack either; taking
+  // it keeps the dupack count right.
+  const bool pure_dup = seg.payload.size() == 0 && !seg.has(flag::kFin) &&
+                        !seg.has(flag::kSyn) && seg.seq() == rcvq_.rcv_nxt() &&
+                        seg.ack() == snd_una_ &&
+                        (static_cast<uint32_t>(seg.tcp.window) << snd_wscale_) ==
+                            snd_wnd_;
+  if (pure_dup &&
+      behind <= static_cast<int32_t>(absl::ToInt64Milliseconds(rtt_.Rto()))) {
+    return false;
+  }
+  return true;
+}
+
+void Connection::SampleHandshakeRtt(const Segment& seg, Instant now) {
+  // A passive open's first RTT sample: the SYN-ACK to the ACK that
+  // completes the handshake (Linux's tcp_synack_rtt_meas). Karn's rule:
+  // after a retransmitted SYN-ACK only the echoed timestamp can tell.
+  // A zero reading (an instant answer on a fake clock) is no sample: it
+  // would pin min_rtt, and with it RACK's reordering window, at zero.
+  if (syn_retries_ == 0 && first_unacked_at_ != kNever) {
+    if (now > first_unacked_at_) rtt_.Sample(now - first_unacked_at_, now);
+  } else if (ts_ok_ && seg.tcp.timestamps && seg.tcp.timestamps->tsecr != 0) {
+    const int32_t ms =
+        static_cast<int32_t>(TsNow(now) - seg.tcp.timestamps->tsecr);
+    if (ms > 0) rtt_.Sample(absl::Milliseconds(ms), now);
+  }
+  rtt_.ResetBackoff();
+}
+
 void Connection::UpdateRtt(const Segment& seg, const AckResult& res,
                            Instant now) {
   // The scoreboard's sample (send time of the newest delivered original
@@ -588,8 +642,25 @@ void Connection::UpdateRtt(const Segment& seg, const AckResult& res,
   }
 }
 
-void Connection::OnDsack() {
+void Connection::UndoCongestionResponse() {
+  cc_->Undo();
+  ++stats_.spurious_recoveries;
+  in_recovery_ = false;
+  rto_recovery_ = false;
+  undo_retrans_ = 0;
+  // What was marked lost is in the network after all: do not resend it.
+  sb_.ClearLost();
+}
+
+void Connection::OnDsack(uint32_t dsack_bytes) {
   ++stats_.dsacks_received;
+  // RFC 3708: when every retransmission of an episode is reported
+  // duplicate, none was needed: undo the congestion response.
+  if (undo_retrans_ > 0) {
+    const uint32_t pkts = std::max<uint32_t>(1, Packets(dsack_bytes));
+    undo_retrans_ -= std::min(undo_retrans_, pkts);
+    if (undo_retrans_ == 0) UndoCongestionResponse();
+  }
   sb_.set_reordering_seen();
   if (!dsack_round_set_ || snd_una_ >= dsack_round_) {
     reo_wnd_mult_ = std::min<uint32_t>(reo_wnd_mult_ + 1, 16);
@@ -632,14 +703,7 @@ void Connection::DetectLoss(uint64_t prior_in_flight,
     }
   }
   if (marked > 0 && !in_recovery_ && !rto_recovery_) {
-    in_recovery_ = true;
-    recovery_point_ = snd_nxt_;
-    ++stats_.fast_retransmits;
-    cc_->OnCongestionEvent(now, Packets(prior_in_flight));
-    // RFC 5681 3.2 step 4, RFC 6675 5 (4.3): the first lost segment is
-    // retransmitted at once, whatever the pipe and the reduced cwnd.
-    const size_t first = sb_.NextLost();
-    if (first < sb_.size() && Retransmit(first, now)) ArmRetransmit(now);
+    EnterRecovery(prior_in_flight, now);
   }
   if (in_recovery_ && snd_una_ >= recovery_point_) {
     in_recovery_ = false;

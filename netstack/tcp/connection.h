@@ -113,6 +113,10 @@ class Connection {
   void SetState(TcpState s);
   void Fail(absl::Status error);
   void UpdateRtt(const Segment& seg, const AckResult& res, Instant now);
+  // PAWS (RFC 7323 5.3) with Linux's tolerances; the segment has TSopt.
+  bool PawsReject(const Segment& seg, Instant now) const;
+  // The RTT of a passive open's handshake (SYN-ACK to its ACK).
+  void SampleHandshakeRtt(const Segment& seg, Instant now);
   void DetectLoss(uint64_t prior_in_flight,
                   SeqNum prior_una, bool dupack, Instant now);
   void AutotuneReceive(size_t copied, Instant now);
@@ -120,15 +124,37 @@ class Connection {
   Duration ReorderWindow() const;
   // A D-SACK (RFC 2883) reports a spurious retransmission: widen the
   // reordering window (RFC 8985 7.2, reo_wnd_mult).
-  void OnDsack();
+  void OnDsack(uint32_t dsack_bytes);
+  // The last congestion response was spurious (Eifel / D-SACK): restore
+  // cwnd and ssthresh, leave recovery, forget the loss marks.
+  void UndoCongestionResponse();
 
   // --- output (connection_output.cc) ---
   void SendSyn(Instant now);
   void SendData(Instant now);
-  bool SendNewData(Instant now);
-  bool Retransmit(size_t record, Instant now);
-  // Sends [seq, seq+len) (+FIN). Returns false if the layer could not.
-  bool SendSegment(SeqNum seq, uint32_t len, bool fin, Instant now);
+  // New data within cwnd and `limit` bytes (PRR's allowance in recovery).
+  bool SendNewData(Instant now, uint64_t limit);
+  // Bytes cwnd (or, in recovery, PRR, RFC 6937) lets go out now.
+  uint64_t SendAllowance(uint64_t pipe) const;
+  // Starts fast recovery: ssthresh, PRR's state, the first retransmission.
+  void EnterRecovery(uint64_t prior_in_flight, Instant now);
+  // Resends at most max_len bytes from the start of record i (cutting the
+  // record there). False if nothing could be sent.
+  bool Retransmit(size_t record, uint32_t max_len, Instant now);
+  // What SendSegment really sent: less than asked when the payload needs
+  // more views than a packet holds, or when the segment's options leave
+  // less room per packet; the FIN only if the last byte went too.
+  struct Sent {
+    bool ok = false;
+    uint32_t len = 0;
+    bool fin = false;
+    uint32_t packets = 0;
+    uint32_t packet_payload = 0;  // the most one packet of it could carry
+  };
+  [[nodiscard]] Sent SendSegment(SeqNum seq, uint32_t len, bool fin,
+                                 Instant now);
+  // Payload per wire packet for a segment with r's options (RFC 6691).
+  uint32_t PacketPayload(const wire::TcpRepr& r) const;
   void SendAck(Instant now);
   void SendRst(Instant now);
   void SendProbe(Instant now);  // seq snd_una - 1, no data
@@ -224,6 +250,19 @@ class Connection {
   SeqNum dsack_round_;            // one mult increase per round trip
   bool dsack_round_set_ = false;
   bool tlp_outstanding_ = false;
+  // PRR (RFC 6937): the flight size at the start of recovery, bytes
+  // delivered and sent since, and the last ACK's delivered bytes.
+  uint64_t recover_fs_ = 0;
+  uint64_t prr_delivered_ = 0;
+  uint64_t prr_out_ = 0;
+  uint64_t last_delivered_ = 0;
+  // Undo of a spurious congestion response: our TSval when the episode's
+  // first retransmission went out (an ACK echoing an older one was for
+  // the original, RFC 3522 / Linux tcp_packet_delayed), and the packets
+  // retransmitted in it not yet reported duplicate by D-SACK (RFC 3708).
+  uint32_t undo_tsval_ = 0;
+  uint32_t undo_retrans_ = 0;
+  Instant last_send_at_ = absl::InfinitePast();  // new data, for idle restart
   Instant first_unacked_at_ = kNever;  // user timeout reference
   uint32_t syn_retries_ = 0;
 

@@ -50,7 +50,7 @@ size_t Connection::Write(std::span<const uint8_t> data) {
 
 bool Connection::WriteView(buffer::PayloadView view) {
   if (!writable()) return false;
-  sendq_.AppendView(std::move(view));
+  sendq_.AppendView(std::move(view), layer_.chunks_);
   MarkOutput();
   return true;
 }
@@ -213,8 +213,8 @@ std::string TcpInfo::ToString() const {
       "state=%s mss=%u rtt=%.3fms rttvar=%.3fms min_rtt=%.3fms rto=%.0fms "
       "cwnd=%u ssthresh=%u in_flight=%u snd_wnd=%u rcv_wnd=%u rcv_buf=%u "
       "sent=%u retrans_bytes=%u acked=%u received=%u segs_out=%u segs_in=%u "
-      "retransmits=%u fast_recoveries=%u timeouts=%u tlp=%u dupacks=%u "
-      "dsacks=%u "
+      "retransmits=%u fast_recoveries=%u timeouts=%u tlp=%u "
+      "undone=%u idle_restarts=%u dupacks=%u dsacks=%u "
       "ooo=%u zwp=%u keepalives=%u acks=%u delayed_acks=%u "
       "delivery_rate=%.1fMbit/s",
       StateName(state), mss, absl::ToDoubleMilliseconds(rtt),
@@ -225,7 +225,7 @@ std::string TcpInfo::ToString() const {
       snd_wnd, rcv_wnd, rcv_buffer, bytes_sent, bytes_retransmitted,
       bytes_acked, bytes_received, segments_sent, segments_received,
       retransmits, fast_retransmits, timeouts, tail_loss_probes,
-      dup_acks_received, dsacks_received, ooo_segments, zero_window_probes, keepalive_probes,
+      spurious_recoveries, idle_restarts, dup_acks_received, dsacks_received, ooo_segments, zero_window_probes, keepalive_probes,
       acks_sent, delayed_acks, delivery_rate_bps / 1e6);
 }
 

@@ -135,51 +135,88 @@ uint16_t Connection::MssForMtuOption() const {
   return MssForMtu(path_mtu_, tuple_.remote.ip.is_v6());
 }
 
-bool Connection::SendSegment(SeqNum seq, uint32_t len, bool fin,
-                             Instant now) {
+uint32_t Connection::PacketPayload(const wire::TcpRepr& r) const {
+  // RFC 6691: the peer's MSS (and ours) counts no TCP options, so a packet
+  // carries the MSS less the options it really has (Linux's
+  // tcp_current_mss). mss_ already leaves room for timestamps; SACK blocks
+  // (4 + 8 per block) come off on top, or the packet would exceed the MTU
+  // and, with DF set, never arrive (nor would the ACK riding on it).
+  const uint32_t base = mss_ + (ts_ok_ ? 12 : 0);
+  const uint32_t opts =
+      static_cast<uint32_t>(r.BufferLen()) - wire::TcpHeader::kHeaderLen;
+  const uint32_t room = base > opts ? base - opts : 0;
+  return std::max<uint32_t>(room, std::min<uint32_t>(mss_, 64));
+}
+
+Connection::Sent Connection::SendSegment(SeqNum seq, uint32_t len, bool fin,
+                                         Instant now) {
   SegmentOut out;
   wire::TcpRepr& r = out.tcp;
   r.seq = seq.value();
+  FillCommon(r, now);
+  const uint32_t pkt = PacketPayload(r);
+  if (len > pkt && pkt < mss_) {
+    // The options this segment carries shrank its packets: keep whole
+    // packets only; the rest goes in the next segment.
+    len = gso_max_ == 0 ? pkt : len / pkt * pkt;
+    fin = false;
+  }
   if (len > 0) {
     uint32_t got = 0;
     out.views = static_cast<uint32_t>(
         sendq_.Gather(seq, len, out.payload, &got));
     if (got < len) {
-      len = got;
-      fin = false;  // the FIN goes with the last byte only
+      // More views than a packet holds: send what they cover, in whole
+      // packets if that is more than one (the caller records exactly this
+      // much), and the FIN only with the last byte.
+      len = got > pkt ? got / pkt * pkt : got;
+      fin = false;
+      if (len < got) {
+        out.views = static_cast<uint32_t>(
+            sendq_.Gather(seq, len, out.payload, &got));
+      }
     }
     out.payload_len = len;
     r.flags |= flag::kPsh;
   }
   if (fin) r.flags |= flag::kFin;
-  FillCommon(r, now);
-  out.packets = len > mss_ ? (len + mss_ - 1) / mss_ : 1;
-  if (out.packets > 1) out.gso_size = static_cast<uint16_t>(mss_);
-  if (!layer_.Transmit(tuple_, out, now)) return false;
+  out.packets = len > pkt ? (len + pkt - 1) / pkt : 1;
+  if (out.packets > 1) out.gso_size = static_cast<uint16_t>(pkt);
+  if (!layer_.Transmit(tuple_, out, now)) return Sent{};
   stats_.segments_sent += out.packets;
   stats_.bytes_sent += len;
-  return true;
+  return Sent{true, len, fin, out.packets, pkt};
 }
 
-bool Connection::Retransmit(size_t i, Instant now) {
+bool Connection::Retransmit(size_t i, uint32_t max_len, Instant now) {
   const TxRecord rec = sb_.at(i);
-  uint32_t len = rec.len() - (rec.fin ? 1 : 0);
-  if (!SendSegment(rec.start, len, rec.fin, now)) return false;
+  const uint32_t data = rec.len() - (rec.fin ? 1 : 0);
+  const uint32_t want = std::min(data, std::max<uint32_t>(max_len, 1));
+  const bool fin = rec.fin && want == data;
+  const Sent s = SendSegment(rec.start, want, fin, now);
+  if (!s.ok) return false;
+  const uint32_t sent_len = s.len + (s.fin ? 1 : 0);
+  if (sent_len == 0) return false;
+  // Record exactly what went out again: a record longer than what was
+  // resent is cut, so the rest stays lost and is resent on its own.
+  if (sent_len < rec.len()) sb_.SplitAt(i, rec.start + sent_len);
   sb_.OnRetransmit(i, now);
-  const uint32_t packets = std::max<uint32_t>(1, Packets(len));
-  stats_.retransmits += packets;
-  stats_.bytes_retransmitted += len;
-  layer_.counters_.retransmits += packets;
+  stats_.retransmits += s.packets;
+  stats_.bytes_retransmitted += s.len;
+  layer_.counters_.retransmits += s.packets;
+  prr_out_ += sent_len;
+  if (in_recovery_ || rto_recovery_) undo_retrans_ += s.packets;
   return true;
 }
 
-bool Connection::SendNewData(Instant now) {
+bool Connection::SendNewData(Instant now, uint64_t limit) {
   const uint32_t avail = Span(snd_nxt_, sendq_.end());
   const bool fin_pending = fin_queued_ && !fin_sent_;
   if (avail == 0 && !fin_pending) return false;
   const uint64_t pipe = sb_.InFlight(snd_una_, snd_nxt_);
   const uint64_t cwnd = uint64_t{cc_->cwnd()} * mss_;
-  const uint64_t cwnd_room = cwnd > pipe ? cwnd - pipe : 0;
+  const uint64_t cwnd_room =
+      std::min(cwnd > pipe ? cwnd - pipe : 0, limit);
   const SeqNum wnd_edge = snd_una_ + snd_wnd_;
   const uint32_t usable = Span(snd_nxt_, wnd_edge);
   uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(
@@ -213,15 +250,31 @@ bool Connection::SendNewData(Instant now) {
   }
   const bool fin = fin_pending && len == avail;
   if (len == 0 && !fin) return false;
-  if (!SendSegment(snd_nxt_, len, fin, now)) return false;
-  sb_.OnSend(snd_nxt_, snd_nxt_ + len + (fin ? 1 : 0), now, fin);
-  if (len > 0 && len < mss_) {
+  if (snd_una_ == snd_nxt_ && last_send_at_ != absl::InfinitePast() &&
+      now - last_send_at_ > rtt_.Rto()) {
+    // RFC 5681 section 4.1: after an idle period longer than the RTO the
+    // ACK clock is gone; restart from the restart window.
+    cc_->OnIdleRestart(now);
+    ++stats_.idle_restarts;
+  }
+  const Sent s = SendSegment(snd_nxt_, len, fin, now);
+  if (!s.ok) return false;
+  // What really went out, which may be less than asked for (more views
+  // than a packet holds, or SACK options that shrank the packets).
+  len = s.len;
+  if (len == 0 && !s.fin) return false;
+  sb_.OnSend(snd_nxt_, snd_nxt_ + len + (s.fin ? 1 : 0), now, s.fin);
+  if (len > 0 && len < s.packet_payload && len == avail) {
+    // A small segment for Nagle: short because the data ran out, not
+    // because the options or the views cut it.
     small_sent_ = true;
     small_end_ = snd_nxt_ + len;
   }
   if (first_unacked_at_ == kNever) first_unacked_at_ = now;
-  snd_nxt_ += len + (fin ? 1 : 0);
-  if (fin) fin_sent_ = true;
+  snd_nxt_ += len + (s.fin ? 1 : 0);
+  if (s.fin) fin_sent_ = true;
+  last_send_at_ = now;
+  if (in_recovery_) prr_out_ += len + (s.fin ? 1 : 0);
   if (rto_deadline_ == kNever || rtx_mode_ == RtxMode::kPersist) {
     ArmRetransmit(now);
   } else {
@@ -230,22 +283,48 @@ bool Connection::SendNewData(Instant now) {
   return true;
 }
 
+uint64_t Connection::SendAllowance(uint64_t pipe) const {
+  const uint64_t cwnd = uint64_t{cc_->cwnd()} * mss_;
+  if (!in_recovery_) return cwnd > pipe ? cwnd - pipe : 0;
+  // RFC 6937 (PRR): in recovery, send in proportion to what is delivered,
+  // so that when recovery ends the pipe is at ssthresh, without a burst
+  // and without waiting for the pipe to drain.
+  const uint64_t ssthresh = uint64_t{cc_->ssthresh()} * mss_;
+  uint64_t sndcnt = 0;
+  if (pipe > ssthresh) {
+    const uint64_t fs = std::max<uint64_t>(recover_fs_, 1);
+    const uint64_t target = (prr_delivered_ * ssthresh + fs - 1) / fs;
+    sndcnt = target > prr_out_ ? target - prr_out_ : 0;
+  } else {
+    // PRR-SSRB: grow back towards ssthresh by at most one MSS more than
+    // was delivered.
+    const uint64_t owed =
+        prr_delivered_ > prr_out_ ? prr_delivered_ - prr_out_ : 0;
+    const uint64_t limit = std::max<uint64_t>(owed, last_delivered_) + mss_;
+    sndcnt = std::min(ssthresh - pipe, limit);
+  }
+  return sndcnt;
+}
+
 void Connection::SendData(Instant now) {
-  // Loss recovery first (RFC 6675 NextSeg rule 1), within cwnd; then new
-  // data. Bounded by the packets one call may emit.
+  // Loss recovery first (RFC 6675 NextSeg rule 1), then new data, within
+  // what cwnd (or, in recovery, PRR) allows. A retransmission resends only
+  // as many whole packets as that allows, not the whole super-segment
+  // record (RFC 5681 / RFC 8985). Bounded by the packets one call emits.
   for (int guard = 0; guard < 4096; ++guard) {
+    const uint64_t pipe = sb_.InFlight(snd_una_, snd_nxt_);
+    const uint64_t allowance = SendAllowance(pipe);
     const size_t lost = sb_.NextLost();
     if (lost < sb_.size()) {
-      const uint64_t pipe = sb_.InFlight(snd_una_, snd_nxt_);
-      const uint64_t cwnd = uint64_t{cc_->cwnd()} * mss_;
-      if (pipe < cwnd) {
-        if (!Retransmit(lost, now)) return;
-        if (rto_deadline_ == kNever) ArmRetransmit(now);
-        continue;
-      }
-      return;
+      if (allowance < mss_) return;
+      const uint32_t max_len = static_cast<uint32_t>(std::min<uint64_t>(
+          allowance / mss_ * mss_, MaxPayload()));
+      if (!Retransmit(lost, max_len, now)) return;
+      if (rto_deadline_ == kNever) ArmRetransmit(now);
+      continue;
     }
-    if (!SendNewData(now)) return;
+    if (in_recovery_ && allowance == 0) return;
+    if (!SendNewData(now, in_recovery_ ? allowance : UINT64_MAX)) return;
   }
 }
 
@@ -356,9 +435,19 @@ void Connection::OnTlpTimer(Instant now) {
   ++stats_.tail_loss_probes;
   tlp_outstanding_ = true;
   // New data if the window allows, else the last segment again.
-  const bool sent_new = SendNewData(now);
+  const bool sent_new = SendNewData(now, UINT64_MAX);
   if (!sent_new && !sb_.empty()) {
-    (void)Retransmit(sb_.size() - 1, now);
+    // Only the last packet of the last segment (RFC 8985 7.3, as Linux's
+    // tcp_send_loss_probe): a probe, not a burst.
+    const size_t last = sb_.size() - 1;
+    const TxRecord rec = sb_.at(last);
+    const uint32_t data = rec.len() - (rec.fin ? 1 : 0);
+    size_t i = last;
+    if (data > mss_) {
+      sb_.SplitAt(last, rec.start + (data - 1) / mss_ * mss_);
+      i = last + 1;
+    }
+    (void)Retransmit(i, mss_, now);
   }
   ScheduleRto(now + rtt_.Rto());
 }
@@ -388,6 +477,10 @@ void Connection::OnRetransmitTimer(Instant now) {
   }
   ++stats_.timeouts;
   if (!rto_recovery_) {
+    if (!in_recovery_) {
+      undo_tsval_ = TsNow(now);
+      undo_retrans_ = 0;
+    }
     // First expiry of an episode: congestion response (RFC 5681 eq. 4).
     cc_->OnRetransmitTimeout(now,
                              Packets(sb_.InFlight(snd_una_, snd_nxt_)));
@@ -399,9 +492,11 @@ void Connection::OnRetransmitTimer(Instant now) {
   dupacks_ = 0;
   sb_.MarkAllLost();
   rtt_.Backoff();
-  // Retransmit the first lost segment regardless of cwnd.
+  // Retransmit one packet of the first lost segment regardless of cwnd
+  // (RFC 5681 3.1: the loss window is one segment); the ACKs that follow
+  // clock out the rest in slow start.
   const size_t i = sb_.NextLost();
-  if (i < sb_.size()) (void)Retransmit(i, now);
+  if (i < sb_.size()) (void)Retransmit(i, mss_, now);
   ScheduleRto(now + rtt_.Rto());
 }
 
@@ -442,16 +537,26 @@ void Connection::OnRackTimer(Instant now) {
   layer_.timers_.Schedule(rack_timer_, timeout);
   if (marked > 0) {
     if (!in_recovery_ && !rto_recovery_) {
-      in_recovery_ = true;
-      recovery_point_ = snd_nxt_;
-      ++stats_.fast_retransmits;
-      cc_->OnCongestionEvent(now, Packets(sb_.InFlight(snd_una_, snd_nxt_)));
-      // As in DetectLoss: the first lost segment goes out at once.
-      const size_t first = sb_.NextLost();
-      if (first < sb_.size() && Retransmit(first, now)) ArmRetransmit(now);
+      EnterRecovery(sb_.InFlight(snd_una_, snd_nxt_), now);
     }
     SendData(now);
-    }
+  }
+}
+
+void Connection::EnterRecovery(uint64_t prior_in_flight, Instant now) {
+  in_recovery_ = true;
+  recovery_point_ = snd_nxt_;
+  ++stats_.fast_retransmits;
+  cc_->OnCongestionEvent(now, Packets(prior_in_flight));
+  recover_fs_ = prior_in_flight;
+  prr_delivered_ = 0;
+  prr_out_ = 0;
+  undo_tsval_ = TsNow(now);
+  undo_retrans_ = 0;
+  // RFC 5681 3.2 step 4, RFC 6675 5 (4.3): one packet of the first lost
+  // segment goes out at once, whatever PRR allows (RFC 6937 section 3).
+  const size_t first = sb_.NextLost();
+  if (first < sb_.size() && Retransmit(first, mss_, now)) ArmRetransmit(now);
 }
 
 void Connection::ArmKeepalive(Instant now) {

@@ -11,6 +11,7 @@ void Scoreboard::Clear() {
   fack_set_ = false;
   rack_xmit_ = absl::InfinitePast();
   rack_rtt_ = absl::ZeroDuration();
+  next_lost_from_set_ = false;
 }
 
 void Scoreboard::OnSend(SeqNum start, SeqNum end, Instant now, bool fin) {
@@ -57,12 +58,18 @@ void Scoreboard::SetLost(TxRecord& r) {
       // Lost again after the resend: count it for resending once more.
       r.lost_retransmitted = false;
       lost_retx_ -= r.len();
+      if (next_lost_from_set_ && r.start < next_lost_from_) {
+        next_lost_from_ = r.start;
+      }
     }
     return;
   }
   r.lost = true;
   r.lost_retransmitted = false;
   lost_ += r.len();
+  if (next_lost_from_set_ && r.start < next_lost_from_) {
+    next_lost_from_ = r.start;
+  }
 }
 
 void Scoreboard::Deliver(const TxRecord& r, Instant now, Duration min_rtt,
@@ -225,11 +232,32 @@ uint64_t Scoreboard::MarkAllLost() {
   return marked;
 }
 
+void Scoreboard::ClearLost() {
+  for (size_t i = 0; i < recs_.size(); ++i) {
+    recs_[i].lost = false;
+    recs_[i].lost_retransmitted = false;
+  }
+  lost_ = 0;
+  lost_retx_ = 0;
+}
+
 size_t Scoreboard::NextLost() const {
   if (lost_ == lost_retx_) return recs_.size();  // nothing left to resend
-  for (size_t i = 0; i < recs_.size(); ++i) {
+  // Records below the cursor were not waiting when it was set, and only
+  // SetLost makes a record wait (it moves the cursor back). Records are
+  // contiguous in sequence order, so Find locates the cursor's record.
+  size_t i = 0;
+  if (next_lost_from_set_ && !recs_.empty() &&
+      next_lost_from_ > recs_.front().start) {
+    i = Find(next_lost_from_);
+  }
+  for (; i < recs_.size(); ++i) {
     const TxRecord& r = recs_[i];
-    if (r.lost && !r.lost_retransmitted && !r.sacked) return i;
+    if (r.lost && !r.lost_retransmitted && !r.sacked) {
+      next_lost_from_ = r.start;
+      next_lost_from_set_ = true;
+      return i;
+    }
   }
   return recs_.size();
 }

@@ -60,6 +60,10 @@ class Scoreboard {
   void OnSend(SeqNum start, SeqNum end, Instant now, bool fin);
   // Marks the record at index i as resent now.
   void OnRetransmit(size_t i, Instant now);
+  // Cuts record i in two at `at` (inside it), so that a retransmission of
+  // its first part is recorded for exactly the bytes that went out. The
+  // marks are copied; a FIN stays with the second part.
+  void SplitAt(size_t i, SeqNum at) { Split(i, at); }
   const TxRecord& at(size_t i) const { return recs_[i]; }
 
   // Processes a cumulative ACK and the segment's SACK blocks (already
@@ -82,7 +86,11 @@ class Scoreboard {
   uint64_t MarkFirstLost();
   // After an RTO: every record not SACKed is lost.
   uint64_t MarkAllLost();
+  // A congestion response was undone: no record is lost after all.
+  void ClearLost();
   // Index of the first lost record not yet resent; size() if none.
+  // Amortised O(1): a cursor remembers where the last answer was, and
+  // only marking a record lost below it moves it back.
   size_t NextLost() const;
 
   uint64_t sacked_bytes() const { return sacked_; }
@@ -120,6 +128,10 @@ class Scoreboard {
   SeqNum rack_end_;
   Duration rack_rtt_ = absl::ZeroDuration();
   bool reordering_seen_ = false;
+  // No record that starts below this is lost and waiting to be resent
+  // (NextLost's cursor; moved back by SetLost).
+  mutable SeqNum next_lost_from_;
+  mutable bool next_lost_from_set_ = false;
 };
 
 }  // namespace netstack::tcp

@@ -41,8 +41,27 @@ size_t SendQueue::Append(std::span<const uint8_t> data, size_t limit,
   return taken;
 }
 
-void SendQueue::AppendView(buffer::PayloadView view) {
+void SendQueue::AppendView(buffer::PayloadView view,
+                           buffer::ChunkPool& pool) {
   if (view.empty()) return;
+  if (!views_.empty()) {
+    Entry& last = views_.back();
+    if (last.view.chunk().get() == view.chunk().get() &&
+        last.view.offset() + last.view.size() == view.offset()) {
+      // The next bytes of the same chunk (a relay passing on what it
+      // read in one go): one view, no copy.
+      last.view = buffer::PayloadView(last.view.chunk(), last.view.offset(),
+                                      last.view.size() + view.size());
+      size_ += view.size();
+      return;
+    }
+  }
+  if (view.size() <= kCoalesceMax) {
+    const size_t n = Append(view.bytes(), view.size(), pool);
+    if (n == view.size()) return;
+    // The pool ran dry part-way: keep the rest as a view.
+    view.TrimFront(static_cast<uint32_t>(n));
+  }
   const SeqNum start = end();
   size_ += view.size();
   views_.push_back(Entry{start, std::move(view)});

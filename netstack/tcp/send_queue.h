@@ -37,8 +37,13 @@ class SendQueue {
   // view). Returns the bytes taken (less on pool exhaustion).
   size_t Append(std::span<const uint8_t> data, size_t limit,
                 buffer::ChunkPool& pool);
-  // Appends a view as is (zero copy).
-  void AppendView(buffer::PayloadView view);
+  // Appends a view as is (zero copy). A view that continues the last one
+  // in the same chunk extends it. A small view (at most kCoalesceMax
+  // bytes) is copied into the tail chunk's free space instead, when there
+  // is room: a packet holds at most 16 views, and a one-byte view would
+  // pin a whole chunk for as long as it is unacknowledged.
+  void AppendView(buffer::PayloadView view, buffer::ChunkPool& pool);
+  static constexpr uint32_t kCoalesceMax = 512;
 
   // Views covering [seq, seq + len), at most out.size() of them; returns
   // how many were written and sets *bytes to the bytes they cover (less

@@ -55,7 +55,8 @@ struct TcpInfo {
   uint64_t fast_retransmits = 0;  // recovery episodes
   uint64_t timeouts = 0;          // RTO expirations
   uint64_t tail_loss_probes = 0;
-  uint64_t spurious_recoveries = 0;
+  uint64_t spurious_recoveries = 0;  // congestion responses undone
+  uint64_t idle_restarts = 0;     // cwnd restarted after idle (RFC 5681 4.1)
   uint64_t dsacks_received = 0;   // D-SACKs: spurious retransmissions
   uint32_t reorder_window_mult = 1;
   uint64_t dup_acks_received = 0;

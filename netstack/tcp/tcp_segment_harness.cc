@@ -110,6 +110,7 @@ SegmentHarness::SegmentHarness(const HarnessOptions& options)
       now_(start_) {
   link::LinkCapabilities caps;
   caps.mtu = options_.mtu;
+  caps.gso_max_size = options_.gso_max_size;
   caps.mac = OurMac();
   link_ = std::make_unique<stack::FakeLink>(chunks_, caps);
   stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,

@@ -134,6 +134,9 @@ struct PeerSynOptions {
 struct HarnessOptions {
   bool v6 = false;
   uint32_t mtu = 1500;
+  // The link's GSO limit (0: every packet fits the MTU). With GSO the
+  // stack sends super-segments, which the test sees whole.
+  uint32_t gso_max_size = 0;
   TcpLayerOptions tcp;
 };
 
