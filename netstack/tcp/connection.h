@@ -132,7 +132,8 @@ class Connection {
   // --- output (connection_output.cc) ---
   void SendSyn(Instant now);
   void SendData(Instant now);
-  // New data within cwnd and `limit` bytes (PRR's allowance in recovery).
+  // New data, at most `limit` bytes of it (SendAllowance: what cwnd, or
+  // PRR in recovery, allows).
   bool SendNewData(Instant now, uint64_t limit);
   // Bytes cwnd (or, in recovery, PRR, RFC 6937) lets go out now.
   uint64_t SendAllowance(uint64_t pipe) const;

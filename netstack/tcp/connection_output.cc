@@ -213,10 +213,7 @@ bool Connection::SendNewData(Instant now, uint64_t limit) {
   const uint32_t avail = Span(snd_nxt_, sendq_.end());
   const bool fin_pending = fin_queued_ && !fin_sent_;
   if (avail == 0 && !fin_pending) return false;
-  const uint64_t pipe = sb_.InFlight(snd_una_, snd_nxt_);
-  const uint64_t cwnd = uint64_t{cc_->cwnd()} * mss_;
-  const uint64_t cwnd_room =
-      std::min(cwnd > pipe ? cwnd - pipe : 0, limit);
+  const uint64_t cwnd_room = limit;
   const SeqNum wnd_edge = snd_una_ + snd_wnd_;
   const uint32_t usable = Span(snd_nxt_, wnd_edge);
   uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(
@@ -323,8 +320,7 @@ void Connection::SendData(Instant now) {
       if (rto_deadline_ == kNever) ArmRetransmit(now);
       continue;
     }
-    if (in_recovery_ && allowance == 0) return;
-    if (!SendNewData(now, in_recovery_ ? allowance : UINT64_MAX)) return;
+    if (!SendNewData(now, allowance)) return;
   }
 }
 
@@ -435,7 +431,8 @@ void Connection::OnTlpTimer(Instant now) {
   ++stats_.tail_loss_probes;
   tlp_outstanding_ = true;
   // New data if the window allows, else the last segment again.
-  const bool sent_new = SendNewData(now, UINT64_MAX);
+  const bool sent_new =
+      SendNewData(now, SendAllowance(sb_.InFlight(snd_una_, snd_nxt_)));
   if (!sent_new && !sb_.empty()) {
     // Only the last packet of the last segment (RFC 8985 7.3, as Linux's
     // tcp_send_loss_probe): a probe, not a burst.

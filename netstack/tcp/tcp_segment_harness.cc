@@ -543,7 +543,8 @@ std::unique_ptr<TcpSocket> SegmentHarness::OpenActive(
 }
 
 std::unique_ptr<TcpSocket> SegmentHarness::OpenPassive(
-    const PeerSynOptions& o, const std::optional<ConnectionOptions>& ours) {
+    const PeerSynOptions& o, const std::optional<ConnectionOptions>& ours,
+    Duration rtt) {
   if (listener_ == nullptr) {
     listener_ = tcp_->Open(family());
     if (ours) EXPECT_TRUE(listener_->SetOptions(*ours).ok());
@@ -564,6 +565,7 @@ std::unique_ptr<TcpSocket> SegmentHarness::OpenPassive(
   peer.seq += 1;
   peer.ack = iss_ + 1;
   peer.timestamps = o.timestamps && out[0].tcp.timestamps.has_value();
+  if (rtt > absl::ZeroDuration()) Advance(rtt);
   Send(Segment());
   auto a = listener_->Accept();
   if (!a.ok()) {

@@ -240,9 +240,11 @@ class SegmentHarness {
       const std::optional<ConnectionOptions>& ours = std::nullopt);
   // A listener on kOurPort (kept by the harness), the peer's SYN with `o`,
   // the SYN-ACK, the final ACK, and Accept().
+  // `rtt`: how long the peer takes to answer the SYN-ACK.
   std::unique_ptr<TcpSocket> OpenPassive(
       const PeerSynOptions& o = {},
-      const std::optional<ConnectionOptions>& ours = std::nullopt);
+      const std::optional<ConnectionOptions>& ours = std::nullopt,
+      Duration rtt = absl::ZeroDuration());
   TcpSocket* listener() { return listener_.get(); }
   std::unique_ptr<TcpSocket>& listener_ptr() { return listener_; }
   // The stack's ISS (from its SYN or SYN-ACK in Open*).
