@@ -7,7 +7,7 @@ directions (--fault_ingress: our receive path is impaired too) and:
   - curl downloads NST_FAULT_HTTP_BYTES (default 10 MiB) over IPv4 from
     the HTTP server: sha256 must match;
   - socat sends NST_FAULT_STREAM_BYTES (default 4 MiB) to the echo service
-    over IPv6 and reads them back: sha256 must match.
+    over IPv4 and over IPv6 and reads them back: sha256 must match.
 It prints the time of each transfer and, from netstackd's exit counters,
 the TCP retransmissions and what the injector did; a summary table ends
 the run. A transfer that makes no progress for 5 s gets netstackd's
@@ -100,23 +100,30 @@ class TcpFaultsInterop(unittest.TestCase):
                     f"{label}: curl exit {r.returncode} ({r.stderr.strip()}), "
                     f"{r.received} of {HTTP_BYTES} bytes\n"
                     + (r.stall_info or iu.diagnose(nd, pcap, label, HTTP_PORT)))
-            label = f"{kind} {name} echo v6"
-            s = iu.socat_stream(
-                topo.peer(), iu.socat_tcp(addr6, ECHO_PORT), STREAM_BYTES,
-                TIMEOUT, echo=True,
-                on_stall=lambda: iu.diagnose(nd, pcap, label, ECHO_PORT))
-            ok = (s.returncode == 0 and s.sent == STREAM_BYTES and
-                  s.received == s.sent and
-                  s.received_sha.hexdigest() == s.sent_sha.hexdigest())
-            print(f"{label}: {mib(s.sent)} sent, {mib(s.received)} back in "
-                  f"{s.seconds:.2f} s, sha {'ok' if ok else 'BAD'}", flush=True)
-            rows.append([kind, name, "echo-v6", mib(STREAM_BYTES),
-                         f"{s.seconds:.2f}", ok])
-            if not ok:
-                failures.append(
-                    f"{label}: socat exit {s.returncode} ({s.stderr.strip()}), "
-                    f"timed out {s.timed_out}, {s.sent} sent, {s.received} back\n"
-                    + (s.stall_info or iu.diagnose(nd, pcap, label, ECHO_PORT)))
+            # The echo both ways over both families: over IPv4 a data
+            # segment that carried SACK blocks once exceeded the MTU and,
+            # with DF set, never arrived (the echo stalled for good).
+            for fam, addr in (("v4", addr4), ("v6", addr6)):
+                label = f"{kind} {name} echo {fam}"
+                s = iu.socat_stream(
+                    topo.peer(), iu.socat_tcp(addr, ECHO_PORT), STREAM_BYTES,
+                    TIMEOUT, echo=True,
+                    on_stall=lambda: iu.diagnose(nd, pcap, label, ECHO_PORT))
+                ok = (s.returncode == 0 and s.sent == STREAM_BYTES and
+                      s.received == s.sent and
+                      s.received_sha.hexdigest() == s.sent_sha.hexdigest())
+                print(f"{label}: {mib(s.sent)} sent, {mib(s.received)} back "
+                      f"in {s.seconds:.2f} s, sha {'ok' if ok else 'BAD'}",
+                      flush=True)
+                rows.append([kind, name, f"echo-{fam}", mib(STREAM_BYTES),
+                             f"{s.seconds:.2f}", ok])
+                if not ok:
+                    failures.append(
+                        f"{label}: socat exit {s.returncode} "
+                        f"({s.stderr.strip()}), timed out {s.timed_out}, "
+                        f"{s.sent} sent, {s.received} back\n"
+                        + (s.stall_info
+                           or iu.diagnose(nd, pcap, label, ECHO_PORT)))
             code = nd.stop()
             c = nd.exit_counters()
             stats = [c.get("tcp.retransmits"),
