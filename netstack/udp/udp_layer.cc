@@ -125,6 +125,37 @@ absl::Status UdpLayer::SendDatagram(const SocketAddress& local,
                                     std::span<const uint8_t> data,
                                     Instant now) {
   NETSTACK_DCHECK(data.size() <= kMaxIpv6Payload);
+  if (data.empty()) return SendDatagramViews(local, dst, {}, now);
+  const uint32_t n = static_cast<uint32_t>(data.size());
+  if (!tx_chunk_ || buffer::kChunkSize - tx_used_ < n) {
+    // Let go of the full chunk first: if its datagrams have left, the
+    // pool hands the same chunk back.
+    tx_chunk_.Reset();
+    tx_chunk_ = chunks_.Allocate();
+    tx_used_ = 0;
+    if (!tx_chunk_) {
+      ++counters_.send_no_buffer;
+      return transport::NoBuffers();
+    }
+  }
+  // The one copy of the application's bytes. Views of the chunk's front
+  // may be queued already; the bytes past tx_used_ are covered by none.
+  std::memcpy(tx_chunk_->unshared_tail(tx_used_).data(), data.data(), n);
+  const buffer::PayloadView view(tx_chunk_, tx_used_, n);
+  // The next datagram starts on a cache line of its own.
+  tx_used_ = std::min<uint32_t>((tx_used_ + n + 63) & ~63u,
+                                static_cast<uint32_t>(buffer::kChunkSize));
+  return SendDatagramViews(local, dst, std::span<const buffer::PayloadView>(
+                                           &view, 1),
+                           now);
+}
+
+absl::Status UdpLayer::SendDatagramViews(
+    const SocketAddress& local, const SocketAddress& dst,
+    std::span<const buffer::PayloadView> views, Instant now) {
+  size_t len = 0;
+  for (const buffer::PayloadView& v : views) len += v.size();
+  NETSTACK_DCHECK(len <= kMaxIpv6Payload);
   const std::optional<IpAddress> route_src = SourceFor(dst.ip);
   if (!route_src) {
     ++counters_.send_no_route;
@@ -139,24 +170,18 @@ absl::Status UdpLayer::SendDatagram(const SocketAddress& local,
     ++counters_.send_no_buffer;
     return transport::NoBuffers();
   }
-  // The one copy of the application's bytes, summed while in cache.
   wire::ChecksumAccumulator payload_sum;
-  if (!data.empty()) {
-    buffer::ChunkRef chunk = chunks_.Allocate();
-    if (!chunk) {
-      ++counters_.send_no_buffer;
-      return transport::NoBuffers();
+  for (const buffer::PayloadView& v : views) {
+    if (v.empty()) continue;
+    payload_sum.Add(v.bytes());
+    if (!packet->AppendPayload(v)) {
+      ++counters_.send_too_many_views;
+      return transport::InvalidArgument("more payload views than a packet holds");
     }
-    std::memcpy(chunk->mutable_data().data(), data.data(), data.size());
-    payload_sum.Add(chunk->data().first(data.size()));
-    const bool appended = packet->AppendPayload(buffer::PayloadView(
-        std::move(chunk), 0, static_cast<uint32_t>(data.size())));
-    NETSTACK_DCHECK(appended);  // a fresh packet has every slot free
-    (void)appended;
   }
   const wire::UdpRepr repr{.src_port = local.port,
                            .dst_port = dst.port,
-                           .payload_len = static_cast<uint16_t>(data.size())};
+                           .payload_len = static_cast<uint16_t>(len)};
   std::optional<std::span<uint8_t>> hdr =
       packet->headers().Prepend(repr.BufferLen());
   NETSTACK_DCHECK(hdr.has_value());  // a fresh packet has all its headroom
@@ -166,7 +191,8 @@ absl::Status UdpLayer::SendDatagram(const SocketAddress& local,
   }
   wire::MutableUdpHeader udp(*hdr);
   repr.Emit(udp);
-  const uint32_t udp_len = wire::UdpHeader::kHeaderLen + data.size();
+  const uint32_t udp_len =
+      wire::UdpHeader::kHeaderLen + static_cast<uint32_t>(len);
 
   bool sent = false;
   if (dst.ip.is_v4()) {

@@ -80,6 +80,8 @@ struct UdpLayerOptions {
   /* No chunk or packet buffer, or the stack dropped it (its counters */  \
   /* say why). */                                                         \
   X(send_no_buffer, "send_no_buffer")                                     \
+  /* SendViews with more views than a packet holds. */                     \
+  X(send_too_many_views, "send_too_many_views")                           \
   X(ephemeral_exhausted, "ephemeral_exhausted")
 
 struct UdpCounters {
@@ -148,10 +150,18 @@ class UdpLayer : public stack::TransportHandler {
   std::optional<transport::IpAddress> SourceFor(
       const transport::IpAddress& dst) const;
   // Builds and sends one datagram from `local` (its address may be
-  // unspecified: then the route's source) to `dst`.
+  // unspecified: then the route's source) to `dst`. The bytes are copied
+  // once, into the layer's send chunk (small datagrams share one chunk
+  // instead of pinning 64 KiB each).
   absl::Status SendDatagram(const transport::SocketAddress& local,
                             const transport::SocketAddress& dst,
                             std::span<const uint8_t> data, Instant now);
+  // The same with the payload as views, shared and never copied (at most
+  // PacketBuffer::kMaxPayloadViews of them).
+  absl::Status SendDatagramViews(const transport::SocketAddress& local,
+                                 const transport::SocketAddress& dst,
+                                 std::span<const buffer::PayloadView> views,
+                                 Instant now);
 
   // Receive demultiplexing shared by both families. `l4` starts at the
   // UDP header; `multi`: a broadcast/multicast destination.
@@ -171,6 +181,11 @@ class UdpLayer : public stack::TransportHandler {
   PortTable table6_;
   UdpCounters counters_;
   size_t open_sockets_ = 0;
+  // Where SendDatagram copies payload: the chunk and its first free byte.
+  // Packets hold views of it, so it goes back to the pool after the last
+  // of them is sent.
+  buffer::ChunkRef tx_chunk_;
+  uint32_t tx_used_ = 0;
 };
 
 }  // namespace netstack::udp

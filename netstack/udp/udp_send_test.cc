@@ -1,5 +1,7 @@
 // The send side: what the link gets, byte for byte, and the errors.
 #include <cerrno>
+#include <cstring>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "netstack/udp/udp_test_fixture.h"
@@ -70,6 +72,57 @@ TEST_F(UdpSendTest, Ipv4DatagramOnTheWireIsExact) {
       wire::UdpZeroChecksum::kReject));
   EXPECT_EQ(udp_->counters().datagrams_sent, 1u);
   EXPECT_EQ(s->stats().datagrams_sent, 1u);
+}
+
+TEST_F(UdpSendTest, ViewsGoOutAsOneDatagramWithoutACopy) {
+  LearnPeer();
+  auto s = udp_->Open(Family::kIpv4);
+  ASSERT_TRUE(s->Bind(Our4(6000)).ok());
+  // Two views of one chunk and one of another, as a relay holds them.
+  buffer::ChunkRef a = chunks_.Allocate();
+  buffer::ChunkRef b = chunks_.Allocate();
+  const auto p1 = Bytes("hello, ");
+  const auto p2 = Bytes("view");
+  const auto p3 = Bytes("s!");
+  std::memcpy(a->mutable_data().data(), p1.data(), p1.size());
+  std::memcpy(a->mutable_data().data() + 100, p2.data(), p2.size());
+  std::memcpy(b->mutable_data().data(), p3.data(), p3.size());
+  const buffer::PayloadView views[] = {
+      {a, 0, static_cast<uint32_t>(p1.size())},
+      {a, 100, static_cast<uint32_t>(p2.size())},
+      {b, 0, static_cast<uint32_t>(p3.size())}};
+  const uint64_t allocations = chunks_.stats().allocations;
+  ASSERT_TRUE(s->SendViewsTo(views, Peer4(7000), now_).ok());
+  EXPECT_EQ(chunks_.stats().allocations, allocations);  // no copy
+  auto sent = TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  testing::SentFrame f = testing::ParseSent(sent[0]);
+  EXPECT_EQ(f.l4, ExpectedIpv4Udp(our_ip4_, peer_.ip4, 6000, 7000,
+                                  Bytes("hello, views!")));
+  // Too many views for one packet: refused, counted.
+  std::vector<buffer::PayloadView> many(
+      buffer::PacketBuffer::kMaxPayloadViews + 1, views[0]);
+  EXPECT_EQ(ErrnoOf(s->SendViewsTo(many, Peer4(7000), now_)), EINVAL);
+  EXPECT_EQ(udp_->counters().send_too_many_views, 1u);
+}
+
+// SendTo copied every datagram into a fresh 64 KiB chunk; small ones now
+// share the layer's send chunk.
+TEST_F(UdpSendTest, SmallDatagramsShareASendChunk) {
+  LearnPeer();
+  auto s = udp_->Open(Family::kIpv4);
+  ASSERT_TRUE(s->Bind(Our4(6000)).ok());
+  const uint64_t allocations = chunks_.stats().allocations;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(s->SendTo(Bytes("ping"), Peer4(7000), now_).ok());
+  }
+  EXPECT_LE(chunks_.stats().allocations - allocations, 1u);
+  auto sent = TakeSent();
+  ASSERT_EQ(sent.size(), 100u);
+  for (const auto& frame : sent) {
+    EXPECT_EQ(testing::ParseSent(frame).l4,
+              ExpectedIpv4Udp(our_ip4_, peer_.ip4, 6000, 7000, Bytes("ping")));
+  }
 }
 
 TEST_F(UdpSendTest, Ipv6DatagramCarriesAValidChecksum) {
@@ -218,9 +271,19 @@ TEST_F(UdpSendTest, SentChunksGoBackToThePool) {
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(s->SendTo(Bytes("data"), Peer4(9), now_).ok());
   }
-  EXPECT_EQ(chunks_.stats().in_use, before + 10);  // queued until Flush
+  // The ten share the layer's send chunk, which it keeps for the next
+  // datagrams (it was one chunk per datagram).
+  EXPECT_EQ(chunks_.stats().in_use, before + 1);
   EXPECT_EQ(TakeSent().size(), 10u);
-  EXPECT_EQ(chunks_.stats().in_use, before);
+  EXPECT_EQ(chunks_.stats().in_use, before + 1);
+  // A full chunk goes back once its datagrams have left: sending 200
+  // more 1000-byte datagrams (three chunks' worth) holds no more chunks.
+  const std::vector<uint8_t> big(1000, 1);
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(s->SendTo(big, Peer4(9), now_).ok());
+    if (i % 10 == 9) TakeSent();
+  }
+  EXPECT_LE(chunks_.stats().in_use, before + 2);
 }
 
 }  // namespace

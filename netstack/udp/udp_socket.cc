@@ -150,6 +150,28 @@ absl::Status UdpSocket::SendTo(std::span<const uint8_t> data,
   return s;
 }
 
+absl::Status UdpSocket::SendViewsTo(std::span<const buffer::PayloadView> views,
+                                    const SocketAddress& dst, Instant now) {
+  if (closed_) return Closed();
+  if (absl::Status s = CheckDestination(dst); !s.ok()) return s;
+  size_t len = 0;
+  for (const buffer::PayloadView& v : views) len += v.size();
+  const size_t max = family_ == Family::kIpv4 ? UdpLayer::kMaxIpv4Payload
+                                              : UdpLayer::kMaxIpv6Payload;
+  if (len > max) {
+    ++layer_.counters_.send_message_too_long;
+    return transport::MessageTooLong();
+  }
+  if (views.size() > buffer::PacketBuffer::kMaxPayloadViews) {
+    ++layer_.counters_.send_too_many_views;
+    return transport::InvalidArgument("more payload views than a packet holds");
+  }
+  if (absl::Status s = AutoBind(); !s.ok()) return s;
+  absl::Status s = layer_.SendDatagramViews(local_address(), dst, views, now);
+  if (s.ok()) ++stats_.datagrams_sent;
+  return s;
+}
+
 absl::Status UdpSocket::Send(std::span<const uint8_t> data, Instant now) {
   if (closed_) return Closed();
   if (!binding_.remote) return transport::NotConnected();

@@ -113,6 +113,13 @@ class UdpSocket {
                                     Instant now);
   // To the connected peer; NotConnected otherwise.
   [[nodiscard]] absl::Status Send(std::span<const uint8_t> data, Instant now);
+  // One datagram whose payload is `views`, shared with the caller and
+  // never copied (a relay passes on what it read into pooled chunks). At
+  // most PacketBuffer::kMaxPayloadViews views (InvalidArgument beyond);
+  // otherwise the errors of SendTo.
+  [[nodiscard]] absl::Status SendViewsTo(
+      std::span<const buffer::PayloadView> views,
+      const transport::SocketAddress& dst, Instant now);
 
   // WouldBlock when no datagram is queued.
   [[nodiscard]] absl::StatusOr<RecvResult> RecvFrom(std::span<uint8_t> out);
