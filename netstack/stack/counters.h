@@ -128,7 +128,9 @@ std::string_view DropReasonName(DropReason r);
   X(ndp_na_sent, "ndp_na_sent")                  \
   X(ndp_ns_sent, "ndp_ns_sent")                  \
   X(ndp_na_received, "ndp_na_received")          \
-  X(delivered_to_transport, "delivered_to_transport")
+  X(delivered_to_transport, "delivered_to_transport") \
+  /* ICMP/ICMPv6 errors about our datagrams, handed to TCP or UDP. */ \
+  X(icmp_errors_to_transport, "icmp_errors_to_transport")
 
 // Accounting invariant, checked by the tests and the fuzz test: every
 // received frame is either consumed (handled, or held for reassembly) or

@@ -233,10 +233,49 @@ void Stack::HandleIcmpv4(Ipv4Datagram& d, Instant now) {
   if (!icmp.ChecksumValid()) return Drop(DropReason::kIcmpv4BadChecksum);
   const auto* echo = std::get_if<wire::Icmpv4Repr::EchoRequest>(&repr.message);
   if (echo == nullptr) {
-    if (std::holds_alternative<wire::Icmpv4Repr::DestUnreachable>(
-            repr.message) ||
-        std::holds_alternative<wire::Icmpv4Repr::TimeExceeded>(repr.message)) {
-      // Will be routed to the transport it concerns (issue 4).
+    IcmpError e;
+    bool is_error = true;
+    if (const auto* u =
+            std::get_if<wire::Icmpv4Repr::DestUnreachable>(&repr.message)) {
+      using C = wire::Icmpv4UnreachableCode;
+      switch (u->code) {
+        case C::kNetUnreachable:
+          e.kind = IcmpErrorKind::kNetUnreachable;
+          break;
+        case C::kHostUnreachable:
+          e.kind = IcmpErrorKind::kHostUnreachable;
+          break;
+        case C::kProtocolUnreachable:
+          e.kind = IcmpErrorKind::kProtocolUnreachable;
+          break;
+        case C::kPortUnreachable:
+          e.kind = IcmpErrorKind::kPortUnreachable;
+          break;
+        case C::kFragmentationNeeded:
+          e.kind = IcmpErrorKind::kFragmentationNeeded;
+          e.mtu = u->next_hop_mtu;
+          break;
+        case C::kNetProhibited:
+        case C::kHostProhibited:
+        case C::kCommunicationProhibited:  // RFC 1812 5.2.7.1
+          e.kind = IcmpErrorKind::kAdminProhibited;
+          break;
+        default:
+          // Unknown net or host, source route failed, TOS, precedence:
+          // the host cannot be reached, as far as a transport cares.
+          e.kind = IcmpErrorKind::kHostUnreachable;
+          break;
+      }
+    } else if (std::holds_alternative<wire::Icmpv4Repr::TimeExceeded>(
+                   repr.message)) {
+      e.kind = IcmpErrorKind::kTimeExceeded;
+    } else {
+      is_error = false;
+    }
+    if (is_error) {
+      // To the transport whose datagram it quotes; an error about nothing
+      // of ours is dropped under its reason.
+      if (DeliverIcmpError(e, repr.data, now)) return;
       return Drop(DropReason::kIcmpv4ErrorReceived);
     }
     return Drop(DropReason::kIcmpv4Unhandled);

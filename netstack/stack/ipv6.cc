@@ -342,13 +342,52 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
     return;
   }
 
-  if (std::holds_alternative<wire::Icmpv6PacketTooBig>(repr.message) ||
-      std::holds_alternative<wire::Icmpv6DestinationUnreachable>(
-          repr.message) ||
-      std::holds_alternative<wire::Icmpv6TimeExceeded>(repr.message) ||
-      std::holds_alternative<wire::Icmpv6ParameterProblem>(repr.message)) {
-    // Path MTU and transport notification arrive with issue 4.
-    return Drop(DropReason::kIcmpv6ErrorReceived);
+  {
+    IcmpError e;
+    e.v6 = true;
+    std::span<const uint8_t> invoking;
+    bool is_error = true;
+    if (const auto* ptb = std::get_if<wire::Icmpv6PacketTooBig>(&repr.message)) {
+      e.kind = IcmpErrorKind::kFragmentationNeeded;
+      e.mtu = ptb->mtu;
+      invoking = ptb->invoking_packet;
+    } else if (const auto* u = std::get_if<wire::Icmpv6DestinationUnreachable>(
+                   &repr.message)) {
+      // RFC 4443 3.1 codes: 0 no route, 1 administratively prohibited,
+      // 2 beyond scope, 3 address unreachable, 4 port unreachable, 5 and
+      // 6 source address policy, 7 error in source routing header.
+      switch (u->code) {
+        case 0:
+          e.kind = IcmpErrorKind::kNetUnreachable;
+          break;
+        case 1:
+        case 5:
+        case 6:
+          e.kind = IcmpErrorKind::kAdminProhibited;
+          break;
+        case 4:
+          e.kind = IcmpErrorKind::kPortUnreachable;
+          break;
+        default:
+          e.kind = IcmpErrorKind::kHostUnreachable;
+          break;
+      }
+      invoking = u->invoking_packet;
+    } else if (const auto* t =
+                   std::get_if<wire::Icmpv6TimeExceeded>(&repr.message)) {
+      e.kind = IcmpErrorKind::kTimeExceeded;
+      invoking = t->invoking_packet;
+    } else if (const auto* pp =
+                   std::get_if<wire::Icmpv6ParameterProblem>(&repr.message)) {
+      e.kind = IcmpErrorKind::kParameterProblem;
+      invoking = pp->invoking_packet;
+    } else {
+      is_error = false;
+    }
+    if (is_error) {
+      if (DeliverIcmpError(e, invoking, now)) return;
+      return Drop(DropReason::kIcmpv6ErrorReceived);
+    }
   }
   // Router solicitations/advertisements (we are not a router and take our
   // configuration from flags), echo replies, MLD, redirects.

@@ -81,6 +81,37 @@ struct Ipv6Datagram {
   bool checksum_partial = false;
 };
 
+// An ICMP or ICMPv6 error about a datagram we sent (RFC 1122 3.2.2.1,
+// RFC 4443 2.4): what happened, and the invoking datagram's addresses and
+// the first bytes of its transport header (ports, and TCP's sequence
+// number), which say whose flow it concerns. Validated by the stack: the
+// invoking datagram's source is one of our addresses and at least 8 bytes
+// of its transport header are there.
+enum class IcmpErrorKind : uint8_t {
+  kNetUnreachable,
+  kHostUnreachable,
+  kProtocolUnreachable,
+  kPortUnreachable,
+  kAdminProhibited,
+  kFragmentationNeeded,  // IPv4 code 4, or ICMPv6 Packet Too Big: `mtu`
+  kTimeExceeded,
+  kParameterProblem,
+  kOther,
+};
+const char* IcmpErrorKindName(IcmpErrorKind k);
+
+struct IcmpError {
+  IcmpErrorKind kind = IcmpErrorKind::kOther;
+  uint32_t mtu = 0;  // kFragmentationNeeded: the next-hop MTU (0: unknown)
+  bool v6 = false;
+  wire::Ipv4Address src4, dst4;  // the invoking datagram's (we sent it)
+  wire::Ipv6Address src6, dst6;
+  uint8_t protocol = 0;
+  // The invoking datagram's transport header, at least 8 bytes (valid
+  // during the OnIcmpError call only).
+  std::span<const uint8_t> l4;
+};
+
 // A transport protocol (TCP, UDP) registered with Stack::SetTransport.
 // The stack has verified the IP layer; the transport parses its own header
 // and verifies its checksum (honouring checksum_verified/_partial).
@@ -93,6 +124,8 @@ class TransportHandler {
                                             Instant now) = 0;
   virtual std::optional<DropReason> Deliver(const Ipv6Datagram& d,
                                             Instant now) = 0;
+  // An ICMP error about a datagram of this protocol that we sent.
+  virtual void OnIcmpError(const IcmpError& e, Instant now) {}
 };
 
 // Where a packet to a destination goes: the source address the stack
@@ -195,6 +228,11 @@ class Stack {
   // Takes one token of the ICMP error budget; false: rate limited.
   bool TakeIcmpErrorToken(Instant now);
   void SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e, Instant now);
+  // Hands an ICMP error to the transport it concerns (icmp_error.cc).
+  // `invoking` starts at the invoking datagram's IP header. False (and
+  // nothing delivered) if it is not about a datagram of ours.
+  bool DeliverIcmpError(IcmpError e, std::span<const uint8_t> invoking,
+                        Instant now);
   // Adds the Ethernet header and queues the packet on the NIC.
   void QueueFrame(Nic& nic, buffer::PacketPtr packet,
                   const wire::MacAddress& dst, uint16_t ethertype);
