@@ -12,7 +12,7 @@
 namespace netstack::tcp::testing {
 
 HostileOooResult RunHostileOoo(size_t count, uint32_t receive_buffer,
-                               size_t batch) {
+                               size_t batch, bool holes) {
   HostileOooResult res;
   res.segments = count;
   res.receive_buffer = receive_buffer;
@@ -34,7 +34,9 @@ HostileOooResult RunHostileOoo(size_t count, uint32_t receive_buffer,
   };
   const size_t idle = h.chunks().stats().in_use;
 
-  // Byte 2k + 1 for k in a fixed scrambled order; the bytes 2k are holes.
+  // Byte 2k + 1 (or k + 1 without holes) for k in a fixed scrambled
+  // order; the bytes 2k (or only byte 0) are holes.
+  const uint32_t stride = holes ? 2 : 1;
   std::vector<uint32_t> order(count);
   std::iota(order.begin(), order.end(), 0u);
   std::mt19937 rng(12);
@@ -42,7 +44,7 @@ HostileOooResult RunHostileOoo(size_t count, uint32_t receive_buffer,
   std::vector<std::vector<uint8_t>> frames;
   frames.reserve(count);
   for (uint32_t k : order) {
-    frames.push_back(h.Frame(h.Segment().Seq(base + 2 * k + 1).Data(1)));
+    frames.push_back(h.Frame(h.Segment().Seq(base + stride * k + 1).Data(1)));
   }
 
   std::vector<link::InboundFrame> in;
@@ -77,7 +79,7 @@ HostileOooResult RunHostileOoo(size_t count, uint32_t receive_buffer,
 
   // The peer resends everything in order, MSS by MSS; the application
   // reads as it goes. What is read must be the pattern, without a gap.
-  const uint32_t total = 2 * static_cast<uint32_t>(count) + 1;
+  const uint32_t total = stride * static_cast<uint32_t>(count) + 1;
   const uint32_t mss = sock->Info().mss;
   std::vector<uint8_t> buf(1 << 16);
   bool ok = true;

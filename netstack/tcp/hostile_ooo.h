@@ -1,7 +1,9 @@
 // The hostile out-of-order storm of issue #12 item 4, shared by its
 // regression test and its benchmark: a peer sends `count` one-byte
-// segments, each beyond a one-byte hole, in a scrambled order, into one
-// connection. The link gives every frame its own 64 KiB chunk and says so
+// segments in a scrambled order into one connection, beyond a hole at
+// RCV.NXT: each beyond a one-byte hole of its own (`holes`), or all
+// adjacent (one run of `count` views, the case that made the old SACK
+// code quadratic per ACK). The link gives every frame its own 64 KiB chunk and says so
 // (Chunk::slot_size, as RxSlots does for GSO-sized receive slots), so
 // each segment pins a whole chunk for as long as the receiver keeps it.
 #ifndef NETSTACK_TCP_HOSTILE_OOO_H_
@@ -34,7 +36,7 @@ struct HostileOooResult {
 // Runs the storm on a fresh harness (receive buffer `receive_buffer`,
 // no auto-tuning) with batches of `batch` frames.
 HostileOooResult RunHostileOoo(size_t count, uint32_t receive_buffer,
-                               size_t batch = 64);
+                               size_t batch = 64, bool holes = true);
 
 }  // namespace netstack::tcp::testing
 
