@@ -233,6 +233,8 @@ size_t RxSlots::Prepare(size_t n) {
     buffer::ChunkRef ref = pool_.Allocate();
     if (!ref) break;
     uint8_t* base = ref->mutable_data().data();
+    // Every frame's view pins at least its slot: TCP charges that much.
+    ref->set_slot_size(slot_size_);
     held_.push_back(Held{std::move(ref), base});
   }
   const size_t available = held_.size() * slots_per_chunk_ - first_slot_;

@@ -138,6 +138,8 @@ struct FdEndpointStats {
 // views only cover slots that were consumed, and a slot is handed out for
 // writing only before it is consumed. The base address of each chunk is
 // taken while the carver holds its only reference (Chunk::mutable_data).
+// Each chunk records the slot size (Chunk::slot_size): what one frame's
+// view pins at least, which a TCP receive queue charges (docs/TCP.md).
 class RxSlots {
  public:
   // `slot_size` is rounded up to 64 bytes and must be at most kChunkSize.

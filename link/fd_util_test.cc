@@ -139,6 +139,8 @@ TEST(RxSlotsTest, FramesShareChunkAndChunkReturnsWhenViewsDie) {
     EXPECT_EQ(views[1].offset(), 1536u);
     EXPECT_EQ(views[2].bytes()[99], 'c');
     EXPECT_EQ(views[0].chunk()->refs(), 4u);  // three views + the carver
+    // The chunk says what each view pins (TCP charges it).
+    EXPECT_EQ(views[0].chunk()->slot_size(), 1536u);
 
     // While views are alive, the next batch continues after them.
     ASSERT_EQ(slots.Prepare(1), 1u);

@@ -44,6 +44,7 @@ void ChunkPool::Release(Chunk* c) {
   NETSTACK_DCHECK(c->pool_ == this);
   --stats_.in_use;
   ++stats_.free;
+  c->slot_size_ = 0;
   // LIFO reuse keeps the hottest chunk in cache.
   free_.push_front(*c);
 }

@@ -47,6 +47,18 @@ class Chunk {
   }
   uint32_t refs() const { return refs_; }
 
+  // The receive slot this chunk was carved into by a link (RxSlots), in
+  // bytes, or 0 when nobody said (a chunk filled densely, or by our own
+  // code). Each view of a slotted chunk pins at least a whole slot, which
+  // is what a TCP receive queue charges for it (like Linux's skb
+  // truesize; docs/TCP.md "Receive memory"). Set by the owner of a fresh
+  // chunk; reset when the chunk returns to its pool.
+  uint32_t slot_size() const { return slot_size_; }
+  void set_slot_size(uint32_t bytes) {
+    NETSTACK_DCHECK(bytes <= kChunkSize);
+    slot_size_ = bytes;
+  }
+
  private:
   friend class ChunkPool;
   friend class ChunkRef;
@@ -55,6 +67,7 @@ class Chunk {
   boost::intrusive::slist_member_hook<> free_hook_;
   ChunkPool* const pool_;
   uint32_t refs_ = 0;
+  uint32_t slot_size_ = 0;
   alignas(64) uint8_t data_[kChunkSize];
 };
 

@@ -71,6 +71,13 @@ namespace netstack::stack {
   X(kTcpReceiveBufferFull, "tcp_receive_buffer_full")                 \
   X(kTcpClosedState, "tcp_closed_state")                              \
   X(kTcpTimeWait, "tcp_time_wait")                                    \
+  /* Old data entirely below RCV.NXT (a spurious retransmission, or our  \
+     ACK was lost): answered with a D-SACK (RFC 2883). Not trouble. */  \
+  X(kTcpDuplicateData, "tcp_duplicate_data")                          \
+  /* In-window data the receive queue could not hold: the memory it    \
+     would pin is over the flow's limit even after collapsing and       \
+     pruning (docs/TCP.md "Receive memory"; Linux TCPRcvQDrop). */     \
+  X(kTcpReceiveMemory, "tcp_receive_memory")                          \
   /* Transmit side: a packet we were sending (a reply, an error, a     \
      packet waiting for a neighbour) was dropped. These do not decide   \
      a received frame's disposition. */                                 \
@@ -80,7 +87,11 @@ namespace netstack::stack {
   X(kNeighborQueueFull, "neighbor_queue_full")                        \
   X(kFragmentationNeeded, "fragmentation_needed")                     \
   X(kNoBuffer, "no_buffer")                                           \
-  X(kTxQueueFull, "tx_queue_full")
+  X(kTxQueueFull, "tx_queue_full")                                    \
+  /* Data dropped after it was accepted (not a received frame's         \
+     disposition): out-of-order data pruned under memory pressure, one  \
+     per view, highest sequence first (Linux tcp_prune_ofo_queue). */  \
+  X(kTcpOfoPruned, "tcp_ofo_pruned")
 
 enum class DropReason : uint8_t {
 #define NETSTACK_ENUM(e, name) e,

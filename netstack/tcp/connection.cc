@@ -267,7 +267,7 @@ std::optional<DropReason> Connection::OnSynSent(Segment& seg, Instant now) {
     ack_pending_ = true;
     ack_now_ = true;
     EnterEstablished(now);
-    if (seg.payload.size() > 0) ProcessData(seg);
+    if (seg.payload.size() > 0) (void)ProcessData(seg, now);
     if (seg.has(flag::kFin)) ProcessFin(now);
     MarkOutput();
     return std::nullopt;
@@ -331,19 +331,24 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
     return DropReason::kTcpTimeWait;
   }
   if (!Acceptable(seg)) {
+    // Entirely below RCV.NXT: old data again (our ACK was lost, or the
+    // sender retransmitted too early). Answered, and counted apart from
+    // real out-of-window segments: in a clean run these are the peer's
+    // spurious retransmissions, not trouble.
+    const bool duplicate =
+        seg.len() > 0 && seg.seq() + seg.len() <= rcv_nxt;
     if (!seg.has(flag::kRst)) {
-      // Old data again (our ACK was lost, or the sender retransmitted
-      // too early): report it in a D-SACK (RFC 2883) so the sender can
-      // tell (RFC 8985 widens its reordering window on it).
+      // Report it in a D-SACK (RFC 2883) so the sender can tell (RFC
+      // 8985 widens its reordering window on it).
       if (sack_ok_ && seg.payload.size() > 0 && seg.seq() < rcv_nxt) {
-        dsack_ = wire::TcpSackBlock{
+        QueueDsack(wire::TcpSackBlock{
             seg.seq().value(),
-            Min(seg.seq() + seg.payload.size(), rcv_nxt).value()};
-        dsack_pending_ = true;
+            Min(seg.seq() + seg.payload.size(), rcv_nxt).value()});
       }
       AckInvalid(seg, now);
     }
-    return DropReason::kTcpOutOfWindow;
+    return duplicate && !seg.has(flag::kRst) ? DropReason::kTcpDuplicateData
+                                             : DropReason::kTcpOutOfWindow;
   }
   if (seg.has(flag::kRst)) {
     // RFC 5961 section 3.2: only an exact match resets.
@@ -387,12 +392,13 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
   if (auto drop = ProcessAck(seg, now)) return drop;
   if (state_ == TcpState::kClosed) return std::nullopt;  // LAST_ACK done
 
+  std::optional<DropReason> data_drop;
   if (seg.payload.size() > 0) {
     switch (state_) {
       case TcpState::kEstablished:
       case TcpState::kFinWait1:
       case TcpState::kFinWait2:
-        ProcessData(seg);
+        data_drop = ProcessData(seg, now);
         break;
       default:
         break;  // after the peer's FIN: ignore (RFC 9293)
@@ -421,7 +427,7 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
     ProcessFin(now);
   }
   MarkOutput();
-  return std::nullopt;
+  return data_drop;
 }
 
 std::optional<DropReason> Connection::ProcessAck(Segment& seg, Instant now) {
@@ -714,8 +720,9 @@ void Connection::DetectLoss(uint64_t prior_in_flight,
   if (sb_.NextLost() < sb_.size()) MarkOutput();
 }
 
-void Connection::ProcessData(Segment& seg) {
-  if (fin_received_) return;
+std::optional<DropReason> Connection::ProcessData(Segment& seg,
+                                                  Instant now) {
+  if (fin_received_) return std::nullopt;
   SeqNum seq = seg.seq();
   buffer::PayloadView data = seg.payload;
   // Trim to the window we advertised.
@@ -725,23 +732,60 @@ void Connection::ProcessData(Segment& seg) {
   }
   if (data.empty()) {
     ack_pending_ = ack_now_ = true;
-    return;
+    return std::nullopt;
   }
+  // What the queue may pin: twice the buffer, as Linux's rcvbuf is about
+  // twice the window it offers (docs/TCP.md "Receive memory").
+  rcvq_.SetMemory(&layer_.chunks_, 2 * size_t{rcv_buf_});
   const bool in_order = seq <= rcvq_.rcv_nxt();
-  const bool had_ooo = rcvq_.has_ooo();
-  const size_t added = rcvq_.Insert(seq, std::move(data));
-  stats_.bytes_received += added;
+  const ReceiveQueue::InsertResult res = rcvq_.Insert(seq, std::move(data));
+  for (uint32_t i = 0; i < res.pruned; ++i) {
+    layer_.stack_.CountDrop(DropReason::kTcpOfoPruned);
+  }
+  if (res.duplicate && sack_ok_) QueueDsack(res.dup);
+  if (res.dropped) {
+    // Not held: the ACK tells the peer what we have (its SACK blocks no
+    // longer list what was pruned).
+    ack_pending_ = ack_now_ = true;
+    return DropReason::kTcpReceiveMemory;
+  }
+  stats_.bytes_received += res.readable;
   if (read_shutdown_) rcvq_.DiscardReady();
   ack_pending_ = true;
   unacked_bytes_ += static_cast<uint32_t>(seg.payload.size());
-  if (!in_order) {
-    // Out of order: an immediate duplicate ACK with SACK (RFC 5681 4.2).
-    ++stats_.ooo_segments;
+  if (!in_order) ++stats_.ooo_segments;
+  if (res.readable > 0) Notify(transport::event::kReadable);
+  // The ACK policy (RFC 5681 4.2, RFC 2018 4). An ACK of its own, queued
+  // now (it still leaves in this turn's burst), when the sender learns
+  // something it needs at once: a new out-of-order run or a (partly)
+  // filled hole, so that no SACK state is lost between ACKs; a duplicate
+  // (D-SACK); every second full segment; and each GRO super-frame of two
+  // segments or more, which stands for that many ACKs. Otherwise one ACK
+  // for the batch (out-of-order data extending a run), or a delayed one.
+  const bool gro_frame = seg.payload.size() >= 2 * mss_;
+  if (res.new_run || res.filled_hole || res.duplicate || gro_frame ||
+      unacked_bytes_ >= 2 * mss_) {
+    if (seg.has(wire::tcp_flag::kFin) ||
+        (ooo_fin_set_ && rcvq_.rcv_nxt() == ooo_fin_)) {
+      ack_now_ = true;  // the FIN's ACK at the end of the batch covers it
+    } else {
+      SendAck(now);
+    }
+  } else if (!in_order) {
     ack_now_ = true;
-  } else if (had_ooo) {
-    ack_now_ = true;  // filled (part of) a hole
   }
-  if (added > 0) Notify(transport::event::kReadable);
+  return std::nullopt;
+}
+
+void Connection::QueueDsack(wire::TcpSackBlock b) {
+  for (size_t i = 0; i < dsack_count_; ++i) {
+    if (dsacks_[i].left == b.left && dsacks_[i].right == b.right) return;
+  }
+  if (dsack_count_ == kDsackQueue) {
+    std::copy(dsacks_.begin() + 1, dsacks_.end(), dsacks_.begin());
+    --dsack_count_;
+  }
+  dsacks_[dsack_count_++] = b;
 }
 
 void Connection::ProcessFin(Instant now) {

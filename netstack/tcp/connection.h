@@ -8,6 +8,7 @@
 #ifndef NETSTACK_TCP_CONNECTION_H_
 #define NETSTACK_TCP_CONNECTION_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -76,6 +77,10 @@ class Connection {
   size_t readable_bytes() const { return rcvq_.ready_bytes(); }
   size_t unsent_bytes() const { return sendq_.size(); }
   bool writable() const;
+  // How many SACK blocks (D-SACK included) the next segment we send will
+  // carry, so that a data segment can size its payload for the options it
+  // really carries (RFC 6691). No side effect.
+  size_t SackBlocksToSend() const;
 
   void SetNoDelay(bool on);
   void SetCork(bool on);
@@ -104,7 +109,12 @@ class Connection {
   bool Acceptable(const Segment& seg) const;
   void NegotiateFromSyn(const wire::TcpRepr& syn, Instant now);
   std::optional<stack::DropReason> ProcessAck(Segment& seg, Instant now);
-  void ProcessData(Segment& seg);
+  // Queues the payload; a drop reason if it could not be held.
+  std::optional<stack::DropReason> ProcessData(Segment& seg, Instant now);
+  void QueueDsack(wire::TcpSackBlock b);
+  // SACK blocks that fit in a segment besides the other options we send
+  // (40 option bytes; timestamps take 12).
+  size_t SackRoom() const { return ts_ok_ ? 3 : 4; }
   void ProcessFin(Instant now);
   void OnReset(Instant now);
   void AckInvalid(const Segment& seg, Instant now);
@@ -277,9 +287,11 @@ class Connection {
   // update be due (Linux's __tcp_cleanup_rbuf rule; a passive open's
   // first ACK does not draw a pure window update).
   bool app_read_ = false;
-  // A duplicate segment to report first in the next ACK (RFC 2883).
-  bool dsack_pending_ = false;
-  wire::TcpSackBlock dsack_;
+  // Duplicate segments to report, one first in each ACK (RFC 2883), the
+  // oldest first; a full queue drops the oldest.
+  static constexpr size_t kDsackQueue = 4;
+  std::array<wire::TcpSackBlock, kDsackQueue> dsacks_{};
+  size_t dsack_count_ = 0;
 
   // Receive-buffer auto-tuning (bytes read per RTT, like Linux DRS).
   uint64_t rcv_space_copied_ = 0;

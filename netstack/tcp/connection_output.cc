@@ -81,11 +81,16 @@ void Connection::FillCommon(wire::TcpRepr& r, Instant now) {
   r.window = WindowField();
   if (ts_ok_) r.timestamps = wire::TcpTimestamps{TsNow(now), ts_recent_};
   if (sack_ok_) {
-    const size_t room = ts_ok_ ? 3 : 4;
+    // RFC 2883: one pending D-SACK first; then the runs we hold, chosen
+    // by the receive queue (RFC 2018 section 4). SackBlocksToSend() says
+    // in advance how many this makes.
+    const size_t room = SackRoom();
     size_t n = 0;
-    if (dsack_pending_) {
-      r.sack_blocks[n++] = dsack_;
-      dsack_pending_ = false;
+    if (dsack_count_ > 0) {
+      r.sack_blocks[n++] = dsacks_[0];
+      std::copy(dsacks_.begin() + 1, dsacks_.begin() + dsack_count_,
+                dsacks_.begin());
+      --dsack_count_;
     }
     if (rcvq_.has_ooo()) {
       n += rcvq_.SackBlocks(std::span<wire::TcpSackBlock>(
@@ -100,6 +105,13 @@ void Connection::FillCommon(wire::TcpRepr& r, Instant now) {
   unacked_bytes_ = 0;
   if (quick_acks_ > 0) --quick_acks_;
   layer_.timers_.Cancel(delack_timer_);
+}
+
+size_t Connection::SackBlocksToSend() const {
+  if (!sack_ok_) return 0;
+  const size_t room = SackRoom();
+  const size_t dsack = dsack_count_ > 0 ? 1 : 0;
+  return dsack + rcvq_.SackBlockCount(room - dsack);
 }
 
 void Connection::SendSyn(Instant now) {
@@ -371,11 +383,17 @@ void Connection::Output(Instant now) {
   SendData(now);
   if (app_read_ && WindowUpdateDue()) ack_now_ = ack_pending_ = true;
   if (!ack_pending_) return;
-  // One ACK per batch at most; immediately when RFC 5681/9293 say so
-  // (every second full-sized segment, out-of-order data, FIN, a window
-  // update, quick-ACK mode), otherwise after the delayed-ACK time.
+  // What the batch still owes (ProcessData already sent the ACKs that
+  // could not wait): immediately when RFC 5681/9293 say so (every second
+  // full-sized segment, out-of-order data, FIN, a window update,
+  // quick-ACK mode), otherwise after the delayed-ACK time.
   if (ack_now_ || unacked_bytes_ >= 2 * mss_ || quick_acks_ > 0) {
     SendAck(now);
+    // Each duplicate the batch brought gets its D-SACK (RFC 2883), as
+    // each would have drawn its own ACK.
+    for (size_t i = 0; i < kDsackQueue && dsack_count_ > 0; ++i) {
+      SendAck(now);
+    }
   } else if (!delack_timer_.scheduled()) {
     layer_.timers_.Schedule(delack_timer_, now + options_.delayed_ack);
   }

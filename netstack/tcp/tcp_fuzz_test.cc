@@ -41,6 +41,22 @@ uint32_t Get32(const uint8_t* p) {
          (uint32_t{p[2]} << 8) | p[3];
 }
 
+// Offset of the TSval in the TCP header at `t` (0 if none).
+size_t TsvalOffset(const uint8_t* t, size_t l4_len) {
+  const size_t doff = std::min<size_t>((t[12] >> 4) * 4u, l4_len);
+  for (size_t i = 20; i < doff;) {
+    if (t[i] == 0) break;
+    if (t[i] == 1) {
+      ++i;
+      continue;
+    }
+    if (i + 1 >= doff || t[i + 1] < 2) break;
+    if (t[i] == 8 && t[i + 1] == 10 && i + 10 <= doff) return i + 2;
+    i += t[i + 1];
+  }
+  return 0;
+}
+
 // Rewrites one TCP field of an IPv4 frame and fixes the TCP checksum.
 // Returns false if the frame is not IPv4/TCP.
 bool Mutate(std::vector<uint8_t>& f, uint64_t& rng) {
@@ -91,9 +107,19 @@ bool Mutate(std::vector<uint8_t>& f, uint64_t& rng) {
       t[12] = static_cast<uint8_t>(
           ((Mix(rng) & 1) ? Mix(rng) % 5 : 11 + Mix(rng) % 5) << 4);
       break;
-    case 6:  // an option byte
-      if (l4_len > 20) t[20 + Mix(rng) % std::min<size_t>(l4_len - 20, 40)] =
-          static_cast<uint8_t>(Mix(rng));
+    case 6:  // an option byte, but not a TSval: an exact copy of a
+             // genuine segment with a later TSval is indistinguishable
+             // from the genuine one, and poisons TS.Recent in any TCP
+             // (Linux too: every later genuine segment fails PAWS). The
+             // more pure ACKs a receiver sends, the likelier that was.
+      if (l4_len > 20) {
+        size_t i = 20 + Mix(rng) % std::min<size_t>(l4_len - 20, 40);
+        if (const size_t ts = TsvalOffset(t, l4_len);
+            ts != 0 && i >= ts && i < ts + 4) {
+          i += 4;  // the TSecr instead
+        }
+        t[i] = static_cast<uint8_t>(Mix(rng));
+      }
       break;
     case 7:  // truncate the TCP part (IP length left as is: stack drops)
       f.resize(14 + ihl + Mix(rng) % 20);

@@ -63,7 +63,8 @@ const BadSegment kBad[] = {
        s.Seq(h.peer.seq + (1u << 30)).Data(100);
        return s;
      }},
-    {"OldDuplicate", DropReason::kTcpOutOfWindow, true,
+    // Entirely below RCV.NXT: a duplicate (D-SACKed), not out of window.
+    {"OldDuplicate", DropReason::kTcpDuplicateData, true,
      [](const SegmentHarness& h) {
        PeerSegment s = h.Segment();
        s.Seq(h.peer.seq - 200).Data(100);

@@ -155,6 +155,7 @@ class SegmentHarness {
   stack::Stack& stack() { return *stack_; }
   transport::Notifier& notifier() { return notifier_; }
   stack::FakeLink& link() { return *link_; }
+  buffer::ChunkPool& chunks() { return chunks_; }
   Instant now() const { return now_; }
   bool v6() const { return options_.v6; }
   transport::IpAddress our_ip() const;
