@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "netstack/base/dcheck.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/errors.h"
 
@@ -57,7 +58,10 @@ Connection::Connection(TcpLayer& layer, const transport::FourTuple& tuple,
   if (layer_.SourceFor(tuple_.remote.ip, &path_mtu_, &gso)) gso_max_ = gso;
 }
 
-Connection::~Connection() { CancelTimers(); }
+Connection::~Connection() {
+  CancelTimers();
+  if (listener_ != nullptr) listener_->Forget(this);
+}
 
 void Connection::CancelTimers() {
   auto& w = layer_.timers_;
@@ -121,7 +125,7 @@ void Connection::NegotiateFromSyn(const wire::TcpRepr& syn, Instant now) {
 
 void Connection::StartPassive(const Segment& syn, Listener* listener,
                               SeqNum iss, Instant now) {
-  listener_ = listener;
+  if (listener != nullptr) listener->AddHalfOpen(this);  // the SYN queue
   iss_ = iss;
   ts_offset_ = iss_.value() * 2654435761u;
   snd_una_ = iss_;
@@ -150,7 +154,8 @@ void Connection::StartFromCookie(const Segment& ack, Listener* listener,
     syn.window_scale = cookie_opts.wscale;
     syn.sack_permitted = cookie_opts.sack;
   }
-  listener_ = listener;
+  // Half-open for a moment: EnterEstablished moves it to the accept queue.
+  if (listener != nullptr) listener->AddHalfOpen(this);
   iss_ = iss;
   ts_offset_ = 0;  // our TSval carried the options; keep its clock
   snd_una_ = iss_ + 1;
@@ -190,10 +195,7 @@ void Connection::EnterEstablished(Instant now) {
 
 void Connection::Fail(absl::Status error) {
   error_ = std::move(error);
-  if (listener_ != nullptr) {
-    listener_->Forget(this);
-    listener_ = nullptr;
-  }
+  if (listener_ != nullptr) listener_->Forget(this);
   sendq_.Reset(snd_nxt_);
   sb_.Clear();
   SetState(TcpState::kClosed);
@@ -209,8 +211,7 @@ void Connection::OnReset(Instant now) {
     case TcpState::kSynReceived:
       if (listener_ != nullptr) {
         // Passive open: back to LISTEN means forgetting it (RFC 9293).
-        listener_->RemoveHalfOpen();
-        listener_ = nullptr;
+        listener_->Forget(this);
         error_ = transport::ConnectionReset();
         SetState(TcpState::kClosed);
         return;
@@ -385,7 +386,6 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
       layer_.SendResetFor(seg, now);
       return DropReason::kTcpAckUnsent;
     }
-    if (listener_ != nullptr) listener_->RemoveHalfOpen();
     snd_wnd_ = static_cast<uint32_t>(seg.tcp.window) << snd_wscale_;
     max_snd_wnd_ = std::max(max_snd_wnd_, snd_wnd_);
     snd_wl1_ = seg.seq();
@@ -743,33 +743,58 @@ void Connection::AutotuneReceive(size_t copied, Instant now) {
 
 // --- Listener ---
 
+void Connection::OnListenerClosed(Instant now) {
+  if (state_ == TcpState::kSynReceived) {
+    ++layer_.counters_.half_open_dropped_listener_closed;
+    error_ = transport::ConnectionAborted();
+    SetState(TcpState::kClosed);
+    return;
+  }
+  Abort(now);  // RST: the peer thinks it is connected
+}
+
 Listener::~Listener() {
-  for (Connection* c : accept_queue_) {
-    c->set_listener(nullptr);
-    c->Abort(layer_.now_);
+  for (Queue* q : {&half_open_, &accept_queue_}) {
+    while (!q->empty()) {
+      Connection* c = &q->front();
+      Unlink(c);
+      c->OnListenerClosed(layer_.now_);
+    }
   }
 }
 
+void Listener::AddHalfOpen(Connection* c) {
+  NETSTACK_DCHECK(c->listener_ == nullptr);
+  c->listener_ = this;
+  c->accept_queued_ = false;
+  half_open_.push_back(*c);
+}
+
+void Listener::Unlink(Connection* c) {
+  NETSTACK_DCHECK(c->listener_ == this);
+  Queue& q = c->accept_queued_ ? accept_queue_ : half_open_;
+  q.erase(q.iterator_to(*c));
+  c->listener_ = nullptr;
+  c->accept_queued_ = false;
+}
+
 void Listener::Ready(Connection* c) {
-  RemoveHalfOpen();
-  accept_queue_.push_back(c);
+  // A cookie's connection was never half-open: it is not linked yet.
+  if (c->listener_ == this) Unlink(c);
+  c->listener_ = this;
+  c->accept_queued_ = true;
+  accept_queue_.push_back(*c);
   layer_.notifier_.Mark(notifiable_, transport::event::kReadable);
 }
 
 void Listener::Forget(Connection* c) {
-  auto it = std::find(accept_queue_.begin(), accept_queue_.end(), c);
-  if (it != accept_queue_.end()) {
-    accept_queue_.erase(it);
-  } else {
-    RemoveHalfOpen();
-  }
+  if (c->listener_ == this) Unlink(c);
 }
 
 Connection* Listener::PopAccepted() {
   if (accept_queue_.empty()) return nullptr;
-  Connection* c = accept_queue_.front();
-  accept_queue_.pop_front();
-  c->set_listener(nullptr);
+  Connection* c = &accept_queue_.front();
+  Unlink(c);
   return c;
 }
 

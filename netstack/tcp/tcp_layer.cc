@@ -355,7 +355,6 @@ std::optional<DropReason> TcpLayer::ReceiveForListener(Listener& l,
     return std::nullopt;
   }
   Connection* c = NewConnection(seg.tuple, l.options());
-  l.AddHalfOpen();
   c->StartPassive(seg, &l, isn_.Next(seg.tuple, now), now);
   return std::nullopt;
 }

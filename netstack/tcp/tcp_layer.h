@@ -45,6 +45,9 @@ struct TcpCounters {
   uint64_t syn_cookies_accepted = 0;
   uint64_t syn_cookies_rejected = 0;
   uint64_t accept_queue_overflows = 0;
+  // Half-open (SYN-RECEIVED) connections dropped, without a RST, because
+  // their listener closed (as Linux drops its request socks).
+  uint64_t half_open_dropped_listener_closed = 0;
   uint64_t time_wait_recycled = 0;
   uint64_t connections_timed_out = 0;
   uint64_t retransmits = 0;  // packets, all connections
