@@ -71,6 +71,13 @@ namespace netstack::stack {
   X(kTcpReceiveBufferFull, "tcp_receive_buffer_full")                 \
   X(kTcpClosedState, "tcp_closed_state")                              \
   X(kTcpTimeWait, "tcp_time_wait")                                    \
+  /* An ACK at a listening port for no connection and no SYN cookie in  \
+     use: a late segment of a connection already gone (answered with   \
+     RST, RFC 9293 3.10.7.2). */                                        \
+  X(kTcpStrayAck, "tcp_stray_ack")                                    \
+  /* TcpLayerOptions limits (tcp_options.h). */                         \
+  X(kTcpConnectionLimit, "tcp_connection_limit")                      \
+  X(kTcpHalfOpenLimit, "tcp_half_open_limit")                         \
   /* Transmit side: a packet we were sending (a reply, an error, a     \
      packet waiting for a neighbour) was dropped. These do not decide   \
      a received frame's disposition. */                                 \

@@ -174,14 +174,6 @@ void Connection::StartFromCookie(const Segment& ack, Listener* listener,
   EnterEstablished(now);
 }
 
-bool Connection::AcceptsNewSyn(const Segment& syn) const {
-  if (state_ != TcpState::kTimeWait) return false;
-  if (ts_ok_ && syn.tcp.timestamps) {
-    return static_cast<int32_t>(syn.tcp.timestamps->tsval - ts_recent_) > 0;
-  }
-  return syn.seq() > rcvq_.rcv_nxt();
-}
-
 void Connection::EnterEstablished(Instant now) {
   SetState(TcpState::kEstablished);
   ++layer_.counters_.established;
@@ -320,18 +312,8 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
       return DropReason::kTcpPawsRejected;
     }
   }
-  if (state_ == TcpState::kTimeWait) {
-    // RFC 1337: a RST must not end TIME_WAIT early.
-    if (seg.has(flag::kRst)) return DropReason::kTcpTimeWait;
-    if (seg.has(flag::kFin) || seg.has(flag::kSyn) ||
-        seg.payload.size() > 0) {
-      // A retransmitted FIN (our ACK was lost): ACK it and restart 2MSL.
-      ack_pending_ = ack_now_ = true;
-      MarkOutput();
-      layer_.timers_.Schedule(keepalive_timer_, now + 2 * options_.msl);
-    }
-    return DropReason::kTcpTimeWait;
-  }
+  // TIME_WAIT is not a Connection state any more: the layer's TIME_WAIT
+  // table (time_wait.h) takes those segments.
   if (!Acceptable(seg)) {
     if (!seg.has(flag::kRst)) {
       // Old data again (our ACK was lost, or the sender retransmitted
@@ -706,20 +688,32 @@ void Connection::ProcessFin(Instant now) {
 }
 
 void Connection::EnterTimeWait(Instant now) {
-  SetState(TcpState::kTimeWait);
-  CancelRetransmit();
-  layer_.timers_.Cancel(rack_timer_);
-  layer_.timers_.Schedule(keepalive_timer_, now + 2 * options_.msl);
+  // The ACK of the peer's FIN, if owed, leaves now: the connection closes
+  // below, and from here on the compact TIME_WAIT entry answers for the
+  // tuple (retransmitted FINs, SYNs, RFC 1337), and ends it after 2 MSL.
+  if (ack_pending_) SendAck(now);
+  TimeWaitEntry e;
+  e.tuple = tuple_;
+  e.snd_nxt = snd_nxt_;
+  e.rcv_nxt = rcvq_.rcv_nxt();
+  e.ts_ok = ts_ok_;
+  e.ts_recent = ts_recent_;
+  e.ts_offset = ts_offset_;
+  e.window = WindowField();
+  e.two_msl_ms = static_cast<uint32_t>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(2 * options_.msl),
+                        UINT32_MAX));
+  entered_time_wait_ = layer_.EnterTimeWait(*this, e, now);
   sendq_.Reset(snd_nxt_);
   sb_.Clear();
+  SetState(TcpState::kClosed);
   Notify(transport::event::kHangup);
 }
 
 void Connection::OnTimeWaitTimer(Instant now) {
-  if (state_ == TcpState::kFinWait2) {
-    // Orphaned FIN_WAIT_2 timed out: reset (Linux does the same).
-    SendRst(now);
-  }
+  // Only an orphaned FIN_WAIT_2 still uses this timer (TIME_WAIT itself
+  // lives in the layer's table): reset, as Linux does.
+  if (state_ == TcpState::kFinWait2) SendRst(now);
   SetState(TcpState::kClosed);
   Notify(transport::event::kHangup);
 }
@@ -768,12 +762,14 @@ void Listener::AddHalfOpen(Connection* c) {
   c->listener_ = this;
   c->accept_queued_ = false;
   half_open_.push_back(*c);
+  ++layer_.half_open_count_;
 }
 
 void Listener::Unlink(Connection* c) {
   NETSTACK_DCHECK(c->listener_ == this);
   Queue& q = c->accept_queued_ ? accept_queue_ : half_open_;
   q.erase(q.iterator_to(*c));
+  if (&q == &half_open_) --layer_.half_open_count_;
   c->listener_ = nullptr;
   c->accept_queued_ = false;
 }

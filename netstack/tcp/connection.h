@@ -94,8 +94,9 @@ class Connection {
   Listener* listener() const { return listener_; }
   // Closed and not referenced by a socket: the layer may free it.
   bool Reapable() const { return state_ == TcpState::kClosed && !attached_; }
-  // RFC 6191: a SYN may reuse this TIME_WAIT tuple if it is newer.
-  bool AcceptsNewSyn(const Segment& syn) const;
+  // The connection reached TIME_WAIT and handed its tuple to the layer's
+  // TIME_WAIT table (time_wait.h); it is CLOSED itself since.
+  bool entered_time_wait() const { return entered_time_wait_; }
 
  private:
   friend class TcpLayer;
@@ -179,6 +180,7 @@ class Connection {
   boost::intrusive::list_member_hook<> listen_hook_;
   bool accept_queued_ = false;
   bool attached_ = false;
+  bool entered_time_wait_ = false;
   transport::Notifiable notifiable_;
   absl::Status error_;
 

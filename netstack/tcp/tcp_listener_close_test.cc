@@ -144,5 +144,33 @@ TEST_P(ListenerCloseTest, CloseWithSeveralHalfOpenAndQueued) {
   EXPECT_EQ((*a)->remote_address().port, SegmentHarness::kPeerPort + 7);
 }
 
+// Issue 12 item 10: a server run showed drop.tcp_bad_syn_cookie 1 and
+// resets_sent 1 with syn_cookies_sent 0. A late duplicate ACK of a
+// connection already closed and reaped reaches the listener, which took
+// any bare ACK for a SYN-cookie ACK. The RST is right (RFC 9293 3.10.7.2:
+// an ACK in LISTEN draws a reset; Linux does the same), the "bad cookie"
+// was not: it is counted as a stray ACK unless cookies were in use.
+TEST_P(ListenerCloseTest, LateAckAfterReapIsAStrayAckNotABadCookie) {
+  const uint32_t iss = TakeSyn();
+  h().Send(h().Segment());
+  auto a = listener_->Accept();
+  ASSERT_TRUE(a.ok());
+  h().Send(h().Segment().Flags(kFin | kAck));  // the peer closes first
+  h().peer.seq += 1;
+  h().Take();
+  a->reset();  // we close: LAST_ACK
+  h().Poll();
+  ASSERT_THAT(h().Take(), ElementsAre(Tcp(FlagsSet(kFin), Seq(iss + 1))));
+  h().SendAck(iss + 2);
+  ASSERT_EQ(h().tcp().connection_count(), 0u) << "closed and reaped";
+  // The same ACK again, late (duplicated or reordered on the way).
+  h().Send(h().Segment());
+  EXPECT_THAT(h().Take(), ElementsAre(Tcp(Flags(kRst), Seq(iss + 2))));
+  EXPECT_EQ(h().tcp().counters().syn_cookies_sent, 0u);
+  EXPECT_EQ(h().tcp().counters().syn_cookies_rejected, 0u);
+  EXPECT_EQ(h().Drops(DropReason::kTcpBadSynCookie), 0u);
+  EXPECT_EQ(h().Drops(DropReason::kTcpStrayAck), 1u);
+}
+
 }  // namespace
 }  // namespace netstack::tcp
