@@ -78,6 +78,13 @@ namespace netstack::stack {
      would pin is over the flow's limit even after collapsing and       \
      pruning (docs/TCP.md "Receive memory"; Linux TCPRcvQDrop). */     \
   X(kTcpReceiveMemory, "tcp_receive_memory")                          \
+  /* An ACK at a listening port for no connection and no SYN cookie in  \
+     use: a late segment of a connection already gone (answered with   \
+     RST, RFC 9293 3.10.7.2). */                                        \
+  X(kTcpStrayAck, "tcp_stray_ack")                                    \
+  /* TcpLayerOptions limits (tcp_options.h). */                         \
+  X(kTcpConnectionLimit, "tcp_connection_limit")                      \
+  X(kTcpHalfOpenLimit, "tcp_half_open_limit")                         \
   /* Transmit side: a packet we were sending (a reply, an error, a     \
      packet waiting for a neighbour) was dropped. These do not decide   \
      a received frame's disposition. */                                 \

@@ -95,7 +95,7 @@ class NeighborCache {
       was_incomplete = it->second.state == State::kIncomplete;
     }
     Entry& e = it->second;
-    if (was_incomplete) --incomplete_;
+    if (was_incomplete) LeaveIncomplete();
     const bool same_mac = !was_incomplete && e.mac == mac;
     e.mac = mac;
     if (confirmed) {
@@ -119,7 +119,7 @@ class NeighborCache {
     Entry& e = it->second;
     if (e.state == State::kIncomplete) {
       if (!tlla) return {};
-      --incomplete_;
+      LeaveIncomplete();
       e.mac = *tlla;
       e.state = solicited ? State::kReachable : State::kStale;
       e.deadline = now + options_.reachable_time;
@@ -178,6 +178,7 @@ class NeighborCache {
       e.deadline = now + options_.retransmit;
       e.last_used = now;
       ++incomplete_;
+      if (next_valid_) next_ = std::min(next_, e.deadline);
       e.pending.PushBack(std::move(packet));
       ++pending_total_;
       return EnqueueResult::kSolicit;
@@ -196,6 +197,9 @@ class NeighborCache {
   // dropped packets).
   template <typename SolicitFn, typename GiveUpFn>
   void Poll(Instant now, SolicitFn&& solicit, GiveUpFn&& give_up) {
+    // Every loop turn calls this: nothing due is O(1).
+    if (now < NextDeadline()) return;
+    next_valid_ = false;  // deadlines move below; recomputed on demand
     for (auto it = entries_.begin(); it != entries_.end();) {
       Entry& e = it->second;
       if (e.state != State::kIncomplete || now < e.deadline) {
@@ -204,7 +208,7 @@ class NeighborCache {
       }
       if (e.probes >= options_.max_probes) {
         give_up(it->first, TakePending(e));
-        --incomplete_;
+        LeaveIncomplete();
         entries_.erase(it++);
         continue;
       }
@@ -215,16 +219,23 @@ class NeighborCache {
     }
   }
 
-  // Earliest re-solicitation time (O(n)); REACHABLE->STALE needs no timer,
-  // it is applied lazily by Lookup.
+  // Earliest re-solicitation time; REACHABLE->STALE needs no timer, it is
+  // applied lazily by Lookup. The event loop asks every turn, so the
+  // minimum is cached: O(1) while no unresolved entry changed (and always
+  // when none is unresolved, the usual case); one walk after a change
+  // (unresolved entries are few: max_incomplete).
   Instant NextDeadline() const {
-    Instant next = kNever;
-    for (const auto& [ip, e] : entries_) {
-      if (e.state == State::kIncomplete && e.deadline < next) {
-        next = e.deadline;
+    if (incomplete_ == 0) return kNever;
+    if (!next_valid_) {
+      next_ = kNever;
+      for (const auto& [ip, e] : entries_) {
+        if (e.state == State::kIncomplete && e.deadline < next_) {
+          next_ = e.deadline;
+        }
       }
+      next_valid_ = true;
     }
-    return next;
+    return next_;
   }
 
   size_t pending_total() const { return pending_total_; }
@@ -247,6 +258,13 @@ class NeighborCache {
     buffer::PacketChain pending;
   };
 
+  // An unresolved entry was resolved or erased: the cached minimum may
+  // have been its deadline.
+  void LeaveIncomplete() {
+    --incomplete_;
+    next_valid_ = false;
+  }
+
   buffer::PacketChain TakePending(Entry& e) {
     pending_total_ -= e.pending.size();
     return std::move(e.pending);
@@ -263,7 +281,7 @@ class NeighborCache {
     }
     if (victim == entries_.end()) return;
     evicted.Append(TakePending(victim->second));
-    --incomplete_;
+    LeaveIncomplete();
     entries_.erase(victim);
   }
 
@@ -289,6 +307,9 @@ class NeighborCache {
   absl::flat_hash_map<Address, Entry, AddressHash<Address>> entries_;
   size_t pending_total_ = 0;
   size_t incomplete_ = 0;
+  // NextDeadline's cache (the earliest deadline of an unresolved entry).
+  mutable Instant next_ = kNever;
+  mutable bool next_valid_ = false;
 };
 
 }  // namespace netstack::stack

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "netstack/base/dcheck.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/errors.h"
 
@@ -59,7 +60,10 @@ Connection::Connection(TcpLayer& layer, const transport::FourTuple& tuple,
   if (layer_.SourceFor(tuple_.remote.ip, &path_mtu_, &gso)) gso_max_ = gso;
 }
 
-Connection::~Connection() { CancelTimers(); }
+Connection::~Connection() {
+  CancelTimers();
+  if (listener_ != nullptr) listener_->Forget(this);
+}
 
 void Connection::CancelTimers() {
   auto& w = layer_.timers_;
@@ -123,7 +127,7 @@ void Connection::NegotiateFromSyn(const wire::TcpRepr& syn, Instant now) {
 
 void Connection::StartPassive(const Segment& syn, Listener* listener,
                               SeqNum iss, Instant now) {
-  listener_ = listener;
+  if (listener != nullptr) listener->AddHalfOpen(this);  // the SYN queue
   iss_ = iss;
   ts_offset_ = iss_.value() * 2654435761u;
   snd_una_ = iss_;
@@ -152,7 +156,8 @@ void Connection::StartFromCookie(const Segment& ack, Listener* listener,
     syn.window_scale = cookie_opts.wscale;
     syn.sack_permitted = cookie_opts.sack;
   }
-  listener_ = listener;
+  // Half-open for a moment: EnterEstablished moves it to the accept queue.
+  if (listener != nullptr) listener->AddHalfOpen(this);
   iss_ = iss;
   ts_offset_ = 0;  // our TSval carried the options; keep its clock
   snd_una_ = iss_ + 1;
@@ -171,14 +176,6 @@ void Connection::StartFromCookie(const Segment& ack, Listener* listener,
   EnterEstablished(now);
 }
 
-bool Connection::AcceptsNewSyn(const Segment& syn) const {
-  if (state_ != TcpState::kTimeWait) return false;
-  if (ts_ok_ && syn.tcp.timestamps) {
-    return static_cast<int32_t>(syn.tcp.timestamps->tsval - ts_recent_) > 0;
-  }
-  return syn.seq() > rcvq_.rcv_nxt();
-}
-
 void Connection::EnterEstablished(Instant now) {
   SetState(TcpState::kEstablished);
   ++layer_.counters_.established;
@@ -192,10 +189,7 @@ void Connection::EnterEstablished(Instant now) {
 
 void Connection::Fail(absl::Status error) {
   error_ = std::move(error);
-  if (listener_ != nullptr) {
-    listener_->Forget(this);
-    listener_ = nullptr;
-  }
+  if (listener_ != nullptr) listener_->Forget(this);
   sendq_.Reset(snd_nxt_);
   sb_.Clear();
   SetState(TcpState::kClosed);
@@ -211,8 +205,7 @@ void Connection::OnReset(Instant now) {
     case TcpState::kSynReceived:
       if (listener_ != nullptr) {
         // Passive open: back to LISTEN means forgetting it (RFC 9293).
-        listener_->RemoveHalfOpen();
-        listener_ = nullptr;
+        listener_->Forget(this);
         error_ = transport::ConnectionReset();
         SetState(TcpState::kClosed);
         return;
@@ -318,18 +311,8 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
     AckInvalid(seg, now);
     return DropReason::kTcpPawsRejected;
   }
-  if (state_ == TcpState::kTimeWait) {
-    // RFC 1337: a RST must not end TIME_WAIT early.
-    if (seg.has(flag::kRst)) return DropReason::kTcpTimeWait;
-    if (seg.has(flag::kFin) || seg.has(flag::kSyn) ||
-        seg.payload.size() > 0) {
-      // A retransmitted FIN (our ACK was lost): ACK it and restart 2MSL.
-      ack_pending_ = ack_now_ = true;
-      MarkOutput();
-      layer_.timers_.Schedule(keepalive_timer_, now + 2 * options_.msl);
-    }
-    return DropReason::kTcpTimeWait;
-  }
+  // TIME_WAIT is not a Connection state any more: the layer's TIME_WAIT
+  // table (time_wait.h) takes those segments.
   if (!Acceptable(seg)) {
     // Entirely below RCV.NXT: old data again (our ACK was lost, or the
     // sender retransmitted too early). Answered, and counted apart from
@@ -382,7 +365,6 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
       return DropReason::kTcpAckUnsent;
     }
     SampleHandshakeRtt(seg, now);
-    if (listener_ != nullptr) listener_->RemoveHalfOpen();
     snd_wnd_ = static_cast<uint32_t>(seg.tcp.window) << snd_wscale_;
     max_snd_wnd_ = std::max(max_snd_wnd_, snd_wnd_);
     snd_wl1_ = seg.seq();
@@ -814,20 +796,32 @@ void Connection::ProcessFin(Instant now) {
 }
 
 void Connection::EnterTimeWait(Instant now) {
-  SetState(TcpState::kTimeWait);
-  CancelRetransmit();
-  layer_.timers_.Cancel(rack_timer_);
-  layer_.timers_.Schedule(keepalive_timer_, now + 2 * options_.msl);
+  // The ACK of the peer's FIN, if owed, leaves now: the connection closes
+  // below, and from here on the compact TIME_WAIT entry answers for the
+  // tuple (retransmitted FINs, SYNs, RFC 1337), and ends it after 2 MSL.
+  if (ack_pending_) SendAck(now);
+  TimeWaitEntry e;
+  e.tuple = tuple_;
+  e.snd_nxt = snd_nxt_;
+  e.rcv_nxt = rcvq_.rcv_nxt();
+  e.ts_ok = ts_ok_;
+  e.ts_recent = ts_recent_;
+  e.ts_offset = ts_offset_;
+  e.window = WindowField();
+  e.two_msl_ms = static_cast<uint32_t>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(2 * options_.msl),
+                        UINT32_MAX));
+  entered_time_wait_ = layer_.EnterTimeWait(*this, e, now);
   sendq_.Reset(snd_nxt_);
   sb_.Clear();
+  SetState(TcpState::kClosed);
   Notify(transport::event::kHangup);
 }
 
 void Connection::OnTimeWaitTimer(Instant now) {
-  if (state_ == TcpState::kFinWait2) {
-    // Orphaned FIN_WAIT_2 timed out: reset (Linux does the same).
-    SendRst(now);
-  }
+  // Only an orphaned FIN_WAIT_2 still uses this timer (TIME_WAIT itself
+  // lives in the layer's table): reset, as Linux does.
+  if (state_ == TcpState::kFinWait2) SendRst(now);
   SetState(TcpState::kClosed);
   Notify(transport::event::kHangup);
 }
@@ -851,33 +845,60 @@ void Connection::AutotuneReceive(size_t copied, Instant now) {
 
 // --- Listener ---
 
+void Connection::OnListenerClosed(Instant now) {
+  if (state_ == TcpState::kSynReceived) {
+    ++layer_.counters_.half_open_dropped_listener_closed;
+    error_ = transport::ConnectionAborted();
+    SetState(TcpState::kClosed);
+    return;
+  }
+  Abort(now);  // RST: the peer thinks it is connected
+}
+
 Listener::~Listener() {
-  for (Connection* c : accept_queue_) {
-    c->set_listener(nullptr);
-    c->Abort(layer_.now_);
+  for (Queue* q : {&half_open_, &accept_queue_}) {
+    while (!q->empty()) {
+      Connection* c = &q->front();
+      Unlink(c);
+      c->OnListenerClosed(layer_.now_);
+    }
   }
 }
 
+void Listener::AddHalfOpen(Connection* c) {
+  NETSTACK_DCHECK(c->listener_ == nullptr);
+  c->listener_ = this;
+  c->accept_queued_ = false;
+  half_open_.push_back(*c);
+  ++layer_.half_open_count_;
+}
+
+void Listener::Unlink(Connection* c) {
+  NETSTACK_DCHECK(c->listener_ == this);
+  Queue& q = c->accept_queued_ ? accept_queue_ : half_open_;
+  q.erase(q.iterator_to(*c));
+  if (&q == &half_open_) --layer_.half_open_count_;
+  c->listener_ = nullptr;
+  c->accept_queued_ = false;
+}
+
 void Listener::Ready(Connection* c) {
-  RemoveHalfOpen();
-  accept_queue_.push_back(c);
+  // A cookie's connection was never half-open: it is not linked yet.
+  if (c->listener_ == this) Unlink(c);
+  c->listener_ = this;
+  c->accept_queued_ = true;
+  accept_queue_.push_back(*c);
   layer_.notifier_.Mark(notifiable_, transport::event::kReadable);
 }
 
 void Listener::Forget(Connection* c) {
-  auto it = std::find(accept_queue_.begin(), accept_queue_.end(), c);
-  if (it != accept_queue_.end()) {
-    accept_queue_.erase(it);
-  } else {
-    RemoveHalfOpen();
-  }
+  if (c->listener_ == this) Unlink(c);
 }
 
 Connection* Listener::PopAccepted() {
   if (accept_queue_.empty()) return nullptr;
-  Connection* c = accept_queue_.front();
-  accept_queue_.pop_front();
-  c->set_listener(nullptr);
+  Connection* c = &accept_queue_.front();
+  Unlink(c);
   return c;
 }
 

@@ -15,6 +15,7 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "boost/intrusive/list.hpp"
 #include "netstack/base/time.h"
 #include "netstack/eventloop/timer_wheel.h"
 #include "netstack/stack/counters.h"
@@ -93,15 +94,23 @@ class Connection {
   transport::Notifiable& notifiable() { return notifiable_; }
   bool attached() const { return attached_; }
   void set_attached(bool a) { attached_ = a; }
+  // The listener whose SYN queue or accept queue holds this connection
+  // (null once Accept()ed, or for an active open).
   Listener* listener() const { return listener_; }
-  void set_listener(Listener* l) { listener_ = l; }
   // Closed and not referenced by a socket: the layer may free it.
   bool Reapable() const { return state_ == TcpState::kClosed && !attached_; }
-  // RFC 6191: a SYN may reuse this TIME_WAIT tuple if it is newer.
-  bool AcceptsNewSyn(const Segment& syn) const;
+  // The connection reached TIME_WAIT and handed its tuple to the layer's
+  // TIME_WAIT table (time_wait.h); it is CLOSED itself since.
+  bool entered_time_wait() const { return entered_time_wait_; }
 
  private:
   friend class TcpLayer;
+  friend class Listener;
+
+  // The listener went away (Listener's destructor, which has already
+  // unlinked us): a half-open connection is dropped without a RST, one
+  // waiting for Accept is reset.
+  void OnListenerClosed(Instant now);
 
   // --- input (connection.cc) ---
   std::optional<stack::DropReason> OnSynSent(Segment& seg, Instant now);
@@ -201,8 +210,14 @@ class Connection {
   transport::FourTuple tuple_;
   ConnectionOptions options_;
   TcpState state_ = TcpState::kClosed;
+  // Set while a Listener's half_open_ or accept_queue_ links listen_hook_
+  // (which one: accept_queued_). The listener clears both when it goes,
+  // and ~Connection unlinks itself, so neither outlives the other.
   Listener* listener_ = nullptr;
+  boost::intrusive::list_member_hook<> listen_hook_;
+  bool accept_queued_ = false;
   bool attached_ = false;
+  bool entered_time_wait_ = false;
   transport::Notifiable notifiable_;
   absl::Status error_;
 
@@ -314,35 +329,60 @@ class Connection {
 };
 
 // A listening socket's queues (the socket-facing side is TcpSocket).
+//
+// Ownership: the layer owns every Connection; a Listener only links them,
+// through Connection::listen_hook_, into its SYN queue (half-open,
+// SYN-RECEIVED) or its accept queue (established, not yet Accept()ed).
+// Each linked connection points back at the listener. Whoever goes first
+// unlinks: ~Connection calls Forget, ~Listener clears both queues (and
+// every back pointer) before it is freed, so no connection ever holds a
+// dangling Listener* (issue 12 item 2).
 class Listener {
  public:
   Listener(TcpLayer& layer, const transport::SocketAddress& local,
            uint32_t backlog, const ConnectionOptions& options)
       : layer_(layer), local_(local), backlog_(backlog), options_(options) {}
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  // Drops the half-open connections silently (Linux drops its request
+  // socks the same way: the peer's final ACK then meets no listener and
+  // draws a RST) and resets the ones waiting for Accept.
   ~Listener();
 
   const transport::SocketAddress& local() const { return local_; }
   const ConnectionOptions& options() const { return options_; }
-  bool Full() const { return syn_queue_ + accept_queue_.size() >= backlog_; }
-  bool AcceptQueueFull() const { return accept_queue_.size() >= backlog_; }
-  // A half-open connection joined / left the SYN queue.
-  void AddHalfOpen() { ++syn_queue_; }
-  void RemoveHalfOpen() {
-    if (syn_queue_ > 0) --syn_queue_;
+  bool Full() const {
+    return half_open_.size() + accept_queue_.size() >= backlog_;
   }
-  void Ready(Connection* c);  // established: to the accept queue
-  void Forget(Connection* c);  // died before Accept
+  bool AcceptQueueFull() const { return accept_queue_.size() >= backlog_; }
+  // A new SYN-RECEIVED connection joins the SYN queue.
+  void AddHalfOpen(Connection* c);
+  // Established (from the SYN queue, or straight from a SYN cookie): to
+  // the accept queue.
+  void Ready(Connection* c);
+  // Died (or is being freed) before Accept: leaves whichever queue.
+  void Forget(Connection* c);
   Connection* PopAccepted();
   size_t pending() const { return accept_queue_.size(); }
+  size_t half_open() const { return half_open_.size(); }
   transport::Notifiable& notifiable() { return notifiable_; }
 
  private:
+  using Queue = boost::intrusive::list<
+      Connection,
+      boost::intrusive::member_hook<Connection,
+                                    boost::intrusive::list_member_hook<>,
+                                    &Connection::listen_hook_>,
+      boost::intrusive::constant_time_size<true>>;
+  // Unlinks `c` from its queue and clears its back pointer.
+  void Unlink(Connection* c);
+
   TcpLayer& layer_;
   transport::SocketAddress local_;
   uint32_t backlog_;
   ConnectionOptions options_;
-  uint32_t syn_queue_ = 0;
-  std::deque<Connection*> accept_queue_;
+  Queue half_open_;
+  Queue accept_queue_;
   transport::Notifiable notifiable_;
 };
 

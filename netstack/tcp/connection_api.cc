@@ -115,10 +115,7 @@ void Connection::Abort(Instant now) {
       SendRst(now);
       break;
   }
-  if (listener_ != nullptr) {
-    listener_->Forget(this);
-    listener_ = nullptr;
-  }
+  if (listener_ != nullptr) listener_->Forget(this);
   sendq_.Reset(snd_nxt_);
   sb_.Clear();
   error_ = transport::ConnectionAborted();

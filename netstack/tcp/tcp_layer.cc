@@ -84,7 +84,8 @@ TcpLayer::TcpLayer(stack::Stack& stack, buffer::ChunkPool& chunks,
       options_(options),
       timers_(absl::UnixEpoch()),
       isn_(KeyFrom(options.seed, 1)),
-      cookies_(KeyFrom(options.seed, 2)) {
+      cookies_(KeyFrom(options.seed, 2)),
+      time_wait_(options.max_time_wait) {
   next_ephemeral_ = static_cast<uint32_t>(options.seed);
   stack_.SetTransport(kTcp, this);
 }
@@ -118,12 +119,13 @@ std::unique_ptr<TcpSocket> TcpLayer::Open(transport::Family family) {
 
 Instant TcpLayer::NextDeadline() const {
   if (!pending_output_.empty()) return now_;
-  return timers_.NextDeadline();
+  return std::min(timers_.NextDeadline(), time_wait_.NextDeadline());
 }
 
 void TcpLayer::Poll(Instant now) {
   now_ = std::max(now_, now);
   timers_.Advance(now_);
+  time_wait_.Expire(now_);
   // Output may mark more connections (none today); loop until quiet.
   for (int round = 0; round < 4 && !pending_output_.empty(); ++round) {
     // Two vectors swapped back and forth keep their capacity: no heap.
@@ -155,21 +157,20 @@ void TcpLayer::ReapClosed() {
   if (closed_.empty()) return;
   std::sort(closed_.begin(), closed_.end());
   closed_.erase(std::unique(closed_.begin(), closed_.end()), closed_.end());
-  std::vector<Connection*> keep;
+  // Compacts closed_ in place (no vector per call): kept are the closed
+  // connections that still have output marked; attached ones are reaped
+  // when their socket lets go (Detach puts them back).
+  size_t kept = 0;
   for (Connection* c : closed_) {
     if (c->state() != TcpState::kClosed) continue;  // reopened? not here
     if (!c->Reapable() || c->output_marked_) {
-      keep.push_back(c);
+      if (!c->attached()) closed_[kept++] = c;
       continue;
     }
     Unregister(c);
     delete c;
   }
-  // Attached ones are reaped when their socket lets go (Detach).
-  closed_.clear();
-  for (Connection* c : keep) {
-    if (!c->attached()) closed_.push_back(c);
-  }
+  closed_.resize(kept);
 }
 
 Connection* TcpLayer::NewConnection(const transport::FourTuple& t,
@@ -243,55 +244,120 @@ std::optional<DropReason> TcpLayer::Deliver(const stack::Ipv6Datagram& d,
       transport::IpAddress(d.ip.dst), now_);
 }
 
+Listener* TcpLayer::FindListener(const transport::SocketAddress& local) const {
+  auto li = listeners_.find(local);
+  if (li != listeners_.end()) return li->second;
+  const transport::SocketAddress any{
+      local.ip.is_v4() ? transport::IpAddress(wire::Ipv4Address())
+                       : transport::IpAddress(wire::Ipv6Address()),
+      local.port};
+  li = listeners_.find(any);
+  return li != listeners_.end() ? li->second : nullptr;
+}
+
 std::optional<DropReason> TcpLayer::Receive(Segment& seg, Instant now) {
   auto it = connections_.find(seg.tuple);
-  Listener* l = nullptr;
-  auto find_listener = [&]() -> Listener* {
-    auto li = listeners_.find(seg.tuple.local);
-    if (li != listeners_.end()) return li->second;
-    transport::SocketAddress any{
-        seg.tuple.local.ip.is_v4()
-            ? transport::IpAddress(wire::Ipv4Address())
-            : transport::IpAddress(wire::Ipv6Address()),
-        seg.tuple.local.port};
-    li = listeners_.find(any);
-    return li != listeners_.end() ? li->second : nullptr;
-  };
   if (it != connections_.end()) {
     Connection* c = it->second;
-    if (c->state() == TcpState::kClosed) {
-      Unregister(c);  // reaped later; a new segment starts afresh
-    } else if (seg.has(flag::kSyn) && !seg.has(flag::kAck) &&
-               c->AcceptsNewSyn(seg) && (l = find_listener()) != nullptr) {
-      // RFC 6191: a newer SYN ends TIME_WAIT early.
-      ++counters_.time_wait_recycled;
-      c->CancelTimers();
-      c->SetState(TcpState::kClosed);
-      Unregister(c);
-      return ReceiveForListener(*l, seg, now);
-    } else {
-      return c->OnSegment(seg, now);
-    }
+    if (c->state() != TcpState::kClosed) return c->OnSegment(seg, now);
+    Unregister(c);  // reaped later; a new segment starts afresh
   }
-  l = find_listener();
-  if (l != nullptr) return ReceiveForListener(*l, seg, now);
+  if (TimeWaitEntry* tw = time_wait_.Find(seg.tuple)) {
+    return ReceiveTimeWait(*tw, seg, now);
+  }
+  if (Listener* l = FindListener(seg.tuple.local)) {
+    return ReceiveForListener(*l, seg, now);
+  }
   SendResetFor(seg, now);
   return DropReason::kTcpNoListener;
 }
 
-std::optional<DropReason> TcpLayer::ReceiveForListener(Listener& l,
-                                                       Segment& seg,
-                                                       Instant now) {
+// RFC 9293 3.10.7.4 in TIME_WAIT, in the order of Linux's
+// tcp_timewait_state_process (net/ipv4/tcp_minisocks.c).
+std::optional<DropReason> TcpLayer::ReceiveTimeWait(TimeWaitEntry& tw,
+                                                    Segment& seg,
+                                                    Instant now) {
+  // RFC 1337: a RST must not end TIME_WAIT early.
+  if (seg.has(flag::kRst)) return DropReason::kTcpTimeWait;
+  if (tw.AcceptsSyn(seg)) {
+    if (Listener* l = FindListener(seg.tuple.local)) {
+      // RFC 6191: a newer SYN ends TIME_WAIT early.
+      const SeqNum iss = tw.ReopenIss();
+      time_wait_.Erase(tw);
+      ++counters_.time_wait_recycled;
+      return ReceiveForListener(*l, seg, now, iss);
+    }
+  }
+  const bool paws = tw.PawsRejects(seg);
+  if (!paws && !seg.has(flag::kSyn) && !seg.has(flag::kFin) &&
+      seg.payload.size() == 0) {
+    return DropReason::kTcpTimeWait;  // a bare ACK: nothing to answer
+  }
+  // A retransmitted FIN (our ACK was lost), data, a SYN we refused or a
+  // segment PAWS rejected: ACK it. Restart 2 MSL unless it was a bare
+  // SYN, which may be a new connection's with a random ISN below RCV.NXT
+  // (Linux: "Do not reschedule in the last case").
+  if (paws || seg.has(flag::kAck)) time_wait_.Restart(tw, now);
+  // Linux tcp_oow_rate_limited: data-less segments and SYNs draw at most
+  // one ACK per 500 ms, so two stacks that disagree cannot loop.
+  const bool limited = seg.payload.size() == 0 || seg.has(flag::kSyn);
+  if (limited && now - tw.last_oow_ack < absl::Milliseconds(500)) {
+    ++counters_.invalid_acks_rate_limited;
+  } else {
+    tw.last_oow_ack = now;
+    SegmentOut out;
+    out.tcp.seq = tw.snd_nxt.value();
+    out.tcp.ack = tw.rcv_nxt.value();
+    out.tcp.flags = flag::kAck;
+    out.tcp.window = tw.window;
+    if (tw.ts_ok) {
+      out.tcp.timestamps = wire::TcpTimestamps{
+          static_cast<uint32_t>(absl::ToUnixMillis(now)) + tw.ts_offset,
+          tw.ts_recent};
+    }
+    (void)Transmit(tw.tuple, out, now);
+  }
+  return paws ? DropReason::kTcpPawsRejected : DropReason::kTcpTimeWait;
+}
+
+bool TcpLayer::EnterTimeWait(Connection& c, const TimeWaitEntry& e,
+                             Instant now) {
+  Unregister(&c);
+  if (time_wait_.Insert(e, now) == nullptr) {
+    ++counters_.time_wait_overflows;
+    return false;
+  }
+  return true;
+}
+
+bool TcpLayer::CookiesInUse(Instant now) const {
+  return now - last_cookie_sent_ <=
+         (SynCookies::kMaxAge + 1) * SynCookies::kPeriod;
+}
+
+bool TcpLayer::ConnectionRoom() {
+  if (connections_.size() < options_.max_connections) return true;
+  ++counters_.connection_limit_refusals;
+  return false;
+}
+
+std::optional<DropReason> TcpLayer::ReceiveForListener(
+    Listener& l, Segment& seg, Instant now, std::optional<SeqNum> iss) {
   if (seg.has(flag::kRst)) return DropReason::kTcpRstInvalid;
   if (seg.has(flag::kAck)) {
-    // Either a stray ACK or the last step of a SYN-cookie handshake.
-    if (options_.syn_cookies && !seg.has(flag::kSyn)) {
+    // Either the last step of a SYN-cookie handshake or a stray ACK: a
+    // late segment of a connection already closed and reaped, say. Only
+    // when cookies went out recently is it a cookie candidate; otherwise
+    // calling a failed check a "bad cookie" makes a clean run read as an
+    // attack (issue 12 item 10). Both draw the RST of RFC 9293 3.10.7.2.
+    if (options_.syn_cookies && !seg.has(flag::kSyn) && CookiesInUse(now)) {
       auto mss = cookies_.Check(seg.tuple, seg.seq() - 1, seg.ack() - 1, now);
       if (mss) {
         if (l.AcceptQueueFull()) {
           ++counters_.accept_queue_overflows;
           return DropReason::kTcpListenOverflow;
         }
+        if (!ConnectionRoom()) return DropReason::kTcpConnectionLimit;
         CookieOptions co;
         if (seg.tcp.timestamps) {
           co = SynCookies::DecodeTsecr(seg.tcp.timestamps->tsecr);
@@ -308,11 +374,17 @@ std::optional<DropReason> TcpLayer::ReceiveForListener(Listener& l,
       return DropReason::kTcpBadSynCookie;
     }
     SendResetFor(seg, now);
-    return DropReason::kTcpNoListener;
+    return DropReason::kTcpStrayAck;
   }
   if (!seg.has(flag::kSyn)) return DropReason::kTcpBadFlags;
-  if (l.Full()) {
+  if (!ConnectionRoom()) return DropReason::kTcpConnectionLimit;
+  const bool half_open_full = half_open_count_ >= options_.max_half_open;
+  if (l.Full() || half_open_full) {
     if (!options_.syn_cookies) {
+      if (!l.Full()) {
+        ++counters_.half_open_limit_drops;
+        return DropReason::kTcpHalfOpenLimit;
+      }
       ++counters_.accept_queue_overflows;
       return DropReason::kTcpListenOverflow;
     }
@@ -351,12 +423,12 @@ std::optional<DropReason> TcpLayer::ReceiveForListener(Listener& l,
           seg.tcp.timestamps->tsval};
     }
     ++counters_.syn_cookies_sent;
+    last_cookie_sent_ = now;
     (void)Transmit(seg.tuple, out, now);
     return std::nullopt;
   }
   Connection* c = NewConnection(seg.tuple, l.options());
-  l.AddHalfOpen();
-  c->StartPassive(seg, &l, isn_.Next(seg.tuple, now), now);
+  c->StartPassive(seg, &l, iss ? *iss : isn_.Next(seg.tuple, now), now);
   return std::nullopt;
 }
 
@@ -500,7 +572,7 @@ absl::StatusOr<uint16_t> TcpLayer::AllocateEphemeral(
     const uint16_t port = static_cast<uint16_t>(
         options_.ephemeral_low + (next_ephemeral_++ % range));
     transport::FourTuple t{{ip, port}, {rip, rport}};
-    if (connections_.contains(t)) continue;
+    if (connections_.contains(t) || time_wait_.Contains(t)) continue;
     if (PortInUse(transport::SocketAddress{ip, port})) continue;
     return port;
   }
@@ -536,14 +608,19 @@ std::string TcpLayer::FormatCounters() const {
       "passive_opens=%u established=%u resets_sent=%u resets_received=%u "
       "challenge_acks=%u invalid_acks_rate_limited=%u syn_cookies_sent=%u syn_cookies_accepted=%u "
       "syn_cookies_rejected=%u accept_overflows=%u time_wait_recycled=%u "
-      "timed_out=%u retransmits=%u send_failures=%u connections=%u",
+      "connection_limit_refusals=%u half_open_limit_drops=%u "
+      "time_wait_overflows=%u half_open_dropped_listener_closed=%u "
+      "timed_out=%u retransmits=%u send_failures=%u connections=%u "
+      "time_wait=%u",
       c.segments_in, c.segments_out, c.active_opens, c.passive_opens,
       c.established, c.resets_sent, c.resets_received, c.challenge_acks,
       c.invalid_acks_rate_limited,
       c.syn_cookies_sent, c.syn_cookies_accepted, c.syn_cookies_rejected,
       c.accept_queue_overflows, c.time_wait_recycled,
+      c.connection_limit_refusals, c.half_open_limit_drops,
+      c.time_wait_overflows, c.half_open_dropped_listener_closed,
       c.connections_timed_out, c.retransmits, c.send_failures,
-      connections_.size());
+      connections_.size(), time_wait_.size());
 }
 
 }  // namespace netstack::tcp

@@ -26,6 +26,7 @@
 #include "netstack/tcp/syn_cookies.h"
 #include "netstack/tcp/tcp_options.h"
 #include "netstack/tcp/tcp_socket.h"
+#include "netstack/tcp/time_wait.h"
 #include "netstack/transport/address.h"
 #include "netstack/transport/notifier.h"
 
@@ -45,7 +46,17 @@ struct TcpCounters {
   uint64_t syn_cookies_accepted = 0;
   uint64_t syn_cookies_rejected = 0;
   uint64_t accept_queue_overflows = 0;
+  // Half-open (SYN-RECEIVED) connections dropped, without a RST, because
+  // their listener closed (as Linux drops its request socks).
+  uint64_t half_open_dropped_listener_closed = 0;
   uint64_t time_wait_recycled = 0;
+  // TcpLayerOptions limits: a connection (SYN, cookie ACK or Connect)
+  // refused at max_connections; a SYN dropped at max_half_open with SYN
+  // cookies off; a connection that closed without TIME_WAIT because
+  // max_time_wait entries were held (Linux: TCPTimeWaitOverflow).
+  uint64_t connection_limit_refusals = 0;
+  uint64_t half_open_limit_drops = 0;
+  uint64_t time_wait_overflows = 0;
   uint64_t connections_timed_out = 0;
   uint64_t retransmits = 0;  // packets, all connections
   uint64_t send_failures = 0;  // no packet/chunk, or no route
@@ -73,7 +84,13 @@ class TcpLayer : public stack::TransportHandler {
   const TcpCounters& counters() const { return counters_; }
   std::string FormatCounters() const;
   // Connections the layer holds (any state but LISTEN), incl. TIME_WAIT.
-  size_t connection_count() const { return connections_.size(); }
+  size_t connection_count() const {
+    return connections_.size() + time_wait_.size();
+  }
+  // TIME_WAIT entries (compact records, time_wait.h).
+  size_t time_wait_count() const { return time_wait_.size(); }
+  // Half-open (SYN-RECEIVED) connections of all listeners.
+  size_t half_open_count() const { return half_open_count_; }
   // Connections that still owe their peer something: a handshake, data
   // queued or not yet acknowledged, or a FIN not yet acknowledged. An
   // embedder about to exit keeps its loop running until this is zero (or
@@ -93,9 +110,22 @@ class TcpLayer : public stack::TransportHandler {
       bool partial, const transport::IpAddress& src,
       const transport::IpAddress& dst, Instant now);
   std::optional<stack::DropReason> Receive(Segment& seg, Instant now);
-  std::optional<stack::DropReason> ReceiveForListener(Listener& l,
-                                                      Segment& seg,
-                                                      Instant now);
+  // `iss`: the ISS for a SYN that reopens a TIME_WAIT tuple.
+  std::optional<stack::DropReason> ReceiveForListener(
+      Listener& l, Segment& seg, Instant now,
+      std::optional<SeqNum> iss = std::nullopt);
+  std::optional<stack::DropReason> ReceiveTimeWait(TimeWaitEntry& tw,
+                                                   Segment& seg, Instant now);
+  // The listener for `local`, or the wildcard one of its port.
+  Listener* FindListener(const transport::SocketAddress& local) const;
+  // A SYN cookie was sent recently enough that an ACK may carry a valid
+  // one (SynCookies: a cookie lasts kMaxAge periods after its own).
+  bool CookiesInUse(Instant now) const;
+  // A connection reached TIME_WAIT: the compact record takes its tuple
+  // (the Connection is closed and freed). False if the table is full.
+  bool EnterTimeWait(Connection& c, const TimeWaitEntry& e, Instant now);
+  // Room for one more connection (TcpLayerOptions::max_connections).
+  bool ConnectionRoom();
   // RFC 9293 3.10.7.1: the reset for a segment that reached no one.
   void SendResetFor(const Segment& seg, Instant now);
   // Builds and sends one segment (headers prepended; payload views
@@ -129,6 +159,9 @@ class TcpLayer : public stack::TransportHandler {
   IsnGenerator isn_;
   SynCookies cookies_;
   absl::flat_hash_map<transport::FourTuple, Connection*> connections_;
+  TimeWaitTable time_wait_;
+  size_t half_open_count_ = 0;  // kept by Listener
+  Instant last_cookie_sent_ = absl::InfinitePast();
   absl::flat_hash_map<transport::SocketAddress, Listener*> listeners_;
   // Ports held by bound sockets (not yet connected or listening), by
   // (address, port); counts per port for quick exhaustion checks.

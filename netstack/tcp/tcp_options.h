@@ -59,6 +59,24 @@ struct TcpLayerOptions {
   // Listen backlog cap (SOMAXCONN); Listen(n) uses min(n, this).
   uint32_t max_backlog = 4096;
   bool syn_cookies = true;
+  // Caps on what peers can make the layer hold (STYLE.md: every table a
+  // peer can grow has a cap). Each refusal is counted (TcpCounters):
+  //   max_connections  connections in any state but LISTEN and TIME_WAIT
+  //                    (a Connection is a few KiB plus its buffers). A SYN
+  //                    or cookie ACK past it is dropped
+  //                    (drop.tcp_connection_limit), a Connect fails with
+  //                    NoBuffers (connection_limit_refusals).
+  //   max_half_open    SYN-RECEIVED connections of all listeners together
+  //                    (each listener's backlog caps its own). Past it a
+  //                    SYN gets a SYN cookie if syn_cookies is on, else is
+  //                    dropped (drop.tcp_half_open_limit).
+  //   max_time_wait    TIME_WAIT entries (about 200 bytes each, time_wait.h).
+  //                    Past it a connection closes without TIME_WAIT
+  //                    (time_wait_overflows), as Linux does past
+  //                    tcp_max_tw_buckets.
+  uint32_t max_connections = 262144;
+  uint32_t max_half_open = 16384;
+  uint32_t max_time_wait = 65536;
   // Keys for ISNs and SYN cookies; tests pin them, netstackd draws them
   // from getrandom.
   uint64_t seed = 0;

@@ -76,9 +76,10 @@ absl::Status TcpSocket::Connect(const transport::SocketAddress& remote) {
     local = {*src, *port};
   }
   transport::FourTuple t{local, remote};
-  if (layer_.connections_.contains(t)) {
+  if (layer_.connections_.contains(t) || layer_.time_wait_.Contains(t)) {
     return transport::AddressInUse(local.ToString());
   }
+  if (!layer_.ConnectionRoom()) return transport::NoBuffers();
   conn_ = layer_.NewConnection(t, options_);
   conn_->set_attached(true);
   if (pending_callback_) {
@@ -244,11 +245,22 @@ transport::SocketAddress TcpSocket::remote_address() const {
 
 TcpState TcpSocket::state() const {
   if (listener_ != nullptr) return TcpState::kListen;
-  return conn_ != nullptr ? conn_->state() : TcpState::kClosed;
+  if (conn_ == nullptr) return TcpState::kClosed;
+  // The connection itself closed when it handed its tuple to the TIME_WAIT
+  // table; the socket shows TIME_WAIT while that entry lasts.
+  if (conn_->state() == TcpState::kClosed && conn_->entered_time_wait() &&
+      layer_.time_wait_.Contains(conn_->tuple())) {
+    return TcpState::kTimeWait;
+  }
+  return conn_->state();
 }
 
 TcpInfo TcpSocket::Info() const {
-  if (conn_ != nullptr) return conn_->Info();
+  if (conn_ != nullptr) {
+    TcpInfo i = conn_->Info();
+    i.state = state();
+    return i;
+  }
   TcpInfo i;
   i.state = state();
   return i;
