@@ -39,6 +39,14 @@ absl::Status HostUnreachable(std::string_view detail) {
   return Make(absl::StatusCode::kUnavailable, EHOSTUNREACH,
               "host unreachable", detail);
 }
+absl::Status NetworkUnreachable(std::string_view detail) {
+  return Make(absl::StatusCode::kUnavailable, ENETUNREACH,
+              "network unreachable", detail);
+}
+absl::Status ProtocolUnavailable(std::string_view detail) {
+  return Make(absl::StatusCode::kUnavailable, ENOPROTOOPT,
+              "protocol unreachable", detail);
+}
 absl::Status ConnectionReset() {
   return Make(absl::StatusCode::kAborted, ECONNRESET,
               "connection reset by peer", "");

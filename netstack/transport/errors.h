@@ -7,6 +7,9 @@
 //   WouldBlock          kUnavailable        EAGAIN
 //   ConnectionRefused   kUnavailable        ECONNREFUSED
 //   HostUnreachable     kUnavailable        EHOSTUNREACH
+//   NetworkUnreachable  kUnavailable        ENETUNREACH
+//   ProtocolUnavailable kUnavailable        ENOPROTOOPT (ICMP protocol
+//                                           unreachable)
 //   ConnectionReset     kAborted            ECONNRESET
 //   ConnectionAborted   kAborted            ECONNABORTED (local Abort)
 //   TimedOut            kDeadlineExceeded   ETIMEDOUT
@@ -31,6 +34,8 @@ namespace netstack::transport {
 absl::Status WouldBlock();
 absl::Status ConnectionRefused();
 absl::Status HostUnreachable(std::string_view detail = "");
+absl::Status NetworkUnreachable(std::string_view detail = "");
+absl::Status ProtocolUnavailable(std::string_view detail = "");
 absl::Status ConnectionReset();
 absl::Status ConnectionAborted();
 absl::Status TimedOut();

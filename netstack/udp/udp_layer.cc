@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "netstack/base/dcheck.h"
 #include "netstack/transport/errors.h"
+#include "netstack/wire/bytes.h"
 #include "netstack/wire/checksum.h"
 #include "netstack/wire/ip_protocol.h"
 #include "netstack/wire/ipv4.h"
@@ -223,6 +224,47 @@ absl::Status UdpLayer::SendDatagramViews(
   }
   ++counters_.datagrams_sent;
   return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// ICMP errors
+
+void UdpLayer::OnIcmpError(const stack::IcmpError& e, Instant) {
+  // The invoking datagram went from (src, sport) to (dst, dport).
+  const uint16_t sport = wire::LoadBe16(&e.l4[0]);
+  const uint16_t dport = wire::LoadBe16(&e.l4[2]);
+  const IpAddress src = e.v6 ? IpAddress(e.src6) : IpAddress(e.src4);
+  const IpAddress dst = e.v6 ? IpAddress(e.dst6) : IpAddress(e.dst4);
+  absl::Status err;
+  switch (e.kind) {
+    case stack::IcmpErrorKind::kPortUnreachable:
+      err = transport::ConnectionRefused();
+      break;
+    case stack::IcmpErrorKind::kProtocolUnreachable:
+      err = transport::ProtocolUnavailable();
+      break;
+    case stack::IcmpErrorKind::kAdminProhibited:
+      err = transport::HostUnreachable("administratively prohibited");
+      break;
+    default:
+      // Soft errors (RFC 1122 4.1.3.3 leaves them to the application;
+      // Linux reports them only with IP_RECVERR), and PMTU: nothing to
+      // report on a datagram socket.
+      ++counters_.icmp_errors_ignored;
+      return;
+  }
+  // The socket that sent it: bound to (src, sport) and, to take the
+  // error, connected to (dst, dport) (RFC 1122 4.1.3.3; an unconnected
+  // socket cannot tell which of its peers it concerns).
+  PortTable& table = e.v6 ? table6_ : table4_;
+  PortBinding* b = table.Lookup(src, sport, SocketAddress{dst, dport});
+  if (b == nullptr || b->socket == nullptr || !b->remote ||
+      *b->remote != SocketAddress{dst, dport}) {
+    ++counters_.icmp_errors_ignored;
+    return;
+  }
+  ++counters_.icmp_errors_reported;
+  b->socket->SetError(std::move(err));
 }
 
 // ---------------------------------------------------------------------------

@@ -80,6 +80,10 @@ struct UdpLayerOptions {
   /* No chunk or packet buffer, or the stack dropped it (its counters */  \
   /* say why). */                                                         \
   X(send_no_buffer, "send_no_buffer")                                     \
+  /* ICMP errors: given to a connected socket, or not (an unconnected  */ \
+  /* socket, a soft error, no socket). */                                  \
+  X(icmp_errors_reported, "icmp_errors_reported")                         \
+  X(icmp_errors_ignored, "icmp_errors_ignored")                           \
   /* SendViews with more views than a packet holds. */                     \
   X(send_too_many_views, "send_too_many_views")                           \
   X(ephemeral_exhausted, "ephemeral_exhausted")
@@ -116,6 +120,10 @@ class UdpLayer : public stack::TransportHandler {
                                            Instant now) override;
   std::optional<stack::DropReason> Deliver(const stack::Ipv6Datagram& d,
                                            Instant now) override;
+  // An ICMP error about a datagram we sent: a connected socket gets the
+  // hard ones (port or protocol unreachable, administratively
+  // prohibited) as its pending error, as Linux without IP_RECVERR does.
+  void OnIcmpError(const stack::IcmpError& e, Instant now) override;
 
   const UdpCounters& counters() const { return counters_; }
   size_t open_sockets() const { return open_sockets_; }

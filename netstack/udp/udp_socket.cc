@@ -137,6 +137,7 @@ absl::Status UdpSocket::Disconnect() {
 absl::Status UdpSocket::SendTo(std::span<const uint8_t> data,
                                const SocketAddress& dst, Instant now) {
   if (closed_) return Closed();
+  if (!error_.ok()) return TakeError();
   if (absl::Status s = CheckDestination(dst); !s.ok()) return s;
   const size_t max = family_ == Family::kIpv4 ? UdpLayer::kMaxIpv4Payload
                                               : UdpLayer::kMaxIpv6Payload;
@@ -153,6 +154,7 @@ absl::Status UdpSocket::SendTo(std::span<const uint8_t> data,
 absl::Status UdpSocket::SendViewsTo(std::span<const buffer::PayloadView> views,
                                     const SocketAddress& dst, Instant now) {
   if (closed_) return Closed();
+  if (!error_.ok()) return TakeError();
   if (absl::Status s = CheckDestination(dst); !s.ok()) return s;
   size_t len = 0;
   for (const buffer::PayloadView& v : views) len += v.size();
@@ -178,8 +180,17 @@ absl::Status UdpSocket::Send(std::span<const uint8_t> data, Instant now) {
   return SendTo(data, *binding_.remote, now);
 }
 
+void UdpSocket::SetError(absl::Status error) {
+  error_ = std::move(error);
+  layer_.notifier_.Mark(notifiable_,
+                        transport::event::kReadable | transport::event::kError);
+}
+
+absl::Status UdpSocket::TakeError() { return std::exchange(error_, {}); }
+
 absl::StatusOr<RecvResult> UdpSocket::RecvFrom(std::span<uint8_t> out) {
   if (closed_) return Closed();
+  if (!error_.ok()) return TakeError();
   if (queue_.empty()) return transport::WouldBlock();
   const DatagramQueue::Entry e = queue_.Pop();
   const std::span<const uint8_t> bytes = e.payload.bytes();
@@ -193,6 +204,7 @@ absl::StatusOr<RecvResult> UdpSocket::RecvFrom(std::span<uint8_t> out) {
 
 absl::StatusOr<ReceivedDatagram> UdpSocket::RecvDatagram() {
   if (closed_) return Closed();
+  if (!error_.ok()) return TakeError();
   if (queue_.empty()) return transport::WouldBlock();
   DatagramQueue::Entry e = queue_.Pop();
   return ReceivedDatagram{std::move(e.payload), e.from};

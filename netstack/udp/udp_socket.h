@@ -124,6 +124,10 @@ class UdpSocket {
   // WouldBlock when no datagram is queued.
   [[nodiscard]] absl::StatusOr<RecvResult> RecvFrom(std::span<uint8_t> out);
   [[nodiscard]] absl::StatusOr<ReceivedDatagram> RecvDatagram();
+  // The pending error (an ICMP error on a connected socket: ECONNREFUSED
+  // for port unreachable), cleared by reading it, as SO_ERROR. Send and
+  // the Recv calls return it first, once.
+  absl::Status TakeError();
   // Payload size of the next datagram (FIONREAD); nullopt when none.
   std::optional<size_t> NextDatagramSize() const;
 
@@ -152,6 +156,11 @@ class UdpSocket {
   friend class UdpLayer;
   UdpSocket(UdpLayer& layer, transport::Family family, size_t rcvbuf);
 
+  // An ICMP error for a connected socket: kept until the next Send or
+  // Recv returns it (once), and the socket is marked readable with
+  // kError (SO_ERROR semantics).
+  void SetError(absl::Status error);
+
   // Receive path (from UdpLayer): queues the datagram and marks the
   // socket readable, or counts a full queue. Never allocates once the
   // queue's ring has grown to its working size.
@@ -173,6 +182,7 @@ class UdpSocket {
   // Its callback forwards to callback_ while the socket is open.
   transport::Notifiable notifiable_;
   Stats stats_;
+  absl::Status error_;  // pending ICMP error (SetError)
 };
 
 }  // namespace netstack::udp

@@ -100,19 +100,20 @@ void UdpFixture::LearnPeer() {
 
 void UdpFixture::InjectL4(const IpAddress& src, const IpAddress& dst,
                           const std::vector<uint8_t>& l4,
-                          const wire::MacAddress* dst_mac) {
+                          const wire::MacAddress* dst_mac, uint8_t protocol) {
   const wire::MacAddress mac = dst_mac != nullptr ? *dst_mac : our_mac_;
   std::vector<std::vector<uint8_t>> frames;
   const uint16_t ident = next_ident_++;
   if (src.is_v4()) {
     for (auto& p :
-         stack::testing::Ipv4Packets(src.v4(), dst.v4(), 17, ident, l4, 1500)) {
+         stack::testing::Ipv4Packets(src.v4(), dst.v4(), protocol, ident, l4,
+                                     1500)) {
       frames.push_back(
           stack::testing::WithEthernet(peer_.mac, mac, kEtherIpv4, p));
     }
   } else {
-    for (auto& p : stack::testing::Ipv6Packets(src.v6(), dst.v6(), 17, 64,
-                                               ident, l4, 1500)) {
+    for (auto& p : stack::testing::Ipv6Packets(src.v6(), dst.v6(), protocol,
+                                               64, ident, l4, 1500)) {
       frames.push_back(
           stack::testing::WithEthernet(peer_.mac, mac, kEtherIpv6, p));
     }

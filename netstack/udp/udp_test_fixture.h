@@ -61,10 +61,12 @@ class UdpFixture : public ::testing::Test {
                  const transport::SocketAddress& dst,
                  std::span<const uint8_t> payload,
                  const wire::MacAddress* dst_mac = nullptr);
-  // Same with a prepared UDP datagram (header included) as the IP payload.
+  // Same with a prepared UDP datagram (header included) as the IP payload
+  // (or, with `protocol`, any other IP payload: an ICMP error...).
   void InjectL4(const transport::IpAddress& src,
                 const transport::IpAddress& dst, const std::vector<uint8_t>& l4,
-                const wire::MacAddress* dst_mac = nullptr);
+                const wire::MacAddress* dst_mac = nullptr,
+                uint8_t protocol = 17);
   // Flushes the stack and returns what the link got since the last call.
   std::vector<std::vector<uint8_t>> TakeSent();
   uint64_t StackDrops(stack::DropReason r) const {
