@@ -197,6 +197,82 @@ void Connection::Fail(absl::Status error) {
          transport::event::kReadable | transport::event::kWritable);
 }
 
+absl::Status Connection::TimeoutError() const {
+  return soft_error_.ok() ? transport::TimedOut() : soft_error_;
+}
+
+bool Connection::OnIcmpError(stack::IcmpErrorKind kind, uint32_t mtu,
+                             SeqNum seq, Instant now) {
+  // RFC 5927 4.1: the quoted sequence number must be one in flight, or a
+  // blind attacker could reset or slow connections with forged errors.
+  if (state_ == TcpState::kSynSent) {
+    if (seq != iss_) return false;
+  } else if (seq < snd_una_ || seq >= snd_nxt_) {
+    return false;
+  }
+  using K = stack::IcmpErrorKind;
+  if (kind == K::kFragmentationNeeded) {
+    // RFC 1191 / RFC 8201: a smaller path MTU. Never below what IPv4
+    // (576, like Linux's min_pmtu 552 rounded to the RFC 1122 minimum)
+    // or IPv6 (1280) must carry; a missing MTU (a pre-RFC 1191 router)
+    // steps down to the minimum.
+    const uint32_t floor = tuple_.remote.ip.is_v6() ? 1280 : 576;
+    const uint32_t next = std::max(mtu == 0 ? floor : mtu, floor);
+    if (next >= path_mtu_) return true;  // nothing smaller to learn
+    path_mtu_ = next;
+    const uint32_t base = std::min<uint32_t>(peer_mss_, MssForMtuOption());
+    mss_ = std::max<uint32_t>(base - (ts_ok_ ? 12 : 0), 64);
+    ++layer_.counters_.pmtu_decreases;
+    // What is in flight went out in packets too big for the path: resend
+    // it at the new size, without a congestion response (Linux's
+    // tcp_simple_retransmit; RFC 8201 5.4 does not count it as loss).
+    if (!sb_.empty()) {
+      sb_.MarkAllLost();
+      MarkOutput();
+    }
+    return true;
+  }
+  absl::Status err;
+  bool hard = false;
+  switch (kind) {
+    case K::kPortUnreachable:
+      err = transport::ConnectionRefused();
+      hard = true;
+      break;
+    case K::kProtocolUnreachable:
+      err = transport::ProtocolUnavailable();
+      hard = true;
+      break;
+    case K::kNetUnreachable:
+      err = transport::NetworkUnreachable(tuple_.remote.ip.ToString());
+      break;
+    case K::kAdminProhibited:
+      err = transport::HostUnreachable("administratively prohibited");
+      hard = true;
+      break;
+    default:
+      err = transport::HostUnreachable(tuple_.remote.ip.ToString());
+      break;
+  }
+  // RFC 1122 4.2.3.9 makes only port and protocol unreachable hard
+  // errors; while connecting, Linux (tcp_v4_err) gives up on any of
+  // them, so a connect to an unreachable host fails at once instead of
+  // after its SYN retransmissions time out.
+  if (state_ == TcpState::kSynSent) {
+    Fail(std::move(err));
+    return true;
+  }
+  if (hard && state_ == TcpState::kSynReceived) {
+    Fail(std::move(err));
+    return true;
+  }
+  // Synchronized: a soft error (routes flap; TCP's own timers decide),
+  // reported only if the connection then times out.
+  soft_error_ = std::move(err);
+  (void)now;
+  return true;
+}
+
 void Connection::OnReset(Instant now) {
   ++layer_.counters_.resets_received;
   switch (state_) {

@@ -19,6 +19,7 @@
 #include "netstack/base/time.h"
 #include "netstack/eventloop/timer_wheel.h"
 #include "netstack/stack/counters.h"
+#include "netstack/stack/stack.h"
 #include "netstack/tcp/congestion_control.h"
 #include "netstack/tcp/receive_queue.h"
 #include "netstack/tcp/rtt_estimator.h"
@@ -57,6 +58,13 @@ class Connection {
   // A segment addressed to this connection (checksum verified, header
   // parsed). nullopt: accepted; else the drop reason.
   std::optional<stack::DropReason> OnSegment(Segment& seg, Instant now);
+  // An ICMP error about the segment that started at `seq` (RFC 1122
+  // 4.2.3.9): a smaller path MTU, a hard error while connecting (the
+  // connect fails with it), or a soft error kept to report if the
+  // connection times out. False if ignored: `seq` is not one we have sent
+  // and not yet had acknowledged (RFC 5927 section 4.1).
+  bool OnIcmpError(stack::IcmpErrorKind kind, uint32_t mtu, SeqNum seq,
+                   Instant now);
   // Sends what is pending: handshake, retransmissions, new data, FIN,
   // ACKs and window updates. Called by the layer's Poll.
   void Output(Instant now);
@@ -131,6 +139,10 @@ class Connection {
   void EnterTimeWait(Instant now);
   void SetState(TcpState s);
   void Fail(absl::Status error);
+  // What a connection that gives up reports: the last soft ICMP error if
+  // there was one (host unreachable says more than a timeout), else
+  // ETIMEDOUT.
+  absl::Status TimeoutError() const;
   void UpdateRtt(const Segment& seg, const AckResult& res, Instant now);
   // PAWS (RFC 7323 5.3) with Linux's tolerances; the segment has TSopt.
   bool PawsReject(const Segment& seg, Instant now) const;
@@ -220,6 +232,9 @@ class Connection {
   bool entered_time_wait_ = false;
   transport::Notifiable notifiable_;
   absl::Status error_;
+  // The last soft ICMP error (host unreachable...): what a timeout
+  // reports instead of ETIMEDOUT, as Linux's sk_err_soft.
+  absl::Status soft_error_;
 
   // Send sequence space (RFC 9293 3.3.1). Retransmissions come from the
   // scoreboard, so snd_nxt_ is also the highest sequence sent.

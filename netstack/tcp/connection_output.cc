@@ -471,7 +471,7 @@ void Connection::OnRetransmitTimer(Instant now) {
   if (state_ == TcpState::kSynSent || state_ == TcpState::kSynReceived) {
     if (++syn_retries_ > options_.syn_retries) {
       ++layer_.counters_.connections_timed_out;
-      return Fail(transport::TimedOut());
+      return Fail(TimeoutError());
     }
     rtt_.Backoff();
     ++stats_.timeouts;
@@ -487,7 +487,7 @@ void Connection::OnRetransmitTimer(Instant now) {
   if (user_timeout || rtt_.backoff() >= options_.max_retransmits) {
     ++layer_.counters_.connections_timed_out;
     SendRst(now);
-    Fail(transport::TimedOut());
+    Fail(TimeoutError());
       return;
   }
   ++stats_.timeouts;
@@ -524,7 +524,7 @@ void Connection::OnPersistTimer(Instant now) {
       first_unacked_at_ != kNever &&
       now - first_unacked_at_ >= options_.user_timeout) {
     SendRst(now);
-    return Fail(transport::TimedOut());
+    return Fail(TimeoutError());
   }
   if (first_unacked_at_ == kNever) first_unacked_at_ = now;
   ++stats_.zero_window_probes;
@@ -599,7 +599,7 @@ void Connection::OnKeepaliveTimer(Instant now) {
   if (keepalive_sent_ >= options_.keepalive_probes) {
     ++layer_.counters_.connections_timed_out;
     SendRst(now);
-    Fail(transport::TimedOut());
+    Fail(TimeoutError());
       return;
   }
   ++keepalive_sent_;

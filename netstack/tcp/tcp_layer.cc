@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "netstack/tcp/connection.h"
+#include "netstack/wire/bytes.h"
 #include "netstack/wire/checksum.h"
 #include "netstack/wire/ip_protocol.h"
 
@@ -253,6 +254,29 @@ Listener* TcpLayer::FindListener(const transport::SocketAddress& local) const {
       local.port};
   li = listeners_.find(any);
   return li != listeners_.end() ? li->second : nullptr;
+}
+
+void TcpLayer::OnIcmpError(const stack::IcmpError& e, Instant now) {
+  now_ = std::max(now_, now);
+  // The invoking segment went from (src, sport) to (dst, dport); its
+  // first 8 bytes are the ports and the sequence number.
+  const transport::IpAddress src =
+      e.v6 ? transport::IpAddress(e.src6) : transport::IpAddress(e.src4);
+  const transport::IpAddress dst =
+      e.v6 ? transport::IpAddress(e.dst6) : transport::IpAddress(e.dst4);
+  const transport::FourTuple t{{src, wire::LoadBe16(&e.l4[0])},
+                               {dst, wire::LoadBe16(&e.l4[2])}};
+  auto it = connections_.find(t);
+  if (it == connections_.end()) {
+    ++counters_.icmp_errors_ignored;
+    return;
+  }
+  if (it->second->OnIcmpError(e.kind, e.mtu, SeqNum(wire::LoadBe32(&e.l4[4])),
+                              now_)) {
+    ++counters_.icmp_errors_taken;
+  } else {
+    ++counters_.icmp_errors_ignored;
+  }
 }
 
 std::optional<DropReason> TcpLayer::Receive(Segment& seg, Instant now) {
@@ -611,7 +635,8 @@ std::string TcpLayer::FormatCounters() const {
       "connection_limit_refusals=%u half_open_limit_drops=%u "
       "time_wait_overflows=%u half_open_dropped_listener_closed=%u "
       "timed_out=%u retransmits=%u send_failures=%u connections=%u "
-      "time_wait=%u",
+      "time_wait=%u icmp_errors_taken=%u icmp_errors_ignored=%u "
+      "pmtu_decreases=%u",
       c.segments_in, c.segments_out, c.active_opens, c.passive_opens,
       c.established, c.resets_sent, c.resets_received, c.challenge_acks,
       c.invalid_acks_rate_limited,
@@ -620,7 +645,8 @@ std::string TcpLayer::FormatCounters() const {
       c.connection_limit_refusals, c.half_open_limit_drops,
       c.time_wait_overflows, c.half_open_dropped_listener_closed,
       c.connections_timed_out, c.retransmits, c.send_failures,
-      connections_.size(), time_wait_.size());
+      connections_.size(), time_wait_.size(), c.icmp_errors_taken,
+      c.icmp_errors_ignored, c.pmtu_decreases);
 }
 
 }  // namespace netstack::tcp

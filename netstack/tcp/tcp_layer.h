@@ -58,6 +58,12 @@ struct TcpCounters {
   uint64_t half_open_limit_drops = 0;
   uint64_t time_wait_overflows = 0;
   uint64_t connections_timed_out = 0;
+  // ICMP errors: taken by a connection (PMTU, a hard error while
+  // connecting, a soft error kept for a timeout), or ignored (no
+  // connection, or a sequence number we have not sent: RFC 5927).
+  uint64_t icmp_errors_taken = 0;
+  uint64_t icmp_errors_ignored = 0;
+  uint64_t pmtu_decreases = 0;
   uint64_t retransmits = 0;  // packets, all connections
   uint64_t send_failures = 0;  // no packet/chunk, or no route
 };
@@ -80,6 +86,9 @@ class TcpLayer : public stack::TransportHandler {
                                            Instant now) override;
   std::optional<stack::DropReason> Deliver(const stack::Ipv6Datagram& d,
                                            Instant now) override;
+  // An ICMP error about a segment we sent, to its connection (RFC 1122
+  // 4.2.3.9, RFC 5927 checks).
+  void OnIcmpError(const stack::IcmpError& e, Instant now) override;
 
   const TcpCounters& counters() const { return counters_; }
   std::string FormatCounters() const;

@@ -251,6 +251,73 @@ std::vector<uint8_t> SegmentHarness::Frame(const PeerSegment& s) const {
                                       options_.v6 ? kEthIpv6 : kEthIpv4, ip);
 }
 
+std::vector<uint8_t> SegmentHarness::IcmpErrorFrame(
+    const OutSegment& about, uint8_t type, uint8_t code, uint32_t info,
+    std::optional<uint32_t> seq) const {
+  // The invoking datagram: the IP header the stack sent and the first 8
+  // bytes of its TCP header (ports, sequence number).
+  std::vector<uint8_t> tcp8(8);
+  wire::StoreBe16(&tcp8[0], about.tcp.src_port);
+  wire::StoreBe16(&tcp8[2], about.tcp.dst_port);
+  wire::StoreBe32(&tcp8[4], seq.value_or(about.tcp.seq));
+  std::vector<uint8_t> invoking;
+  if (options_.v6) {
+    wire::Ipv6Repr r;
+    r.src = OurIp6();
+    r.dst = PeerIp6();
+    r.next_header = kTcpProto;
+    r.hop_limit = 64;
+    r.payload_len = static_cast<uint16_t>(about.ip_packet_len - 40);
+    invoking.resize(r.BufferLen());
+    r.Emit(wire::MutableIpv6Packet(invoking));
+  } else {
+    wire::Ipv4Repr r;
+    r.src = OurIp4();
+    r.dst = PeerIp4();
+    r.protocol = kTcpProto;
+    r.ttl = 64;
+    r.dont_fragment = true;
+    r.payload_len = static_cast<uint16_t>(about.ip_packet_len - 20);
+    invoking.resize(r.BufferLen());
+    r.Emit(wire::MutableIpv4Packet(invoking));
+  }
+  invoking.insert(invoking.end(), tcp8.begin(), tcp8.end());
+  std::vector<uint8_t> icmp = {type, code, 0, 0, 0, 0, 0, 0};
+  wire::StoreBe32(&icmp[4], info);
+  icmp.insert(icmp.end(), invoking.begin(), invoking.end());
+  wire::ChecksumAccumulator acc;
+  if (options_.v6) {
+    acc.AddFolded(wire::Ipv6PseudoHeaderSum(
+        PeerIp6(), OurIp6(), 58, static_cast<uint32_t>(icmp.size())));
+  }
+  acc.Add(icmp);
+  wire::StoreBe16(&icmp[2], acc.Checksum());
+  std::vector<uint8_t> ip;
+  if (options_.v6) {
+    wire::Ipv6Repr r;
+    r.src = PeerIp6();
+    r.dst = OurIp6();
+    r.next_header = 58;
+    r.hop_limit = 64;
+    r.payload_len = static_cast<uint16_t>(icmp.size());
+    ip.resize(r.BufferLen() + icmp.size());
+    r.Emit(wire::MutableIpv6Packet(ip));
+    std::copy(icmp.begin(), icmp.end(), ip.begin() + r.BufferLen());
+  } else {
+    wire::Ipv4Repr r;
+    r.src = PeerIp4();
+    r.dst = OurIp4();
+    r.protocol = 1;
+    r.ttl = 64;
+    r.payload_len = static_cast<uint16_t>(icmp.size());
+    ip.resize(r.BufferLen() + icmp.size());
+    r.Emit(wire::MutableIpv4Packet(ip));
+    std::copy(icmp.begin(), icmp.end(), ip.begin() + r.BufferLen());
+  }
+  return stack::testing::WithEthernet(PeerMac(), OurMac(),
+                                      options_.v6 ? kEthIpv6 : kEthIpv4, ip);
+}
+
 void SegmentHarness::InjectFrame(const std::vector<uint8_t>& frame) {
   link_->Inject(frame, now_);
   Poll();

@@ -191,6 +191,15 @@ class SegmentHarness {
 
   // Builds the Ethernet frame for `s` (checksums filled unless tampered).
   std::vector<uint8_t> Frame(const PeerSegment& s) const;
+  // An ICMP (IPv4) or ICMPv6 error from the peer's address about `about`,
+  // a segment the stack sent: `type`/`code` as on the wire, `info` the
+  // 32-bit field after the checksum (the next-hop MTU of fragmentation
+  // needed in its low 16 bits, the MTU of Packet Too Big). The invoking
+  // datagram quotes `about`'s IP header and first 8 TCP bytes, with its
+  // sequence number replaced by `seq` if given.
+  std::vector<uint8_t> IcmpErrorFrame(const OutSegment& about, uint8_t type,
+                                      uint8_t code, uint32_t info = 0,
+                                      std::optional<uint32_t> seq = {}) const;
   // Injects one frame and polls (the end of a receive batch).
   void Send(const PeerSegment& s);
   // Injects all frames in ONE FakeLink::Inject call (one receive batch),
