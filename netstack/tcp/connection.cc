@@ -41,8 +41,8 @@ Connection::Connection(TcpLayer& layer, const transport::FourTuple& tuple,
       delack_timer_([this](Instant now) { OnDelayedAckTimer(now); }),
       rack_timer_([this](Instant now) { OnRackTimer(now); }),
       keepalive_timer_([this](Instant now) {
-        if (state_ == TcpState::kTimeWait || state_ == TcpState::kFinWait2) {
-          OnTimeWaitTimer(now);
+        if (state_ == TcpState::kFinWait2) {
+          OnFinWait2Timer(now);
         } else {
           OnKeepaliveTimer(now);
         }
@@ -289,7 +289,6 @@ void Connection::OnReset(Instant now) {
       return Fail(transport::ConnectionRefused());
     case TcpState::kClosing:
     case TcpState::kLastAck:
-    case TcpState::kTimeWait:
       SetState(TcpState::kClosed);
       Notify(transport::event::kHangup);
       return;
@@ -894,10 +893,10 @@ void Connection::EnterTimeWait(Instant now) {
   Notify(transport::event::kHangup);
 }
 
-void Connection::OnTimeWaitTimer(Instant now) {
-  // Only an orphaned FIN_WAIT_2 still uses this timer (TIME_WAIT itself
-  // lives in the layer's table): reset, as Linux does.
-  if (state_ == TcpState::kFinWait2) SendRst(now);
+void Connection::OnFinWait2Timer(Instant now) {
+  // An orphaned FIN_WAIT_2 gave up waiting for the peer's FIN: reset, as
+  // Linux does. (TIME_WAIT lives in the layer's table, not here.)
+  SendRst(now);
   SetState(TcpState::kClosed);
   Notify(transport::event::kHangup);
 }

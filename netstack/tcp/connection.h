@@ -212,7 +212,7 @@ class Connection {
   void OnDelayedAckTimer(Instant now);
   void OnRackTimer(Instant now);
   void OnKeepaliveTimer(Instant now);
-  void OnTimeWaitTimer(Instant now);
+  void OnFinWait2Timer(Instant now);
   void MarkOutput();
   void Notify(uint32_t events);
   uint32_t TsNow(Instant now) const;
@@ -338,7 +338,7 @@ class Connection {
   uint32_t persist_backoff_ = 0;
   eventloop::Timer delack_timer_;
   eventloop::Timer rack_timer_;
-  eventloop::Timer keepalive_timer_;  // keepalive, FIN_WAIT_2, TIME_WAIT
+  eventloop::Timer keepalive_timer_;  // keepalive; orphaned FIN_WAIT_2
 
   TcpInfo stats_;  // counters part of Info()
 };

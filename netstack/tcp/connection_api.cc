@@ -108,7 +108,6 @@ void Connection::Abort(Instant now) {
   attached_ = false;
   switch (state_) {
     case TcpState::kClosed:
-    case TcpState::kTimeWait:
     case TcpState::kSynSent:
       break;
     default:

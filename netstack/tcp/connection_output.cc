@@ -374,9 +374,6 @@ void Connection::Output(Instant now) {
     case TcpState::kClosed:
     case TcpState::kListen:
       return;
-    case TcpState::kTimeWait:
-      if (ack_pending_) SendAck(now);
-      return;
     default:
       break;
   }
@@ -576,9 +573,8 @@ void Connection::EnterRecovery(uint64_t prior_in_flight, Instant now) {
 
 void Connection::ArmKeepalive(Instant now) {
   if (!options_.keepalive) {
-    if (state_ != TcpState::kTimeWait && state_ != TcpState::kFinWait2) {
-      layer_.timers_.Cancel(keepalive_timer_);
-    }
+    // FIN_WAIT_2's timer shares the slot.
+    if (state_ != TcpState::kFinWait2) layer_.timers_.Cancel(keepalive_timer_);
     return;
   }
   layer_.timers_.Schedule(keepalive_timer_, now + options_.keepalive_idle);

@@ -223,13 +223,17 @@ std::vector<uint8_t> SegmentHarness::Frame(const PeerSegment& s) const {
   if (s.corrupt_checksum) csum = static_cast<uint16_t>(csum ^ 0x5a5a);
   wire::StoreBe16(&l4[16], csum);
 
-  // IP and Ethernet.
+  return PeerIpFrame(kTcpProto, l4);
+}
+
+std::vector<uint8_t> SegmentHarness::PeerIpFrame(
+    uint8_t protocol, const std::vector<uint8_t>& l4) const {
   std::vector<uint8_t> ip;
   if (options_.v6) {
     wire::Ipv6Repr r;
     r.src = PeerIp6();
     r.dst = OurIp6();
-    r.next_header = kTcpProto;
+    r.next_header = protocol;
     r.hop_limit = 64;
     r.payload_len = static_cast<uint16_t>(l4.size());
     ip.resize(r.BufferLen() + l4.size());
@@ -239,7 +243,7 @@ std::vector<uint8_t> SegmentHarness::Frame(const PeerSegment& s) const {
     wire::Ipv4Repr r;
     r.src = PeerIp4();
     r.dst = OurIp4();
-    r.protocol = kTcpProto;
+    r.protocol = protocol;
     r.ttl = 64;
     r.dont_fragment = true;
     r.payload_len = static_cast<uint16_t>(l4.size());
@@ -292,30 +296,7 @@ std::vector<uint8_t> SegmentHarness::IcmpErrorFrame(
   }
   acc.Add(icmp);
   wire::StoreBe16(&icmp[2], acc.Checksum());
-  std::vector<uint8_t> ip;
-  if (options_.v6) {
-    wire::Ipv6Repr r;
-    r.src = PeerIp6();
-    r.dst = OurIp6();
-    r.next_header = 58;
-    r.hop_limit = 64;
-    r.payload_len = static_cast<uint16_t>(icmp.size());
-    ip.resize(r.BufferLen() + icmp.size());
-    r.Emit(wire::MutableIpv6Packet(ip));
-    std::copy(icmp.begin(), icmp.end(), ip.begin() + r.BufferLen());
-  } else {
-    wire::Ipv4Repr r;
-    r.src = PeerIp4();
-    r.dst = OurIp4();
-    r.protocol = 1;
-    r.ttl = 64;
-    r.payload_len = static_cast<uint16_t>(icmp.size());
-    ip.resize(r.BufferLen() + icmp.size());
-    r.Emit(wire::MutableIpv4Packet(ip));
-    std::copy(icmp.begin(), icmp.end(), ip.begin() + r.BufferLen());
-  }
-  return stack::testing::WithEthernet(PeerMac(), OurMac(),
-                                      options_.v6 ? kEthIpv6 : kEthIpv4, ip);
+  return PeerIpFrame(options_.v6 ? 58 : 1, icmp);
 }
 
 void SegmentHarness::InjectFrame(const std::vector<uint8_t>& frame) {

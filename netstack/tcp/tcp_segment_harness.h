@@ -200,6 +200,9 @@ class SegmentHarness {
   std::vector<uint8_t> IcmpErrorFrame(const OutSegment& about, uint8_t type,
                                       uint8_t code, uint32_t info = 0,
                                       std::optional<uint32_t> seq = {}) const;
+  // Ethernet + IP (peer to us, the harness's family) around `l4`.
+  std::vector<uint8_t> PeerIpFrame(uint8_t protocol,
+                                   const std::vector<uint8_t>& l4) const;
   // Injects one frame and polls (the end of a receive batch).
   void Send(const PeerSegment& s);
   // Injects all frames in ONE FakeLink::Inject call (one receive batch),

@@ -134,18 +134,22 @@ absl::Status UdpSocket::Disconnect() {
   return absl::OkStatus();
 }
 
-absl::Status UdpSocket::SendTo(std::span<const uint8_t> data,
-                               const SocketAddress& dst, Instant now) {
+absl::Status UdpSocket::PrepareSend(const SocketAddress& dst, size_t len) {
   if (closed_) return Closed();
   if (!error_.ok()) return TakeError();
   if (absl::Status s = CheckDestination(dst); !s.ok()) return s;
   const size_t max = family_ == Family::kIpv4 ? UdpLayer::kMaxIpv4Payload
                                               : UdpLayer::kMaxIpv6Payload;
-  if (data.size() > max) {
+  if (len > max) {
     ++layer_.counters_.send_message_too_long;
     return transport::MessageTooLong();
   }
-  if (absl::Status s = AutoBind(); !s.ok()) return s;
+  return AutoBind();
+}
+
+absl::Status UdpSocket::SendTo(std::span<const uint8_t> data,
+                               const SocketAddress& dst, Instant now) {
+  if (absl::Status s = PrepareSend(dst, data.size()); !s.ok()) return s;
   absl::Status s = layer_.SendDatagram(local_address(), dst, data, now);
   if (s.ok()) ++stats_.datagrams_sent;
   return s;
@@ -153,22 +157,13 @@ absl::Status UdpSocket::SendTo(std::span<const uint8_t> data,
 
 absl::Status UdpSocket::SendViewsTo(std::span<const buffer::PayloadView> views,
                                     const SocketAddress& dst, Instant now) {
-  if (closed_) return Closed();
-  if (!error_.ok()) return TakeError();
-  if (absl::Status s = CheckDestination(dst); !s.ok()) return s;
   size_t len = 0;
   for (const buffer::PayloadView& v : views) len += v.size();
-  const size_t max = family_ == Family::kIpv4 ? UdpLayer::kMaxIpv4Payload
-                                              : UdpLayer::kMaxIpv6Payload;
-  if (len > max) {
-    ++layer_.counters_.send_message_too_long;
-    return transport::MessageTooLong();
-  }
+  if (absl::Status s = PrepareSend(dst, len); !s.ok()) return s;
   if (views.size() > buffer::PacketBuffer::kMaxPayloadViews) {
     ++layer_.counters_.send_too_many_views;
     return transport::InvalidArgument("more payload views than a packet holds");
   }
-  if (absl::Status s = AutoBind(); !s.ok()) return s;
   absl::Status s = layer_.SendDatagramViews(local_address(), dst, views, now);
   if (s.ok()) ++stats_.datagrams_sent;
   return s;

@@ -169,6 +169,9 @@ class UdpSocket {
   absl::Status CheckDestination(const transport::SocketAddress& dst) const;
   // Binds port 0 on the unspecified address if not bound yet.
   absl::Status AutoBind();
+  // What SendTo and SendViewsTo check first (closed, a pending error,
+  // the destination, the size), then AutoBind.
+  absl::Status PrepareSend(const transport::SocketAddress& dst, size_t len);
 
   UdpLayer& layer_;
   const transport::Family family_;
