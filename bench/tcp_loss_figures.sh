@@ -253,6 +253,21 @@ topology() {
   ip -n "$KNS" addr add "$NET4.1/24" dev nst0
   ip -n "$KNS" addr add "$NET6::1/64" dev nst0 nodad
   ip -n "$KNS" link set nst0 up
+  # Nothing may leave this machine: each namespace holds only lo and its
+  # end of the pair, and neither has a default route.
+  for ns in "$KNS" "$SNS"; do
+    local links
+    links=$(ip -n "$ns" -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 |
+      sort | tr '\n' ' ')
+    case "$links" in
+      "lo nst0 " | "lo nst1 ") ;;
+      *) echo "tcp_loss_figures: namespace $ns has links: $links" >&2; exit 1 ;;
+    esac
+    if ip -n "$ns" route show default | grep -q . ||
+        ip -n "$ns" -6 route show default | grep -q .; then
+      echo "tcp_loss_figures: namespace $ns has a default route" >&2; exit 1
+    fi
+  done
 }
 teardown() {
   ip netns del "$KNS" 2>/dev/null || true
