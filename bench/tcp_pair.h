@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "link/link_endpoint.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 #include "netstack/stack/stack.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/notifier.h"

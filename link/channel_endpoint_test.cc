@@ -8,10 +8,10 @@
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "link/link_endpoint.h"
 #include "link/link_test_util.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 
 // Counts global operator new calls, to show that a warmed-up channel moves
 // frames without touching the heap.

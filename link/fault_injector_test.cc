@@ -14,10 +14,10 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "link/frame_util.h"
-#include "link/link_endpoint.h"
 #include "link/link_test_util.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 
 namespace netstack::link {
 namespace {

@@ -15,9 +15,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "link/link_endpoint.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 #include "netstack/wire/address.h"
 #include "netstack/wire/arp.h"
 #include "netstack/wire/ethernet.h"

@@ -35,9 +35,9 @@
 
 #include "absl/status/statusor.h"
 #include "link/gso.h"
-#include "link/link_endpoint.h"
 #include "netstack/base/time.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 
 namespace netstack::link {
 

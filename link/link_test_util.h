@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "link/link_endpoint.h"
 #include "netstack/base/time.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 
 namespace netstack::link::testing {
 

@@ -74,8 +74,8 @@
 
 #include "absl/status/statusor.h"
 #include "link/fd_util.h"
-#include "link/link_endpoint.h"
 #include "netstack/buffer/chunk.h"
+#include "netstack/link/link_endpoint.h"
 #include "netstack/wire/address.h"
 
 namespace netstack::link {

@@ -43,9 +43,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "link/link_endpoint.h"
 #include "netstack/base/time.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 
 namespace netstack::link {
 

@@ -13,10 +13,10 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "link/channel_endpoint.h"
-#include "link/link_endpoint.h"
 #include "link/link_test_util.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 #include "tests/pcap_fixture.h"
 
 namespace netstack::link {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "link/link_endpoint.h"
 #include "netstack/buffer/chunk.h"
+#include "netstack/link/link_endpoint.h"
 
 namespace netstack::stack {
 

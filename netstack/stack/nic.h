@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "link/link_endpoint.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 #include "netstack/stack/route_table.h"
 #include "netstack/stack/stack.h"
 

@@ -25,12 +25,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "link/link_endpoint.h"
 #include "netstack/base/time.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/ip/fragment.h"
 #include "netstack/ip/reassembly.h"
+#include "netstack/link/link_endpoint.h"
 #include "netstack/stack/counters.h"
 #include "netstack/stack/neighbor_cache.h"
 #include "netstack/stack/route_table.h"

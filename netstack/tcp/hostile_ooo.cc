@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "link/link_endpoint.h"
+#include "netstack/link/link_endpoint.h"
 
 namespace netstack::tcp::testing {
 

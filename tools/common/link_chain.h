@@ -19,9 +19,9 @@
 #include "absl/status/statusor.h"
 #include "link/fault_injector.h"
 #include "link/gso_endpoint.h"
-#include "link/link_endpoint.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/link/link_endpoint.h"
 #include "netstack/wire/address.h"
 
 namespace netstack::tools {

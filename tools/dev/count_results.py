@@ -5,7 +5,9 @@ Usage: count_results.py LABEL TESTLOGS_DIR TARGET...
 Reads TESTLOGS_DIR/<package>/<name>/test.xml for each test TARGET
 (//package:name), so stale results of deleted targets are not counted.
 Prints "LABEL: P passed, F failed, S skipped (T targets)"; a skipped
-test case is never counted as passed. A target whose XML is
+test case is never counted as passed. Each failure is named on stderr
+(target, case and the first line of its message; for an unreadable XML the
+parser's error), so the cause is on screen next to the summary. A target whose XML is
 missing or unreadable counts as one failure; a target that Bazel marked as
 failed but whose XML lists no failing case (a crash, a timeout) counts as
 one failure too.
@@ -24,15 +26,32 @@ def main():
         targets += 1
         try:
             tree = ET.parse(path)
-        except (ET.ParseError, OSError):
-            print(f"{label}: no readable result for {target}", file=sys.stderr)
+        except (ET.ParseError, OSError) as e:
+            print(f"{label}: FAILED {target}: no readable result in {path}: {e}",
+                  file=sys.stderr)
+            position = getattr(e, "position", None)
+            if position:
+                try:
+                    with open(path, "rb") as f:
+                        line = f.read().splitlines()[position[0] - 1]
+                    print(f"{label}:   line {position[0]}: {line[:300]!r}",
+                          file=sys.stderr)
+                except (OSError, IndexError):
+                    pass
             failed += 1
             continue
         cases = list(tree.iter("testcase"))
         bad = 0
         for case in cases:
-            if case.find("failure") is not None or case.find("error") is not None:
+            problem = case.find("failure")
+            if problem is None:
+                problem = case.find("error")
+            if problem is not None:
                 bad += 1
+                message = (problem.get("message") or problem.text or "").strip()
+                first = message.splitlines()[0] if message else "(no message)"
+                print(f"{label}: FAILED {target} {case.get('classname', '')}."
+                      f"{case.get('name', '')}: {first[:200]}", file=sys.stderr)
             elif (case.find("skipped") is not None or
                   case.get("result") in ("skipped", "suppressed") or
                   case.get("status") == "notrun"):
@@ -45,6 +64,9 @@ def main():
         for suite in tree.iter("testsuite"):
             suite_fail += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
         if bad == 0 and suite_fail > 0:
+            print(f"{label}: FAILED {target}: the suite counts {suite_fail} "
+                  "failures or errors but names no case (a crash or a timeout)",
+                  file=sys.stderr)
             failed += 1
         if not cases and suite_fail == 0:
             # Bazel's own XML for a non-gtest target: one case per target.

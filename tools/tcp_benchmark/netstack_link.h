@@ -16,10 +16,10 @@
 #include "absl/status/statusor.h"
 #include "link/fault_injector.h"
 #include "link/gso_endpoint.h"
-#include "link/link_endpoint.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/link/link_endpoint.h"
 #include "netstack/stack/stack.h"
 
 namespace netstack::tools::bench {
