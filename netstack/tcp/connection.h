@@ -197,6 +197,8 @@ class Connection {
   uint32_t ReceiveWindow() const;
   bool WindowUpdateDue() const;
   uint32_t MaxPayload() const;
+  // The largest super-segment the pacing rate asks for (tcp_tso_autosize).
+  uint64_t AutosizeBytes() const;
   uint32_t Packets(uint64_t bytes) const {
     return static_cast<uint32_t>((bytes + mss_ - 1) / mss_);
   }

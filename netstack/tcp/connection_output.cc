@@ -29,7 +29,30 @@ uint32_t Connection::MaxPayload() const {
   const uint32_t hdrs = (tuple_.remote.ip.is_v6() ? 40 : 20) + 20 +
                         (ts_ok_ ? 12 : 0);
   const uint32_t room = gso_max_ > hdrs ? gso_max_ - hdrs : mss_;
-  return std::max(mss_, room / mss_ * mss_);
+  const uint64_t cap = std::min<uint64_t>(room, AutosizeBytes());
+  return std::max<uint32_t>(mss_, static_cast<uint32_t>(cap / mss_ * mss_));
+}
+
+uint64_t Connection::AutosizeBytes() const {
+  // Linux's tcp_tso_autosize: a super-segment carries about 1 ms of data
+  // at the connection's pacing rate (cwnd / srtt, doubled in slow start and
+  // x1.2 after, as tcp_update_pacing_rate sets it), at least two packets,
+  // plus gso_max >> (min_rtt in us >> 9) (tcp_tso_rtt_log), so that a path
+  // under half a millisecond keeps whole 64 KiB super-segments. A slow or
+  // long path so gets small bursts, not 45 back-to-back packets that one
+  // queue overflow takes together.
+  if (!rtt_.has_sample()) return UINT64_MAX;
+  const int64_t srtt_us =
+      std::max<int64_t>(absl::ToInt64Microseconds(rtt_.srtt()), 1);
+  const uint64_t cwnd_bytes = uint64_t{cc_->cwnd()} * mss_;
+  const uint64_t ratio = cc_->InSlowStart() ? 200 : 120;  // percent
+  const uint64_t rate = cwnd_bytes * ratio * 10'000 / uint64_t(srtt_us);
+  uint64_t bytes = rate >> 10;  // ~1 ms (1/1024 s), sk_pacing_shift 10
+  const int64_t min_rtt_us = absl::ToInt64Microseconds(rtt_.min_rtt());
+  const int shift = static_cast<int>(
+      std::min<int64_t>(std::max<int64_t>(min_rtt_us, 0) >> 9, 63));
+  bytes += uint64_t{gso_max_} >> shift;
+  return std::max<uint64_t>(bytes, 2 * uint64_t{mss_});
 }
 
 uint32_t Connection::ReceiveWindow() const {

@@ -190,5 +190,64 @@ TEST_P(SegmentSizeTest, SuperSegmentOfMoreViewsThanAPacketHolds) {
   }
 }
 
+// Super-segments are sized like Linux's tcp_tso_autosize: about 1 ms of
+// data at the pacing rate (cwnd / srtt, x2 in slow start), at least two
+// packets, plus gso_max >> (min_rtt_us >> 9). On a 4 ms path with an
+// initial window that is a few packets per super-segment, not one burst
+// of the whole window that a single queue drop takes together (each
+// direction of a lossy path then sees the same loss per frame).
+TEST_P(SegmentSizeTest, SuperSegmentsOnASlowPathCarryAboutAMillisecond) {
+  HarnessOptions o = Options();
+  o.gso_max_size = 65535;
+  SegmentHarness h(o);
+  PeerSynOptions po;
+  po.window = 65535;
+  auto s = h.OpenPassive(po, std::nullopt, absl::Milliseconds(4));
+  ASSERT_NE(s, nullptr);
+  const uint32_t mss = s->Info().mss;
+  // The handshake and two round trips: srtt and min_rtt are 4 ms.
+  h.WriteAndAck(*s, 100, absl::Milliseconds(4));
+  h.WriteAndAck(*s, 100, absl::Milliseconds(4));
+  h.Take();
+  const uint32_t cwnd = s->Info().cwnd;
+  ASSERT_GE(cwnd, 10u);
+  ASSERT_TRUE(s->Write(Bytes(cwnd * mss)).ok());
+  h.Poll();
+  const std::vector<OutSegment> out = h.Take();
+  // 2 x cwnd x mss per 4 ms, over 1024: cwnd x mss / 2048 ... per 1 ms,
+  // plus 65535 >> 7 = 511 bytes.
+  const uint64_t rate = uint64_t{cwnd} * mss * 200 * 10'000 / 4000;
+  const uint64_t cap = std::max<uint64_t>((rate >> 10) + (65535 >> 7),
+                                          2 * mss) / mss * mss;
+  ASSERT_LT(cap, uint64_t{cwnd} * mss);  // the test means something
+  ASSERT_GE(out.size(), 2u);
+  for (const OutSegment& seg : out) EXPECT_LE(seg.payload.size(), cap);
+  EXPECT_EQ(PayloadBytes(out), uint64_t{cwnd} * mss);
+}
+
+// Under half a millisecond of min_rtt (a veth, a TAP on this host) the
+// super-segments stay whole: the whole window goes out in as few as the
+// GSO limit allows.
+TEST_P(SegmentSizeTest, SuperSegmentsOnAFastPathStayWhole) {
+  HarnessOptions o = Options();
+  o.gso_max_size = 65535;
+  SegmentHarness h(o);
+  PeerSynOptions po;
+  po.window = 65535;
+  auto s = h.OpenPassive(po, std::nullopt, absl::Microseconds(100));
+  ASSERT_NE(s, nullptr);
+  const uint32_t mss = s->Info().mss;
+  h.WriteAndAck(*s, 100, absl::Microseconds(100));
+  h.WriteAndAck(*s, 100, absl::Microseconds(100));
+  h.Take();
+  const uint32_t cwnd = s->Info().cwnd;
+  ASSERT_TRUE(s->Write(Bytes(cwnd * mss)).ok());
+  h.Poll();
+  const std::vector<OutSegment> out = h.Take();
+  ASSERT_FALSE(out.empty());
+  EXPECT_GE(out[0].payload.size(), std::min<uint64_t>(
+      uint64_t{cwnd} * mss, (65535 - 80) / mss * mss));
+}
+
 }  // namespace
 }  // namespace netstack::tcp

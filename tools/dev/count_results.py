@@ -10,7 +10,9 @@ test case is never counted as passed. Each failure is named on stderr
 parser's error), so the cause is on screen next to the summary. A target whose XML is
 missing or unreadable counts as one failure; a target that Bazel marked as
 failed but whose XML lists no failing case (a crash, a timeout) counts as
-one failure too.
+one failure too. A target that passed only on a retry is named as flaky
+(in the summary line and on stderr, with where its failed attempts' logs
+are); its cases count as their last attempt says.
 """
 import os
 import sys
@@ -20,6 +22,7 @@ import xml.etree.ElementTree as ET
 def main():
     label, root, labels = sys.argv[1], sys.argv[2], sys.argv[3:]
     passed = failed = skipped = targets = 0
+    flaky = []
     for target in labels:
         package, _, name = target.lstrip("/").partition(":")
         path = os.path.join(root, package, name, "test.xml")
@@ -40,6 +43,29 @@ def main():
                     pass
             failed += 1
             continue
+        # A target that failed and then passed on a retry
+        # (--flaky_test_attempts): Bazel keeps the failed attempts' logs.
+        attempts = os.path.join(root, package, name, "test_attempts")
+        if os.path.isdir(attempts):
+            failed_attempts = sorted(
+                f for f in os.listdir(attempts) if f.endswith(".log"))
+            if failed_attempts:
+                flaky.append(target)
+                print(f"{label}: FLAKY {target}: passed after "
+                      f"{len(failed_attempts)} failed attempt(s); their logs: "
+                      f"{attempts}", file=sys.stderr)
+                for log in failed_attempts:
+                    xml = os.path.join(attempts, log[:-len(".log")] + ".xml")
+                    try:
+                        for case in ET.parse(xml).iter("testcase"):
+                            if (case.find("failure") is not None or
+                                    case.find("error") is not None):
+                                print(f"{label}:   {log}: "
+                                      f"{case.get('classname', '')}."
+                                      f"{case.get('name', '')} failed",
+                                      file=sys.stderr)
+                    except (ET.ParseError, OSError):
+                        pass
         cases = list(tree.iter("testcase"))
         bad = 0
         for case in cases:
@@ -71,8 +97,9 @@ def main():
         if not cases and suite_fail == 0:
             # Bazel's own XML for a non-gtest target: one case per target.
             passed += 1
+    note = f", {len(flaky)} flaky: {' '.join(flaky)}" if flaky else ""
     print(f"{label}: {passed} passed, {failed} failed, {skipped} skipped "
-          f"({targets} targets)")
+          f"({targets} targets{note})")
 
 
 if __name__ == "__main__":

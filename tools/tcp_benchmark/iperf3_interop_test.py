@@ -294,8 +294,21 @@ class BadClientsAgainstOurServer(unittest.TestCase):
 
     def test_client_closes_early(self):
         self.params(b'{"tcp":true,"time":1,"parallel":2}')
+        # Read CREATE_STREAMS first: a close with that byte unread would
+        # send an RST instead of a FIN (or not, if the byte came late), and
+        # the server would report a reset, not a close (a flake CI hit).
+        self.assertEqual(recv_exact(self.sock, 1), b"\x0a")
         self.sock.close()
         self.expect_failure("closed the control connection")
+
+    def test_client_resets_early(self):
+        self.params(b'{"tcp":true,"time":1,"parallel":2}')
+        self.assertEqual(recv_exact(self.sock, 1), b"\x0a")
+        # SO_LINGER 0: close sends an RST.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             struct.pack("ii", 1, 0))
+        self.sock.close()
+        self.expect_failure("connection reset by peer")
 
     def test_silent_client_times_out(self):
         self.sock.sendall(COOKIE[:10])
