@@ -97,6 +97,69 @@ sys.exit(1 if bad else 0)
 """
 
 
+# A hostile guest: runt UDP queries, a response sent as a query, and a TCP
+# message shorter than a DNS header (the forwarder closes the connection).
+HOSTILE_DNS = r"""
+import socket, sys
+dns = sys.argv[1]
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for m in (b"", b"\x01", b"\x00" * 11, b"\x12\x34\x81\x80" + b"\x00" * 8):
+  u.sendto(m, (dns, 53))
+u.settimeout(0.5)
+try:
+  print("unexpected answer", u.recv(100)); sys.exit(1)
+except socket.timeout:
+  pass
+t = socket.create_connection((dns, 53), timeout=3)
+t.sendall(b"\x00\x05hello")
+t.settimeout(3)
+try:
+  got = t.recv(100)
+except ConnectionResetError:
+  got = b""
+if got != b"":
+  print("expected the connection closed, got", got); sys.exit(1)
+
+def query(qid):
+  q = qid.to_bytes(2, "big") + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+  q += b"\x07backend\x04test\x00\x00\x01\x00\x01"
+  return len(q).to_bytes(2, "big") + q
+
+def read_msg(sock):
+  buf = b""
+  while len(buf) < 2 or len(buf) < 2 + int.from_bytes(buf[:2], "big"):
+    chunk = sock.recv(4096)
+    if not chunk:
+      raise AssertionError(f"closed after {len(buf)} bytes")
+    buf += chunk
+  n = int.from_bytes(buf[:2], "big")
+  return buf[2:2 + n], buf[2 + n:]
+
+# A query dribbled one byte per segment, then two pipelined in one write:
+# each answered, with its own id, over the same connection.
+t = socket.create_connection((dns, 53), timeout=5)
+t.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+import time
+for b in query(0xbeef):
+  t.send(bytes([b]))
+  time.sleep(0.01)
+msg, rest = read_msg(t)
+assert msg[:2] == b"\xbe\xef" and msg[2] & 0x80, msg
+t.sendall(query(0x0102) + query(0x0304))
+got = []
+buf = b""
+for _ in range(2):
+  while len(buf) < 2 or len(buf) < 2 + int.from_bytes(buf[:2], "big"):
+    buf += t.recv(4096)
+  n = int.from_bytes(buf[:2], "big")
+  got.append(buf[2:4])
+  buf = buf[2 + n:]
+assert sorted(got) == [b"\x01\x02", b"\x03\x04"], got
+t.close()
+print("hostile ok")
+"""
+
+
 class UdpBackendInteropTest(unittest.TestCase):
 
   @classmethod
@@ -268,6 +331,14 @@ class UdpBackendInteropTest(unittest.TestCase):
                    "+tries=2", "backend.test", qtype, check=False)
             self.assertEqual(r.stdout.strip(), want, r.stdout + r.stderr)
 
+  def test_3b_hostile_dns_is_dropped_and_the_forwarder_goes_on(self):
+    r = ns(NS_G, sys.executable, "-c", HOSTILE_DNS, DNS4, check=False,
+           timeout=30)
+    self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+    r = ns(NS_G, "dig", f"@{DNS4}", "+short", "+time=2", "+tries=1",
+           "backend.test", "A", check=False)
+    self.assertEqual(r.stdout.strip(), "10.77.0.9", r.stdout + r.stderr)
+
   def test_4_counters(self):
     c = self.counters()
     print("\n".join(f"{k} {v}" for k, v in sorted(c.items())
@@ -280,9 +351,12 @@ class UdpBackendInteropTest(unittest.TestCase):
                      c.get("backend.udp.bytes_to_guest"))
     self.assertGreaterEqual(c.get("backend.ping.replies", 0), 6)
     self.assertEqual(c.get("backend.ping.refused.forbidden", 0), 0)
-    self.assertGreaterEqual(c.get("backend.dns.answers.udp", 0), 4)
-    self.assertGreaterEqual(c.get("backend.dns.answers.tcp", 0), 4)
+    self.assertGreaterEqual(c.get("backend.dns.answers.udp", 0), 5)
+    self.assertGreaterEqual(c.get("backend.dns.answers.tcp", 0), 7)
     self.assertEqual(c.get("backend.dns.timeouts", 0), 0)
+    self.assertEqual(c.get("backend.dns.dropped.short"), 3)
+    self.assertEqual(c.get("backend.dns.dropped.not_query"), 1)
+    self.assertEqual(c.get("backend.dns.dropped.tcp_malformed"), 1)
 
 
 if __name__ == "__main__":
