@@ -102,7 +102,7 @@ bool UdpFlowTable::OnUnmatchedDatagram(const SocketAddress& src,
     return false;  // the stack's own port unreachable
   }
   if (dst.port == 0 || dst.ip.IsUnspecified() || src.port == 0) {
-    ++counters_.refused_self;
+    ++counters_.refused_bad_address;
     return false;
   }
   const Key key{src, dst};

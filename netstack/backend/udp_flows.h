@@ -65,6 +65,8 @@ struct UdpFlowOptions {
   X(closed_socket_error, "closed.socket_error")                           \
   X(refused_limit, "refused.limit")                                       \
   X(refused_self, "refused.self")                                         \
+  /* Port 0 either way, or an unspecified destination: never relayed. */ \
+  X(refused_bad_address, "refused.bad_address")                           \
   X(refused_socket, "refused.socket")                                     \
   X(refused_connect, "refused.connect")                                   \
   X(datagrams_to_host, "datagrams_to_host")                               \
