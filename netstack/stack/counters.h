@@ -134,6 +134,8 @@ std::string_view DropReasonName(DropReason r);
   X(ipv4_fragments_sent, "ipv4_fragments_sent")  \
   X(icmpv4_echo_requests, "icmpv4_echo_requests") \
   X(icmpv4_echo_replies_sent, "icmpv4_echo_replies_sent") \
+  /* Taken by the EchoHandler (a backend's ping forwarder). */ \
+  X(icmpv4_echo_requests_handed_off, "icmpv4_echo_requests_handed_off") \
   X(icmpv4_errors_sent, "icmpv4_errors_sent")    \
   X(ipv6_received, "ipv6_received")              \
   X(ipv6_fragments_received, "ipv6_fragments_received") \
@@ -141,6 +143,7 @@ std::string_view DropReasonName(DropReason r);
   X(ipv6_fragments_sent, "ipv6_fragments_sent")  \
   X(icmpv6_echo_requests, "icmpv6_echo_requests") \
   X(icmpv6_echo_replies_sent, "icmpv6_echo_replies_sent") \
+  X(icmpv6_echo_requests_handed_off, "icmpv6_echo_requests_handed_off") \
   X(icmpv6_errors_sent, "icmpv6_errors_sent")    \
   X(ndp_ns_received, "ndp_ns_received")          \
   X(ndp_na_sent, "ndp_na_sent")                  \

@@ -286,6 +286,21 @@ void Stack::HandleIcmpv4(Ipv4Datagram& d, Instant now) {
     // Like Linux's icmp_echo_ignore_broadcasts (RFC 1122 3.2.2.6 allows).
     return Drop(DropReason::kIcmpv4EchoToBroadcast);
   }
+  if (echo_handler_ != nullptr && !d.link_multicast &&
+      !d.ip.dst.IsMulticast()) {
+    EchoRequest req;
+    req.src4 = d.ip.src;
+    req.dst4 = d.ip.dst;
+    req.id = echo->ident;
+    req.seq = echo->seq_no;
+    req.ttl = d.ip.ttl;
+    req.data = d.payload.Subview(wire::Icmpv4Packet::kHeaderLen,
+                                 d.payload.size() - wire::Icmpv4Packet::kHeaderLen);
+    if (echo_handler_->OnEchoRequest(req, now)) {
+      ++counters_.icmpv4_echo_requests_handed_off;
+      return;
+    }
+  }
   // The reply shares the request's data: a sub-view of the received chunk
   // (or of the reassembly chunk), never a copy. Its checksum follows from
   // the request's by RFC 1624: only the type word changes.

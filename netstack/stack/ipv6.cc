@@ -215,6 +215,22 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
   if (std::holds_alternative<wire::Icmpv6EchoRequest>(repr.message)) {
     if (d.ip.src.IsZero()) return Drop(DropReason::kIpv6BadSource);
     ++counters_.icmpv6_echo_requests;
+    if (echo_handler_ != nullptr && !d.link_multicast &&
+        !d.ip.dst.IsMulticast()) {
+      const auto& echo = std::get<wire::Icmpv6EchoRequest>(repr.message);
+      EchoRequest req;
+      req.v6 = true;
+      req.src6 = d.ip.src;
+      req.dst6 = d.ip.dst;
+      req.id = echo.identifier;
+      req.seq = echo.sequence;
+      req.ttl = d.ip.hop_limit;
+      req.data = d.payload.Subview(8, d.payload.size() - 8);
+      if (echo_handler_->OnEchoRequest(req, now)) {
+        ++counters_.icmpv6_echo_requests_handed_off;
+        return;
+      }
+    }
     buffer::PacketPtr reply = packets_.Allocate();
     if (reply == nullptr) return Drop(DropReason::kNoBuffer);
     const uint32_t hdr_len = 8;

@@ -128,6 +128,32 @@ class TransportHandler {
   virtual void OnIcmpError(const IcmpError& e, Instant now) {}
 };
 
+// An ICMP or ICMPv6 echo request, verified (type, code, checksum), for
+// an EchoHandler.
+struct EchoRequest {
+  bool v6 = false;
+  wire::Ipv4Address src4, dst4;
+  wire::Ipv6Address src6, dst6;
+  uint16_t id = 0;
+  uint16_t seq = 0;
+  // The echo data after the 8-byte header (a view of the received or
+  // reassembled chunk; the handler may keep it).
+  buffer::PayloadView data;
+  // IPv4 TTL / IPv6 hop limit of the request.
+  uint8_t ttl = 0;
+};
+
+// Asked first about every unicast echo request (Stack::SetEchoHandler):
+// a network backend takes those for destinations that are not its own
+// and forwards them to host ping sockets (netstack/backend/ping_*).
+class EchoHandler {
+ public:
+  virtual ~EchoHandler() = default;
+  // True: taken (the stack sends no reply of its own). False: the stack
+  // answers it as usual if the destination is ours.
+  virtual bool OnEchoRequest(const EchoRequest& request, Instant now) = 0;
+};
+
 // Where a packet to a destination goes: the source address the stack
 // would pick, and the outgoing link's MTU and GSO size.
 template <typename Address>
@@ -167,6 +193,9 @@ class Stack {
   // Registers the handler for an IP protocol number (6 TCP, 17 UDP);
   // nullptr unregisters. Not owned; must outlive its registration.
   void SetTransport(uint8_t protocol, TransportHandler* handler);
+  // The echo request hook (see EchoHandler); nullptr removes it. Not
+  // owned; must outlive its registration.
+  void SetEchoHandler(EchoHandler* handler) { echo_handler_ = handler; }
   std::optional<PathInfo<wire::Ipv4Address>> Path(
       const wire::Ipv4Address& dst) const;
   std::optional<PathInfo<wire::Ipv6Address>> Path(
@@ -278,6 +307,7 @@ class Stack {
   StackCounters counters_;
   TransportHandler* tcp_ = nullptr;
   TransportHandler* udp_ = nullptr;
+  EchoHandler* echo_handler_ = nullptr;
   uint16_t next_ipv4_ident_ = 1;
   uint32_t next_ipv6_frag_ident_ = 1;
   Instant retry_tx_at_ = kNever;

@@ -226,6 +226,22 @@ absl::Status UdpLayer::SendDatagramViews(
   return absl::OkStatus();
 }
 
+absl::Status UdpLayer::SendFrom(const SocketAddress& src,
+                               const SocketAddress& dst,
+                               std::span<const buffer::PayloadView> views,
+                               Instant now) {
+  if (src.ip.is_v4() != dst.ip.is_v4() || src.ip.IsUnspecified()) {
+    return transport::InvalidArgument("source and destination families");
+  }
+  size_t len = 0;
+  for (const buffer::PayloadView& v : views) len += v.size();
+  if (len > (dst.ip.is_v4() ? kMaxIpv4Payload : kMaxIpv6Payload)) {
+    ++counters_.send_message_too_long;
+    return transport::MessageTooLong();
+  }
+  return SendDatagramViews(src, dst, views, now);
+}
+
 // ---------------------------------------------------------------------------
 // ICMP errors
 
@@ -271,27 +287,27 @@ void UdpLayer::OnIcmpError(const stack::IcmpError& e, Instant) {
 // Receive
 
 std::optional<DropReason> UdpLayer::Deliver(const stack::Ipv4Datagram& d,
-                                            Instant) {
+                                            Instant now) {
   // The stack drops a unicast datagram in a link-layer broadcast, so a
   // link-multicast frame here carries a broadcast or multicast IP
   // destination (a subnet broadcast is only recognisable that way here).
   const bool multi =
       d.link_multicast || d.ip.dst.IsBroadcast() || d.ip.dst.IsMulticast();
   return Demux(table4_, IpAddress(d.ip.dst), IpAddress(d.ip.src), d.payload,
-               multi);
+               multi, now);
 }
 
 std::optional<DropReason> UdpLayer::Deliver(const stack::Ipv6Datagram& d,
-                                            Instant) {
+                                            Instant now) {
   return Demux(table6_, IpAddress(d.ip.dst), IpAddress(d.ip.src), d.payload,
-               d.ip.dst.IsMulticast());
+               d.ip.dst.IsMulticast(), now);
 }
 
 std::optional<DropReason> UdpLayer::Demux(PortTable& table,
                                           const IpAddress& dst,
                                           const IpAddress& src_ip,
                                           const buffer::PayloadView& l4,
-                                          bool multi) {
+                                          bool multi, Instant now) {
   // The stack parsed this header already; parsing again costs a few loads
   // and keeps this function safe on its own (after Check, no read is out
   // of bounds, and Length is within the view).
@@ -323,6 +339,12 @@ std::optional<DropReason> UdpLayer::Demux(PortTable& table,
     enqueue(*b);
   }
   if (matched == 0) {
+    if (!multi && unmatched_ != nullptr &&
+        unmatched_->OnUnmatchedDatagram(src, SocketAddress{dst, udp.dst_port},
+                                        payload, now)) {
+      ++counters_.unmatched_handled;
+      return std::nullopt;
+    }
     ++counters_.no_port;
     return DropReason::kUdpNoListener;
   }

@@ -69,6 +69,8 @@ struct UdpLayerOptions {
   X(datagrams_received, "datagrams_received")                             \
   /* No socket matched: answered with port unreachable by the stack. */   \
   X(no_port, "no_port")                                                   \
+  /* No socket matched; the unmatched handler (a backend) took it. */      \
+  X(unmatched_handled, "unmatched_handled")                               \
   /* A matching socket's queue was full (per socket refused). */          \
   X(receive_queue_full, "receive_queue_full")                             \
   /* The stack's header guarantee did not hold (defensive). */            \
@@ -94,6 +96,22 @@ struct UdpCounters {
 #undef NETSTACK_UDP_FIELD
   // "udp.<name> value" lines for every non-zero counter.
   std::string Format() const;
+};
+
+// Takes the unicast datagrams no socket matched, before the stack would
+// answer them with port unreachable: a network backend relays them to host
+// sockets (netstack/backend/udp_flows.h). `payload` is the datagram's
+// payload (after the UDP header, cut at its Length), a view of the
+// received chunk that the handler may keep.
+class UnmatchedDatagramHandler {
+ public:
+  virtual ~UnmatchedDatagramHandler() = default;
+  // True: consumed (no ICMP goes out; the handler counts what it did with
+  // it). False: no listener, as without a handler.
+  virtual bool OnUnmatchedDatagram(const transport::SocketAddress& src,
+                                   const transport::SocketAddress& dst,
+                                   const buffer::PayloadView& payload,
+                                   Instant now) = 0;
 };
 
 class UdpLayer : public stack::TransportHandler {
@@ -124,6 +142,20 @@ class UdpLayer : public stack::TransportHandler {
   // hard ones (port or protocol unreachable, administratively
   // prohibited) as its pending error, as Linux without IP_RECVERR does.
   void OnIcmpError(const stack::IcmpError& e, Instant now) override;
+
+  // The unmatched-datagram hook; nullptr removes it. Not owned; must
+  // outlive its registration. Broadcasts and multicasts never reach it.
+  void SetUnmatchedHandler(UnmatchedDatagramHandler* handler) {
+    unmatched_ = handler;
+  }
+  // Sends one datagram from `src`, which need not be one of our addresses
+  // (a backend answers the guest from the host peer's address and port),
+  // to `dst`, with `views` as its payload, shared and never copied. The
+  // errors of UdpSocket::SendViewsTo (MessageTooLong is the caller's to
+  // check: at most kMaxIpv4Payload / kMaxIpv6Payload bytes).
+  [[nodiscard]] absl::Status SendFrom(
+      const transport::SocketAddress& src, const transport::SocketAddress& dst,
+      std::span<const buffer::PayloadView> views, Instant now);
 
   const UdpCounters& counters() const { return counters_; }
   size_t open_sockets() const { return open_sockets_; }
@@ -177,7 +209,7 @@ class UdpLayer : public stack::TransportHandler {
                                          const transport::IpAddress& dst,
                                          const transport::IpAddress& src,
                                          const buffer::PayloadView& l4,
-                                         bool multi);
+                                         bool multi, Instant now);
 
   stack::Stack& stack_;
   buffer::ChunkPool& chunks_;
@@ -189,6 +221,7 @@ class UdpLayer : public stack::TransportHandler {
   PortTable table6_;
   UdpCounters counters_;
   size_t open_sockets_ = 0;
+  UnmatchedDatagramHandler* unmatched_ = nullptr;
   // Where SendDatagram copies payload: the chunk and its first free byte.
   // Packets hold views of it, so it goes back to the pool after the last
   // of them is sent.

@@ -1,0 +1,156 @@
+// UDP flows: the guest's datagrams to host peers, relayed through
+// connected host UDP sockets (issue 13, "Outbound flows", UDP).
+//
+// The table registers as the UdpLayer's unmatched-datagram handler: a
+// unicast datagram that no netstack socket takes (the DNS forwarder's
+// socket on the DNS address comes first) is looked up by the guest's
+// (source, destination) pair.
+//   - A new pair opens a non-blocking host socket of the destination's
+//     family, bound to OutboundBind's address when set, with IP_RECVERR /
+//     IPV6_RECVERR, and connect()ed to the destination. A connect that
+//     fails at once (no route) answers the guest with ICMP net
+//     unreachable; a table at max_flows answers with ICMP administratively
+//     prohibited (not port unreachable: the peer's port is not known to be
+//     closed, our policy refused the flow; the guest's kernel reports
+//     EHOSTUNREACH instead of a misleading ECONNREFUSED).
+//   - Guest to host: one sendmsg with an iovec per payload view, never a
+//     copy. A full host send buffer drops the datagram (UDP), counted.
+//   - Host to guest: each datagram is received into a fresh pooled chunk
+//     and sent by UdpLayer::SendFrom from the peer's address and port to
+//     the guest's, as a view of that chunk; the stack fragments above the
+//     MTU. At most kReadBatch datagrams per readiness call.
+//   - A host ICMP error (read from the socket's error queue) becomes a
+//     destination unreachable to the guest, from the peer's address:
+//     port unreachable for port unreachable, host/net for those.
+//   - Idle flows (no datagram either way for idle_timeout) close. Flows
+//     sit on a list in order of their last activity, so expiry looks at
+//     the front only and activity is an O(1) splice.
+// Single-threaded, on the stack's event loop; outlives none of its flows.
+#ifndef NETSTACK_BACKEND_UDP_FLOWS_H_
+#define NETSTACK_BACKEND_UDP_FLOWS_H_
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "netstack/backend/udp_host_socket.h"
+#include "netstack/base/time.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/stack/stack.h"
+#include "netstack/transport/address.h"
+#include "netstack/udp/udp_layer.h"
+
+namespace netstack::backend {
+
+struct UdpFlowOptions {
+  size_t max_flows = 1024;            // --max-udp-flows
+  Duration idle_timeout = absl::Seconds(180);  // --udp-timeout
+  OutboundBind bind;                  // --outbound-bind
+  // Destinations that are the stack itself (the gateway, the DNS
+  // address): never relayed; the stack answers port unreachable.
+  std::vector<transport::IpAddress> self_addresses;
+};
+
+// X(field, "name")
+#define NETSTACK_UDP_FLOW_COUNTERS(X)                                     \
+  X(opened, "opened")                                                     \
+  X(closed_idle, "closed.idle")                                           \
+  X(closed_shutdown, "closed.shutdown")                                   \
+  X(closed_socket_error, "closed.socket_error")                           \
+  X(refused_limit, "refused.limit")                                       \
+  X(refused_self, "refused.self")                                         \
+  /* Port 0 either way, or an unspecified destination: never relayed. */ \
+  X(refused_bad_address, "refused.bad_address")                           \
+  X(refused_socket, "refused.socket")                                     \
+  X(refused_connect, "refused.connect")                                   \
+  X(datagrams_to_host, "datagrams_to_host")                               \
+  X(bytes_to_host, "bytes_to_host")                                       \
+  X(datagrams_to_guest, "datagrams_to_guest")                             \
+  X(bytes_to_guest, "bytes_to_guest")                                     \
+  /* Guest to host: the host socket's buffer was full (EAGAIN), the */    \
+  /* datagram was too big for the host path (EMSGSIZE), another error. */ \
+  X(to_host_dropped_full, "to_host_dropped.full")                         \
+  X(to_host_dropped_too_big, "to_host_dropped.too_big")                   \
+  X(to_host_dropped_error, "to_host_dropped.error")                       \
+  /* Host to guest: no chunk, too long for the guest's family, the */     \
+  /* stack refused it. */                                                 \
+  X(to_guest_dropped_no_buffer, "to_guest_dropped.no_buffer")             \
+  X(to_guest_dropped_too_big, "to_guest_dropped.too_big")                 \
+  X(to_guest_dropped_send, "to_guest_dropped.send")                       \
+  X(host_icmp_port_unreachable, "host_icmp.port_unreachable")             \
+  X(host_icmp_unreachable, "host_icmp.unreachable")                       \
+  X(host_icmp_other, "host_icmp.other")
+
+struct UdpFlowCounters {
+#define NETSTACK_UDP_FLOW_FIELD(f, name) uint64_t f = 0;
+  NETSTACK_UDP_FLOW_COUNTERS(NETSTACK_UDP_FLOW_FIELD)
+#undef NETSTACK_UDP_FLOW_FIELD
+  // "backend.udp.<name> value" lines, every counter.
+  std::string Format() const;
+};
+
+class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
+                           public eventloop::Poller {
+ public:
+  static constexpr int kReadBatch = 32;
+
+  // Registers with `udp` as its unmatched handler (and with `loop` as a
+  // poller, for the idle timer); both undone by the destructor, which
+  // closes every flow. Everything must outlive the table.
+  UdpFlowTable(stack::Stack& stack, udp::UdpLayer& udp,
+               buffer::ChunkPool& chunks, buffer::PacketPool& packets,
+               eventloop::EventLoop& loop, UdpFlowOptions options);
+  UdpFlowTable(const UdpFlowTable&) = delete;
+  UdpFlowTable& operator=(const UdpFlowTable&) = delete;
+  ~UdpFlowTable() override;
+
+  bool OnUnmatchedDatagram(const transport::SocketAddress& src,
+                           const transport::SocketAddress& dst,
+                           const buffer::PayloadView& payload,
+                           Instant now) override;
+  // The oldest flow's expiry.
+  Instant NextDeadline() const override;
+  // Closes the flows idle for idle_timeout.
+  void Poll(Instant now) override;
+
+  size_t size() const { return flows_.size(); }
+  const UdpFlowCounters& counters() const { return counters_; }
+  // The host socket of the guest's (src, dst) flow; -1 if none (tests).
+  int HostFd(const transport::SocketAddress& src,
+             const transport::SocketAddress& dst) const;
+
+ private:
+  struct Flow;
+  class FlowHandler;
+  using Key = transport::FourTuple;  // local: the guest, remote: the peer
+
+  Flow* Open(const Key& key, Instant now);
+  void Close(Flow* flow);
+  void Touch(Flow& flow, Instant now);
+  void SendToHost(Flow& flow, const buffer::PayloadView& payload, Instant now);
+  void ReadHost(Flow& flow, Instant now);
+  // Drains the error queue; false if the flow was closed.
+  bool ReadErrors(Flow& flow, Instant now);
+  bool IsSelf(const transport::IpAddress& ip) const;
+
+  stack::Stack& stack_;
+  udp::UdpLayer& udp_;
+  buffer::ChunkPool& chunks_;
+  buffer::PacketPool& packets_;
+  eventloop::EventLoop& loop_;
+  const UdpFlowOptions options_;
+  absl::flat_hash_map<Key, std::unique_ptr<Flow>> flows_;
+  // Least recently active first.
+  std::list<Flow*> lru_;
+  UdpFlowCounters counters_;
+};
+
+}  // namespace netstack::backend
+
+#endif  // NETSTACK_BACKEND_UDP_FLOWS_H_

@@ -1,0 +1,114 @@
+// Once a flow is open and warm, relaying datagrams both ways does not
+// touch the heap: the guest's payload goes to the host socket by sendmsg
+// straight from the received chunk, and the host's answers are read into
+// pooled chunks and sent as views in pooled packets. (Its own binary:
+// alloc_counter replaces the global operator new.)
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+#include "netstack/backend/udp_flows.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/ip/alloc_counter.h"
+#include "netstack/stack/test_frames.h"
+#include "netstack/udp/udp_test_fixture.h"
+
+namespace netstack::backend {
+namespace {
+
+using ip::testing::HeapAllocations;
+using transport::IpAddress;
+using transport::SocketAddress;
+
+class UdpFlowsAllocTest : public udp::testing::UdpFixture {
+ protected:
+  UdpFlowsAllocTest() {
+    loop_ = std::move(*eventloop::EventLoop::Create());
+    now_ = loop_->Now();
+    EXPECT_TRUE(stack_->AddAddress(nic_, stack::Ipv4Cidr{lo_.v4(), 32}).ok());
+    LearnPeer();
+    link_->set_record(false);
+    table_ = std::make_unique<UdpFlowTable>(*stack_, *udp_, chunks_, packets_,
+                                            *loop_, UdpFlowOptions{});
+    server_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_storage ss;
+    socklen_t len = ToSockaddr(SocketAddress{lo_, 0}, ss);
+    EXPECT_EQ(bind(server_, reinterpret_cast<sockaddr*>(&ss), len), 0);
+    len = sizeof(ss);
+    getsockname(server_, reinterpret_cast<sockaddr*>(&ss), &len);
+    server_addr_ = *FromSockaddr(ss, len);
+  }
+  ~UdpFlowsAllocTest() override { close(server_); }
+
+  link::InboundFrame Frame(size_t payload_len) {
+    const std::vector<uint8_t> payload(payload_len, 0x42);
+    const auto packets = stack::testing::Ipv4Packets(
+        peer_.ip4, lo_.v4(), 17, 1,
+        udp::testing::UdpDatagram(Peer4(6000), server_addr_, payload), 1500);
+    const auto frame = stack::testing::WithEthernet(
+        peer_.mac, our_mac_, udp::testing::kEtherIpv4, packets[0]);
+    buffer::ChunkRef chunk = chunks_.Allocate();
+    std::memcpy(chunk->mutable_data().data(), frame.data(), frame.size());
+    link::InboundFrame in;
+    in.frame = buffer::PayloadView(std::move(chunk), 0,
+                                   static_cast<uint32_t>(frame.size()));
+    return in;
+  }
+
+  IpAddress lo_ = *IpAddress::Parse("127.0.0.1");
+  std::unique_ptr<eventloop::EventLoop> loop_;
+  std::unique_ptr<UdpFlowTable> table_;
+  int server_ = -1;
+  SocketAddress server_addr_;
+};
+
+TEST_F(UdpFlowsAllocTest, RelayingBothWaysDoesNotAllocate) {
+  link::InboundFrame batch[8];
+  for (auto& f : batch) f = Frame(1000);
+  uint8_t buf[2048];
+  sockaddr_storage from;
+  socklen_t from_len = sizeof(from);
+  bool ok = true;
+  auto round = [&] {
+    const uint64_t to_guest = table_->counters().datagrams_to_guest;
+    link_->Deliver(batch, now_);
+    // The host server echoes each one.
+    for (size_t i = 0; i < std::size(batch); ++i) {
+      pollfd p{server_, POLLIN, 0};
+      if (poll(&p, 1, 2000) != 1) { ok = false; return; }
+      from_len = sizeof(from);
+      const ssize_t n = recvfrom(server_, buf, sizeof(buf), 0,
+                                 reinterpret_cast<sockaddr*>(&from), &from_len);
+      if (n != 1000) { ok = false; return; }
+      sendto(server_, buf, static_cast<size_t>(n), 0,
+             reinterpret_cast<sockaddr*>(&from), from_len);
+    }
+    for (int turn = 0; turn < 200 && table_->counters().datagrams_to_guest <
+                                         to_guest + std::size(batch);
+         ++turn) {
+      (void)loop_->RunOnce(absl::Milliseconds(10));
+    }
+    stack_->Flush(now_);
+    if (table_->counters().datagrams_to_guest != to_guest + std::size(batch)) {
+      ok = false;
+    }
+  };
+  round();  // warm-up: the flow, its socket, the pools
+  round();
+  ASSERT_TRUE(ok);
+  const uint64_t before = HeapAllocations();
+  for (int i = 0; i < 50; ++i) round();
+  const uint64_t allocations = HeapAllocations() - before;
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(allocations, 0u);
+  EXPECT_EQ(table_->counters().opened, 1u);
+  EXPECT_EQ(table_->counters().datagrams_to_host, 52u * 8u);
+  EXPECT_EQ(table_->counters().datagrams_to_guest, 52u * 8u);
+}
+
+}  // namespace
+}  // namespace netstack::backend

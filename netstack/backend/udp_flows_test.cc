@@ -1,0 +1,312 @@
+// UdpFlowTable against real host sockets on this process's loopback: the
+// guest is the fixture's peer on a fake link, and the stack carries
+// 127.0.0.1 and ::1 as extra addresses so that the guest's datagrams to
+// them reach the UDP layer (the backend's "accept any destination" mode
+// is the stack's business, not this table's).
+#include "netstack/backend/udp_flows.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/udp/udp_test_fixture.h"
+#include "netstack/wire/bytes.h"
+
+namespace netstack::backend {
+namespace {
+
+using transport::IpAddress;
+using transport::SocketAddress;
+using udp::testing::ParseSent;
+using udp::testing::SentFrame;
+
+const IpAddress kLo4 = *IpAddress::Parse("127.0.0.1");
+const IpAddress kLo6 = *IpAddress::Parse("::1");
+
+// A host UDP server on loopback that the test drives by hand.
+struct HostServer {
+  int fd = -1;
+  SocketAddress addr;
+  explicit HostServer(const IpAddress& ip) {
+    fd = socket(ip.is_v4() ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_storage ss;
+    socklen_t len = ToSockaddr(SocketAddress{ip, 0}, ss);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&ss), len), 0);
+    len = sizeof(ss);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+    addr = *FromSockaddr(ss, len);
+  }
+  ~HostServer() { close(fd); }
+  // Receives one datagram (waits up to 2 s); echoes it back if asked.
+  std::optional<std::vector<uint8_t>> Receive(SocketAddress* from,
+                                              bool echo) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 2000) != 1) return std::nullopt;
+    std::vector<uint8_t> buf(70000);
+    sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    const ssize_t n = recvfrom(fd, buf.data(), buf.size(), 0,
+                               reinterpret_cast<sockaddr*>(&ss), &len);
+    if (n < 0) return std::nullopt;
+    buf.resize(static_cast<size_t>(n));
+    if (from != nullptr) *from = *FromSockaddr(ss, len);
+    if (echo) {
+      EXPECT_EQ(sendto(fd, buf.data(), buf.size(), 0,
+                       reinterpret_cast<sockaddr*>(&ss), len),
+                n);
+    }
+    return buf;
+  }
+};
+
+class UdpFlowsTest : public udp::testing::UdpFixture {
+ protected:
+  UdpFlowsTest() {
+    loop_ = std::move(*eventloop::EventLoop::Create());
+    now_ = loop_->Now();
+    EXPECT_TRUE(stack_->AddAddress(nic_, stack::Ipv4Cidr{kLo4.v4(), 32}).ok());
+    EXPECT_TRUE(stack_->AddAddress(nic_, stack::Ipv6Cidr{kLo6.v6(), 128}).ok());
+    LearnPeer();
+  }
+  void MakeTable(UdpFlowOptions o = {}) {
+    o.self_addresses.push_back(IpAddress(our_ip4_));
+    table_ = std::make_unique<UdpFlowTable>(*stack_, *udp_, chunks_, packets_,
+                                            *loop_, o);
+  }
+  SocketAddress Guest(const IpAddress& like, uint16_t port) const {
+    return like.is_v4() ? Peer4(port) : Peer6(port);
+  }
+  // Runs loop turns until the link got a frame, or 2 s passed; returns
+  // the frames sent meanwhile.
+  std::vector<std::vector<uint8_t>> RunUntilSent(size_t min_frames = 1) {
+    std::vector<std::vector<uint8_t>> all;
+    const Instant until = loop_->Now() + absl::Seconds(2);
+    while (loop_->Now() < until) {
+      (void)loop_->RunOnce(absl::Milliseconds(20));
+      for (auto& f : TakeSent()) all.push_back(std::move(f));
+      if (all.size() >= min_frames) break;
+    }
+    return all;
+  }
+  // Reassembles the UDP datagrams among `frames` (IPv4 fragments by
+  // ident, IPv6 fragments by their Fragment header), returns each as its
+  // UDP bytes with the IP source and destination.
+  struct Got {
+    IpAddress src, dst;
+    uint8_t protocol;
+    std::vector<uint8_t> l4;
+  };
+  static std::vector<Got> Datagrams(const std::vector<std::vector<uint8_t>>& frames) {
+    std::vector<Got> out;
+    std::vector<uint8_t> pending;
+    for (const auto& f : frames) {
+      SentFrame s = ParseSent(f);
+      if (s.is_v4) {
+        const size_t off = size_t{s.ip4.fragment_offset};
+        if (pending.size() < off + s.l4.size()) pending.resize(off + s.l4.size());
+        std::copy(s.l4.begin(), s.l4.end(), pending.begin() + off);
+        if (s.ip4.more_fragments) continue;
+        out.push_back({IpAddress(s.ip4.src), IpAddress(s.ip4.dst), s.protocol,
+                       std::move(pending)});
+        pending.clear();
+      } else if (s.protocol == 44) {  // Fragment header
+        const uint16_t w = wire::LoadBe16(&s.l4[2]);
+        const size_t off = w & 0xfff8;
+        const bool more = w & 1;
+        const size_t n = s.l4.size() - 8;
+        if (pending.size() < off + n) pending.resize(off + n);
+        std::copy(s.l4.begin() + 8, s.l4.end(), pending.begin() + off);
+        if (more) continue;
+        out.push_back({IpAddress(s.ip6.src), IpAddress(s.ip6.dst), s.l4[0],
+                       std::move(pending)});
+        pending.clear();
+      } else {
+        out.push_back({IpAddress(s.ip6.src), IpAddress(s.ip6.dst), s.protocol,
+                       std::move(s.l4)});
+      }
+    }
+    return out;
+  }
+
+  std::unique_ptr<eventloop::EventLoop> loop_;
+  std::unique_ptr<UdpFlowTable> table_;
+};
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + seed);
+  return v;
+}
+
+TEST_F(UdpFlowsTest, EchoesEverySizeBothFamiliesWithTheOriginalAddresses) {
+  MakeTable();
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    HostServer server(lo);
+    const SocketAddress guest = Guest(lo, 40000);
+    for (size_t size : {size_t{1}, size_t{1472}, size_t{8000}, size_t{65000}}) {
+      SCOPED_TRACE(lo.ToString() + " size " + std::to_string(size));
+      const std::vector<uint8_t> data = Pattern(size, static_cast<uint8_t>(size));
+      InjectUdp(guest, server.addr, data);
+      SocketAddress from;
+      auto got = server.Receive(&from, /*echo=*/true);
+      ASSERT_TRUE(got.has_value());
+      EXPECT_EQ(*got, data);
+      EXPECT_EQ(from.ip, lo);  // a loopback socket, not the guest's address
+      auto frames = RunUntilSent((size + 8 + 1439) / 1440);
+      // Keep turning until the whole reply is in (it may span turns).
+      std::vector<Got> dgrams = Datagrams(frames);
+      ASSERT_EQ(dgrams.size(), 1u);
+      const Got& d = dgrams[0];
+      EXPECT_EQ(d.src, lo);
+      EXPECT_EQ(d.dst, guest.ip);
+      ASSERT_EQ(d.protocol, 17);
+      ASSERT_EQ(d.l4.size(), size + 8);
+      EXPECT_EQ(wire::LoadBe16(&d.l4[0]), server.addr.port);
+      EXPECT_EQ(wire::LoadBe16(&d.l4[2]), guest.port);
+      EXPECT_TRUE(std::equal(data.begin(), data.end(), d.l4.begin() + 8));
+    }
+  }
+  // One flow per (guest, peer) pair, however many datagrams.
+  EXPECT_EQ(table_->counters().opened, 2u);
+  EXPECT_EQ(table_->size(), 2u);
+  EXPECT_EQ(table_->counters().datagrams_to_guest, 8u);
+  EXPECT_EQ(table_->counters().bytes_to_host, 2u * (1 + 1472 + 8000 + 65000));
+  EXPECT_EQ(table_->counters().bytes_to_host, table_->counters().bytes_to_guest);
+}
+
+TEST_F(UdpFlowsTest, EachGuestSourcePortIsItsOwnFlow) {
+  MakeTable();
+  HostServer server(kLo4);
+  SocketAddress from_a, from_b;
+  InjectUdp(Peer4(1000), server.addr, udp::testing::Bytes("a"));
+  ASSERT_TRUE(server.Receive(&from_a, false));
+  InjectUdp(Peer4(1001), server.addr, udp::testing::Bytes("b"));
+  ASSERT_TRUE(server.Receive(&from_b, false));
+  InjectUdp(Peer4(1000), server.addr, udp::testing::Bytes("c"));
+  SocketAddress from_c;
+  ASSERT_TRUE(server.Receive(&from_c, false));
+  EXPECT_NE(from_a.port, from_b.port);
+  EXPECT_EQ(from_a, from_c);
+  EXPECT_EQ(table_->size(), 2u);
+}
+
+TEST_F(UdpFlowsTest, HostPortUnreachableBecomesIcmpToTheGuest) {
+  MakeTable();
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    SCOPED_TRACE(lo.ToString());
+    SocketAddress closed;
+    {
+      HostServer gone(lo);  // a port that was free a moment ago
+      closed = gone.addr;
+    }
+    const SocketAddress guest = Guest(lo, 40001);
+    InjectUdp(guest, closed, udp::testing::Bytes("anyone?"));
+    std::vector<Got> got = Datagrams(RunUntilSent());
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].src, lo);
+    EXPECT_EQ(got[0].dst, guest.ip);
+    const std::vector<uint8_t>& icmp = got[0].l4;
+    if (lo.is_v4()) {
+      ASSERT_EQ(got[0].protocol, 1);
+      ASSERT_EQ(icmp.size(), 36u);
+      EXPECT_EQ(icmp[0], 3);
+      EXPECT_EQ(icmp[1], 3);
+      EXPECT_EQ(icmp[8 + 9], 17);  // the quoted header is UDP's
+      EXPECT_EQ(wire::LoadBe16(&icmp[28]), guest.port);
+      EXPECT_EQ(wire::LoadBe16(&icmp[30]), closed.port);
+    } else {
+      ASSERT_EQ(got[0].protocol, 58);
+      ASSERT_EQ(icmp.size(), 56u);
+      EXPECT_EQ(icmp[0], 1);
+      EXPECT_EQ(icmp[1], 4);
+      EXPECT_EQ(wire::LoadBe16(&icmp[48]), guest.port);
+      EXPECT_EQ(wire::LoadBe16(&icmp[50]), closed.port);
+    }
+  }
+  EXPECT_EQ(table_->counters().host_icmp_port_unreachable, 2u);
+}
+
+TEST_F(UdpFlowsTest, FlowPastTheLimitIsRefusedWithAdminProhibited) {
+  UdpFlowOptions o;
+  o.max_flows = 2;
+  MakeTable(o);
+  HostServer server(kLo4);
+  InjectUdp(Peer4(2000), server.addr, udp::testing::Bytes("1"));
+  InjectUdp(Peer4(2001), server.addr, udp::testing::Bytes("2"));
+  (void)TakeSent();
+  // A hostile guest sprays source ports: each one past the limit is
+  // refused, the table stays at its cap, and nothing reaches the host.
+  for (uint16_t port = 2002; port < 2100; ++port) {
+    InjectUdp(Peer4(port), server.addr, udp::testing::Bytes("x"));
+  }
+  EXPECT_EQ(table_->size(), 2u);
+  EXPECT_EQ(table_->counters().refused_limit, 98u);
+  std::vector<Got> got = Datagrams(TakeSent());
+  // The stack's ICMP rate limit does not apply to these (the backend
+  // sends them through SendIpv4), so each refusal is answered.
+  ASSERT_EQ(got.size(), 98u);
+  EXPECT_EQ(got[0].protocol, 1);
+  EXPECT_EQ(got[0].l4[0], 3);
+  EXPECT_EQ(got[0].l4[1], 13);
+  int received = 0;
+  while (server.Receive(nullptr, false)) ++received;
+  EXPECT_EQ(received, 2);
+}
+
+TEST_F(UdpFlowsTest, IdleFlowsCloseAndActiveOnesStay) {
+  UdpFlowOptions o;
+  o.idle_timeout = absl::Seconds(180);
+  MakeTable(o);
+  HostServer server(kLo4);
+  InjectUdp(Peer4(3000), server.addr, udp::testing::Bytes("old"));
+  const int old_fd = table_->HostFd(Peer4(3000), server.addr);
+  ASSERT_GE(old_fd, 0);
+  const Instant t0 = now_;
+  now_ = t0 + absl::Seconds(100);
+  InjectUdp(Peer4(3001), server.addr, udp::testing::Bytes("new"));
+  EXPECT_EQ(table_->NextDeadline(), t0 + absl::Seconds(180));
+  table_->Poll(t0 + absl::Seconds(179));
+  EXPECT_EQ(table_->size(), 2u);
+  table_->Poll(t0 + absl::Seconds(180));
+  EXPECT_EQ(table_->size(), 1u);
+  EXPECT_EQ(table_->HostFd(Peer4(3000), server.addr), -1);
+  EXPECT_EQ(table_->counters().closed_idle, 1u);
+  // Activity on the old pair opens a fresh flow.
+  InjectUdp(Peer4(3000), server.addr, udp::testing::Bytes("again"));
+  EXPECT_EQ(table_->counters().opened, 3u);
+  table_.reset();
+  EXPECT_EQ(udp_->counters().unmatched_handled, 3u);
+}
+
+TEST_F(UdpFlowsTest, SelfAddressesAndPortZeroAreNotRelayed) {
+  MakeTable();
+  InjectUdp(Peer4(4000), Our4(9), udp::testing::Bytes("to the gateway"));
+  InjectUdp(Peer4(4000), SocketAddress{kLo4, 0}, udp::testing::Bytes("port 0"));
+  EXPECT_EQ(table_->size(), 0u);
+  EXPECT_EQ(table_->counters().refused_self, 1u);
+  EXPECT_EQ(table_->counters().refused_bad_address, 1u);
+  EXPECT_EQ(StackDrops(stack::DropReason::kUdpNoListener), 2u);
+}
+
+TEST_F(UdpFlowsTest, DestroyingTheTableClosesEveryHostSocket) {
+  MakeTable();
+  HostServer server(kLo6);
+  std::vector<int> fds;
+  for (uint16_t p = 5000; p < 5010; ++p) {
+    InjectUdp(Peer6(p), server.addr, udp::testing::Bytes("x"));
+    fds.push_back(table_->HostFd(Peer6(p), server.addr));
+  }
+  table_.reset();
+  for (int fd : fds) EXPECT_EQ(fcntl(fd, F_GETFD), -1) << fd;
+}
+
+}  // namespace
+}  // namespace netstack::backend
