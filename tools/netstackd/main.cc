@@ -518,7 +518,7 @@ int main(int argc, char** argv) {
       "up, 2 for bad flags.");
   netstack::tools::HelpListsFlagsUnder("tools/netstackd/");
   netstack::tools::DashesToUnderscores(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  netstack::tools::ParseCommandLineOrExit("netstackd", argc, argv);
   auto config = netstack::tools::ParseConfig();
   if (!config.ok()) {
     std::fprintf(stderr, "netstackd: %s (see --help)\n",

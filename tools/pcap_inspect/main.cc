@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "tools/common/cli.h"
 #include "tools/pcap_inspect/decode.h"
 #include "tools/pcap_inspect/format.h"
 
@@ -107,7 +108,9 @@ int main(int argc, char** argv) {
       "are printed with the failing layer and reason. Exit status: 0 if "
       "every file was read, 1 if any was not a readable Ethernet pcap, 2 "
       "on bad usage.");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  netstack::tools::HelpListsFlagsUnder("tools/pcap_inspect/");
+  std::vector<char*> args =
+      netstack::tools::ParseCommandLineOrExit("pcap_inspect", argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr,
                  "pcap_inspect: no input file\nusage: pcap_inspect [--json] "

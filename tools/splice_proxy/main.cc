@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "netstack/forward/relay.h"
+#include "tools/common/cli.h"
 #include "tools/splice_proxy/proxy.h"
 #include "tools/splice_proxy/socket_address.h"
 
@@ -318,18 +319,19 @@ int main(int argc, char** argv) {
       "direction, bytes by path splice/copy, fallbacks, errors, pipes) go "
       "to stderr on SIGUSR1 and at exit. SIGINT or SIGTERM stop it: "
       "listeners close at once, open connections get --shutdown_grace.\n"
-      "Exit status: 0 after a clean stop; 1 if no forward could start (or "
-      "one could not with --require_all), or if Abseil rejected a flag "
-      "(unknown name, unparsable value), and after --help (Abseil "
-      "20220623's convention); 2 for other bad flags.");
+      "Exit status: 0 after a clean stop and for --help; 1 if no forward "
+      "could start (or one could not with --require_all); 2 for bad "
+      "flags.");
   auto split = netstack::tools::SplitRepeatedFlags(argc, argv);
   if (!split.ok()) {
     std::fprintf(stderr, "splice_proxy: %s (see --help)\n",
                  std::string(split.status().message()).c_str());
     return 2;
   }
-  const std::vector<char*> positional = absl::ParseCommandLine(
-      static_cast<int>(split->rest.size()), split->rest.data());
+  const std::vector<char*> positional =
+      netstack::tools::ParseCommandLineOrExit(
+          "splice_proxy", static_cast<int>(split->rest.size()),
+          split->rest.data());
   if (positional.size() > 1) {
     std::fprintf(stderr,
                  "splice_proxy: unexpected argument '%s' (see --help)\n",

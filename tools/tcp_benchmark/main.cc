@@ -42,53 +42,6 @@ namespace {
 
 absl::Status Usage(const std::string& message);
 
-// Abseil exits with status 1 on an unknown flag or a bad value; we want
-// 2 with a clear message. Checks argv first, with the flags' own parsers.
-// Parsing twice is harmless: ParseCommandLine sets the same values.
-absl::Status CheckFlagSyntax(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") break;
-    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
-    const size_t eq = arg.find('=');
-    std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos
-                                                             : eq - 2);
-    if (absl::StartsWith(name, "help") || name == "version" ||
-        name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
-        name == "undefok") {
-      if (eq == std::string::npos && !absl::StartsWith(name, "help") &&
-          name != "version") {
-        ++i;  // "--flagfile FILE"
-      }
-      continue;
-    }
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      absl::CommandLineFlag* positive = absl::FindCommandLineFlag(name.substr(2));
-      if (positive != nullptr && positive->IsOfType<bool>() &&
-          eq == std::string::npos) {
-        continue;
-      }
-    }
-    if (flag == nullptr) return Usage(absl::StrCat("unknown flag --", name));
-    std::string value;
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (flag->IsOfType<bool>()) {
-      continue;
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return Usage(absl::StrCat("--", name, " needs a value"));
-    }
-    std::string error;
-    if (!flag->ParseFrom(value, &error)) {
-      return Usage(absl::StrCat("--", name, "=", value, ": ", error));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Usage(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
@@ -291,13 +244,7 @@ int main(int argc, char** argv) {
   // --help lists tcp_benchmark's own flags, not Abseil's internals.
   netstack::tools::HelpListsFlagsUnder("tools/tcp_benchmark/");
   netstack::tools::DashesToUnderscores(argc, argv);
-  if (absl::Status s = netstack::tools::bench::CheckFlagSyntax(argc, argv);
-      !s.ok()) {
-    std::fprintf(stderr, "tcp_benchmark: %s (see --help)\n",
-                 std::string(s.message()).c_str());
-    return 2;
-  }
-  absl::ParseCommandLine(argc, argv);
+  netstack::tools::ParseCommandLineOrExit("tcp_benchmark", argc, argv);
   // splice() and sendfile() into a reset socket raise SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   if (absl::GetFlag(FLAGS_role).empty()) {
