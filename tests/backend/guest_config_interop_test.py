@@ -162,7 +162,11 @@ fi
             ["ip", "netns", "exec", g.ns, "busybox", "udhcpc", "-i", TAP,
              "-f", "-R", "-t", "5", "-T", "1", "-s", script],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.addCleanup(lambda: client.poll() is None and client.kill())
+        def stop_client():
+            if client.poll() is None:
+                client.kill()
+            client.communicate()
+        self.addCleanup(stop_client)
         bound = os.path.join(env_dir, "bound")
         deadline = time.time() + 20
         while not os.path.exists(bound) or "router=" not in open(bound).read():
