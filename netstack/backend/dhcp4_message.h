@@ -101,6 +101,13 @@ struct Dhcp4Message {
 };
 
 const char* Dhcp4ParseErrorName(Dhcp4ParseError e);
+// kOk plus the errors: the size of an array indexed by Dhcp4ParseError.
+inline constexpr size_t kDhcp4ParseErrorCount =
+    1
+#define NETSTACK_DHCP4_COUNT(e, name) +1
+    NETSTACK_DHCP4_PARSE_ERRORS(NETSTACK_DHCP4_COUNT)
+#undef NETSTACK_DHCP4_COUNT
+    ;
 
 }  // namespace netstack::backend
 

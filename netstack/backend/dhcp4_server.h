@@ -58,7 +58,7 @@ inline constexpr uint16_t kDhcp4ClientPort = 68;
 struct Dhcp4Counters {
   std::array<uint64_t, kDhcp4MessageTypes> received{};
   std::array<uint64_t, kDhcp4MessageTypes> sent{};
-  std::array<uint64_t, 9> parse_errors{};  // by Dhcp4ParseError
+  std::array<uint64_t, kDhcp4ParseErrorCount> parse_errors{};
 #define NETSTACK_DHCP4_DROP_FIELD(f, name) uint64_t f = 0;
   NETSTACK_DHCP4_DROPS(NETSTACK_DHCP4_DROP_FIELD)
 #undef NETSTACK_DHCP4_DROP_FIELD

@@ -14,6 +14,7 @@
 #ifndef NETSTACK_BACKEND_DHCP6_SERVER_H_
 #define NETSTACK_BACKEND_DHCP6_SERVER_H_
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
