@@ -5,8 +5,9 @@ In a namespace this test makes, a TAP is attached to guest_config_driver
 (a Stack plus netstack/backend's GuestConfigServices, nothing else), and
 clients nobody here wrote take their configuration from it:
   - busybox udhcpc: 10.0.2.100/24, router 10.0.2.2, DNS 10.0.2.3, MTU and
-    lease time, through DISCOVER/OFFER/REQUEST/ACK; then a ping to the
-    gateway over the configured address;
+    lease time, through DISCOVER/OFFER/REQUEST/ACK (replies unicast to
+    chaddr, and with -B broadcast); a ping to the gateway over the
+    configured address; the RELEASE it sends on SIGTERM frees the lease;
   - the kernel's SLAAC (accept_ra): an fd00::/64 address, a default route
     via our link-local address, and the RA's MTU (smaller than the link's,
     so it is visibly the RA's); a ping to fd00::2;
@@ -209,6 +210,23 @@ fi
                 self.fail_with_log("no RELEASE counted")
             time.sleep(0.1)
         self.assertEqual(g.counters().get("dhcp4.received.release"), 1)
+
+    def test_udhcpcbroadcast(self):
+        # -B sets the broadcast flag: OFFER and ACK go to 255.255.255.255.
+        g = self.guest
+        script = os.path.join(g.tmp, "noop.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\nenv > {g.tmp}/env.$1\n")
+        os.chmod(script, 0o755)
+        proc = g.nsexec("busybox", "udhcpc", "-i", TAP, "-f", "-q", "-n",
+                        "-B", "-t", "5", "-T", "1", "-s", script,
+                        check=False, timeout=30)
+        if proc.returncode != 0:
+            self.fail_with_log(f"udhcpc -B failed: {proc.stdout}{proc.stderr}")
+        with open(os.path.join(g.tmp, "env.bound")) as f:
+            self.assertIn("ip=10.0.2.100\n", f.read())
+        c = g.counters()
+        self.assertEqual(c.get("dhcp4.sent.ack"), 1, c)
 
     def test_slaac(self):
         g = self.guest
