@@ -134,7 +134,7 @@ void Stack::HandleIpv4(Nic& nic, const link::InboundFrame& frame,
   // a DHCP server), 127/8, 240/4 (class E, limited broadcast), multicast,
   // a subnet broadcast, or one of our own addresses.
   const uint32_t src = ip.src.ToU32();
-  if ((src >> 24) == 0 || (src >> 24) == 127 || (src >> 28) >= 0xe ||
+  if (((src >> 24) == 0 && !IsUnspecifiedSourceBroadcast(ip)) || (src >> 24) == 127 || (src >> 28) >= 0xe ||
       IsIpv4BroadcastFor(nic, ip.src) || IsOurIpv4(nic, ip.src)) {
     return Drop(DropReason::kIpv4BadSource);
   }

@@ -45,6 +45,9 @@ bool Stack::IsOurIpv6(const Nic& nic, const wire::Ipv6Address& a) const {
 
 bool Stack::AcceptsIpv6(const Nic& nic, const wire::Ipv6Address& a) const {
   if (a == AllNodes()) return true;
+  for (const wire::Ipv6Address& g : nic.ipv6_groups) {
+    if (g == a) return true;
+  }
   for (const Ipv6Cidr& c : nic.ipv6) {
     if (c.address == a || SolicitedNodeMulticast(c.address) == a) return true;
   }
@@ -404,6 +407,10 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
       if (DeliverIcmpError(e, invoking, now)) return;
       return Drop(DropReason::kIcmpv6ErrorReceived);
     }
+  }
+  if (const auto* rs =
+          std::get_if<wire::NdpRouterSolicitation>(&repr.message)) {
+    return HandleRouterSolicitation(*nic, d, *rs, now);
   }
   // Router solicitations/advertisements (we are not a router and take our
   // configuration from flags), echo replies, MLD, redirects.

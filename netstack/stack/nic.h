@@ -20,6 +20,7 @@ struct Stack::Nic {
   link::LinkCapabilities caps;
   std::vector<Ipv4Cidr> ipv4;
   std::vector<Ipv6Cidr> ipv6;  // [0] is the link-local address
+  std::vector<wire::Ipv6Address> ipv6_groups;  // JoinIpv6Multicast
   buffer::PacketChain tx;      // frames for the next Flush
   std::unique_ptr<NicReceiver> receiver;
 };

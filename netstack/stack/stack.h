@@ -36,6 +36,7 @@
 #include "netstack/stack/route_table.h"
 #include "netstack/wire/address.h"
 #include "netstack/wire/ipv4.h"
+#include "netstack/wire/icmpv6.h"
 #include "netstack/wire/ipv6.h"
 
 namespace netstack::stack {
@@ -154,6 +155,20 @@ class EchoHandler {
   virtual bool OnEchoRequest(const EchoRequest& request, Instant now) = 0;
 };
 
+// Guest configuration (netstack/backend's router advertisements): the
+// stack hands it the Router Solicitations it receives. The stack has
+// verified the ICMPv6 checksum, the Code (0) and the option syntax
+// (Icmpv6Repr::Parse); the hop limit and source rules of RFC 4861 6.1.1
+// are the handler's to check and count.
+class RouterSolicitationHandler {
+ public:
+  virtual ~RouterSolicitationHandler() = default;
+  // nullopt: consumed. A reason: the stack counts the drop under it.
+  virtual std::optional<DropReason> OnRouterSolicitation(
+      const Ipv6Datagram& d, const wire::NdpRouterSolicitation& rs,
+      Instant now) = 0;
+};
+
 // Where a packet to a destination goes: the source address the stack
 // would pick, and the outgoing link's MTU and GSO size.
 template <typename Address>
@@ -203,6 +218,38 @@ class Stack {
   // An address assigned to any NIC.
   bool HasAddress(const wire::Ipv4Address& a) const;
   bool HasAddress(const wire::Ipv6Address& a) const;
+  // Guest configuration services (netstack/backend: DHCP, RA, DHCPv6).
+  //
+  // A NIC's MAC and IPv6 link-local address; nullopt for an unknown NIC.
+  std::optional<wire::MacAddress> NicMac(NicId nic) const;
+  std::optional<wire::Ipv6Address> LinkLocalAddress(NicId nic) const;
+  // Makes `nic` accept datagrams to the IPv6 multicast `group` as well as
+  // to all-nodes and its solicited-node groups (a router joins ff02::2, a
+  // DHCPv6 server ff02::1:2). On a point-to-point link nobody snoops MLD,
+  // so no report is sent.
+  absl::Status JoinIpv6Multicast(NicId nic, const wire::Ipv6Address& group);
+  // Off by default. On: a UDP datagram from 0.0.0.0 to 255.255.255.255 is
+  // no martian (RFC 1122 3.2.1.3 allows 0.0.0.0 as a source while a host
+  // configures itself: a DHCP client, RFC 2131 4.1) and goes to the UDP
+  // transport. No ICMP error is ever sent to 0.0.0.0.
+  void AcceptIpv4UnspecifiedSource(bool on) { accept_unspecified4_ = on; }
+  void SetRouterSolicitationHandler(RouterSolicitationHandler* handler) {
+    rs_handler_ = handler;
+  }
+  // Sends an IPv4 datagram on `nic` straight to `dst_mac`: no route, no
+  // ARP, no fragmentation (dropped as kFragmentationNeeded past the MTU).
+  // `ip` needs src, dst and protocol. For a server that answers a client
+  // without an address yet: the limited broadcast, or the client's own
+  // hardware address (RFC 2131 4.1).
+  bool SendIpv4ToMac(NicId nic, wire::Ipv4Repr ip, buffer::PacketPtr packet,
+                     const wire::MacAddress& dst_mac, Instant now);
+  // Sends an IPv6 packet on `nic` with ip.hop_limit as given (NDP needs
+  // 255) and ip.src as given (unspecified: the link-local address):
+  // multicast to its group's MAC, unicast through neighbour resolution.
+  // No route and no fragmentation.
+  bool SendIpv6OnLink(NicId nic, wire::Ipv6Repr ip, buffer::PacketPtr packet,
+                      Instant now);
+
   // Counts a drop decided outside the stack (a transport's transmit side).
   void CountDrop(DropReason reason) { Drop(reason); }
 
@@ -283,6 +330,12 @@ class Stack {
   }
   void DropChain(buffer::PacketChain chain, DropReason reason);
 
+  // Guest configuration (guest_config.cc).
+  bool IsUnspecifiedSourceBroadcast(const wire::Ipv4Repr& ip) const;
+  void HandleRouterSolicitation(Nic& nic, Ipv6Datagram& d,
+                                const wire::NdpRouterSolicitation& rs,
+                                Instant now);
+
   // Address helpers.
   Nic* FindNic(NicId id);
   const Nic* FindNic(NicId id) const;
@@ -312,6 +365,9 @@ class Stack {
   uint32_t next_ipv6_frag_ident_ = 1;
   Instant retry_tx_at_ = kNever;
   uint64_t rx_drops_ = 0;  // running sum of the receive-side drops
+  // Guest configuration (guest_config.cc): DHCP clients send from 0.0.0.0.
+  bool accept_unspecified4_ = false;
+  RouterSolicitationHandler* rs_handler_ = nullptr;
   // ICMP error token bucket (RFC 1812 4.3.2.8, RFC 4443 2.4(f)).
   double icmp_tokens_ = 0;
   Instant icmp_refill_at_ = absl::InfinitePast();
