@@ -3,6 +3,7 @@
 #define NETSTACK_STACK_NIC_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct Stack::Nic {
   std::vector<Ipv4Cidr> ipv4;
   std::vector<Ipv6Cidr> ipv6;  // [0] is the link-local address
   buffer::PacketChain tx;      // frames for the next Flush
+  std::optional<GatewayOptions> gateway;
   std::unique_ptr<NicReceiver> receiver;
 };
 
