@@ -75,6 +75,12 @@ absl::Status Stack::AddAddress(NicId id, const Ipv6Cidr& cidr) {
   return absl::OkStatus();
 }
 
+std::optional<wire::Ipv6Address> Stack::LinkLocalAddress(NicId id) const {
+  const Nic* nic = FindNic(id);
+  if (nic == nullptr || nic->ipv6.empty()) return std::nullopt;
+  return nic->ipv6.front().address;
+}
+
 absl::Status Stack::SetGateway(NicId id, const GatewayOptions& options) {
   Nic* nic = FindNic(id);
   if (nic == nullptr) return absl::NotFoundError(absl::StrCat("no NIC ", id));

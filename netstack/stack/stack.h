@@ -169,6 +169,8 @@ class Stack {
   // Adds an address and the on-link route for its prefix.
   absl::Status AddAddress(NicId nic, const Ipv4Cidr& cidr);
   absl::Status AddAddress(NicId nic, const Ipv6Cidr& cidr);
+  // The NIC's IPv6 link-local address (from its MAC); nullopt: no NIC.
+  std::optional<wire::Ipv6Address> LinkLocalAddress(NicId nic) const;
   // Puts the NIC in gateway mode (see GatewayOptions).
   absl::Status SetGateway(NicId nic, const GatewayOptions& options);
   absl::Status AddRoute(const Route<wire::Ipv4Address>& route);
