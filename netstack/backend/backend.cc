@@ -124,6 +124,15 @@ Backend::~Backend() {
 std::optional<transport::SocketAddress> Backend::HostDestination(
     const transport::SocketAddress& dst) {
   const AddressPlan& p = config_.plan;
+  if (dst.ip.is_v6()) {
+    const auto& b = dst.ip.v6().bytes;
+    bool mapped = b[10] == 0xff && b[11] == 0xff;
+    for (size_t i = 0; i < 10; ++i) mapped = mapped && b[i] == 0;
+    if (mapped) {
+      ++counters_.tcp_refused_mapped_destination;
+      return std::nullopt;
+    }
+  }
   const bool gateway =
       dst.ip.is_v4() ? dst.ip.v4() == p.gateway4
                      : (dst.ip.v6() == p.gateway6 ||
@@ -185,6 +194,8 @@ std::string Backend::FormatCounters() const {
       "backend.tcp_refused_flow_limit ", c.tcp_refused_flow_limit, "\n",
       "backend.tcp_refused_host_loopback ", c.tcp_refused_host_loopback, "\n",
       "backend.tcp_refused_no_service ", c.tcp_refused_no_service, "\n",
+      "backend.tcp_refused_mapped_destination ",
+      c.tcp_refused_mapped_destination, "\n",
       "backend.tcp_bytes_guest_to_host ", c.tcp_bytes_guest_to_host, "\n",
       "backend.tcp_bytes_host_to_guest ", c.tcp_bytes_host_to_guest, "\n");
   for (size_t i = 0; i < c.tcp_ends.size(); ++i) {

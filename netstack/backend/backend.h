@@ -117,6 +117,10 @@ struct BackendCounters {
   uint64_t tcp_refused_flow_limit = 0;
   uint64_t tcp_refused_host_loopback = 0;
   uint64_t tcp_refused_no_service = 0;  // the DNS address, no listener
+  // An IPv6 destination that names an IPv4 one (::ffff:0:0/96), which a
+  // host IPv6 socket would reach as IPv4: past the IPv4 policy (to
+  // 127.0.0.1, say). The guest has IPv4 for that.
+  uint64_t tcp_refused_mapped_destination = 0;
   uint64_t tcp_bytes_guest_to_host = 0;
   uint64_t tcp_bytes_host_to_guest = 0;
   uint64_t tcp_host_fds_open = 0;  // now

@@ -78,6 +78,13 @@ class BackendTest : public ::testing::Test {
     const stack::NicId gnic = *guest_->AddNic(guest_link_.get(), "g");
     EXPECT_TRUE(
         guest_->AddAddress(gnic, *stack::ParseIpv4Cidr("10.0.2.100/24")).ok());
+    EXPECT_TRUE(
+        guest_->AddAddress(gnic, *stack::ParseIpv6Cidr("fd00::100/64")).ok());
+    EXPECT_TRUE(guest_
+                    ->AddRoute(stack::Route<wire::Ipv6Address>{
+                        *stack::ParseIpv6Cidr("::/0"),
+                        *wire::Ipv6Address::Parse("fd00::2"), gnic})
+                    .ok());
     EXPECT_TRUE(guest_
                     ->AddRoute(stack::Route<wire::Ipv4Address>{
                         *stack::ParseIpv4Cidr("0.0.0.0/0"),
@@ -355,6 +362,27 @@ TEST_F(BackendTest, HostLoopbackIsOffByDefault) {
   EXPECT_EQ(transport::ErrnoOf(err), ECONNREFUSED) << err;
   EXPECT_EQ(l.Accept(), -1);  // no host connection was made
   EXPECT_EQ(backend_->counters().tcp_refused_host_loopback, 1u);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 0u);
+}
+
+TEST_F(BackendTest, MappedIpv6DestinationCannotReachHostLoopback) {
+  // Host loopback is off; a hostile guest names 127.0.0.1 as an
+  // IPv4-mapped IPv6 address, which an AF_INET6 host socket would reach.
+  HostListener l;
+  auto s = guest_tcp_->Open(transport::Family::kIpv6);
+  ASSERT_TRUE(s->Connect(SocketAddress{
+                             IpAddress(*wire::Ipv6Address::Parse(
+                                 "::ffff:127.0.0.1")),
+                             l.port})
+                  .ok());
+  absl::Status err;
+  ASSERT_TRUE(RunUntil([&] {
+    err = s->TakeError();
+    return !err.ok();
+  }));
+  EXPECT_EQ(transport::ErrnoOf(err), ECONNREFUSED) << err;
+  EXPECT_EQ(l.Accept(), -1);
+  EXPECT_EQ(backend_->counters().tcp_refused_mapped_destination, 1u);
   EXPECT_EQ(backend_->counters().tcp_flows_opened, 0u);
 }
 
