@@ -386,6 +386,40 @@ TEST_F(BackendTest, MappedIpv6DestinationCannotReachHostLoopback) {
   EXPECT_EQ(backend_->counters().tcp_flows_opened, 0u);
 }
 
+TEST_F(BackendTest, SynRetransmissionsWhileConnectingMakeOneHostConnection) {
+  Build(Loopback());
+  // A listener whose accept queue is full: the kernel drops our SYN, so
+  // the host connect stays in progress (it retries after 1 s, 3 s...)
+  // while the guest retransmits its own SYN.
+  HostListener l;
+  ASSERT_EQ(listen(l.fd, 0), 0);
+  const int filler = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(l.port);
+  connect(filler, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  auto s = Connect(l.port);
+  ASSERT_TRUE(RunUntil([&] { return tcp_->counters().held_syn_retransmits > 0; },
+                       absl::Seconds(5)));
+  EXPECT_NE(s->state(), tcp::TcpState::kEstablished);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 1u);
+  // Room in the queue: the host connect completes, the guest gets its
+  // SYN-ACK, and there is exactly one host connection besides the filler.
+  const int f = l.Accept();
+  ASSERT_GE(f, 0);
+  ASSERT_TRUE(RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; },
+                       absl::Seconds(15)));
+  const int c = l.Accept();
+  EXPECT_GE(c, 0);
+  EXPECT_EQ(l.Accept(), -1);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 1u);
+  EXPECT_EQ(backend_->counters().tcp_flows_established, 1u);
+  close(c);
+  close(f);
+  close(filler);
+}
+
 TEST_F(BackendTest, FlowsPastTheLimitAreReset) {
   BackendConfig c = Loopback();
   c.limits.max_tcp_flows = 1;
