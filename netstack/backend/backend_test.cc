@@ -420,6 +420,36 @@ TEST_F(BackendTest, SynRetransmissionsWhileConnectingMakeOneHostConnection) {
   close(filler);
 }
 
+TEST_F(BackendTest, IdleFlowsPinNoChunks) {
+  Build(Loopback());
+  HostListener l;
+  ASSERT_EQ(listen(l.fd, 128), 0);
+  constexpr int kFlows = 100;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
+  std::vector<int> hosts;
+  for (int i = 0; i < kFlows; ++i) guests.push_back(Connect(l.port));
+  ASSERT_TRUE(RunUntil([&] {
+    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
+    return hosts.size() == kFlows;
+  }));
+  // Each host says a few bytes; each guest reads them; then all idle.
+  for (int fd : hosts) ASSERT_EQ(send(fd, "hello", 5, MSG_NOSIGNAL), 5);
+  size_t got = 0;
+  std::vector<uint8_t> buf(64);
+  ASSERT_TRUE(RunUntil([&] {
+    for (auto& g : guests) {
+      auto r = g->Read(buf);
+      if (r.ok()) got += *r;
+    }
+    return got == 5u * kFlows;
+  }));
+  RunUntil([] { return false; }, absl::Milliseconds(300));  // acks
+  EXPECT_EQ(backend_->tcp_flow_count(), static_cast<size_t>(kFlows));
+  // Nothing in flight, nothing queued: no chunk held for the flows.
+  EXPECT_LE(chunks_.stats().in_use, 2u);
+  for (int fd : hosts) close(fd);
+}
+
 TEST_F(BackendTest, FlowsPastTheLimitAreReset) {
   BackendConfig c = Loopback();
   c.limits.max_tcp_flows = 1;

@@ -314,7 +314,14 @@ bool TcpFlow::PumpHostToGuest() {
       return true;
     }
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      // Idle for now: let go of the chunk (the views in the send queue
+      // keep what they need until the guest acks), so an idle flow pins
+      // no 64 KiB chunk of the shared pool.
+      fill_ = buffer::ChunkRef();
+      fill_at_ = 0;
+      return true;
+    }
     End(errno == ECONNRESET ? FlowEnd::kHostReset : FlowEnd::kHostError,
         false, /*guest_reset=*/true);
     return false;
