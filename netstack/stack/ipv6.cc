@@ -77,7 +77,6 @@ bool Stack::GatewaySourceOk(const Nic& nic,
 
 bool Stack::GatewayForwards(const Nic& nic,
                             const wire::Ipv6Address& dst) const {
-  (void)nic;
   return !dst.IsMulticast() && !dst.IsLinkLocal() && !dst.IsZero() &&
          dst != Loopback6() &&
          !(nic.gateway->guest6_prefix &&
