@@ -85,6 +85,12 @@ namespace netstack::stack {
   /* TcpLayerOptions limits (tcp_options.h). */                         \
   X(kTcpConnectionLimit, "tcp_connection_limit")                      \
   X(kTcpHalfOpenLimit, "tcp_half_open_limit")                         \
+  /* A retransmitted SYN while its first one waits for a SynHandler's    \
+     decision (a gateway's host connect): absorbed. */                  \
+  X(kTcpSynHeld, "tcp_syn_held")                                      \
+  /* Gateway mode (NicOptions::gateway): a packet whose source is not  \
+     one of the guest's own addresses. Never reaches a transport. */    \
+  X(kSpoofedSource, "spoofed_source")                                 \
   /* Transmit side: a packet we were sending (a reply, an error, a     \
      packet waiting for a neighbour) was dropped. These do not decide   \
      a received frame's disposition. */                                 \

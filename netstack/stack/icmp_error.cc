@@ -40,7 +40,7 @@ bool Stack::DeliverIcmpError(IcmpError e, std::span<const uint8_t> invoking,
     e.protocol = invoking[9];
     e.src4 = wire::Ipv4Address::FromBytes(&invoking[12]);
     e.dst4 = wire::Ipv4Address::FromBytes(&invoking[16]);
-    if (!HasAddress(e.src4)) return false;
+    if (!SentByUs(e.src4)) return false;
     l4_at = ihl;
   } else {
     if (invoking.size() < 40 + 8 || (invoking[0] >> 4) != 6) return false;
@@ -49,7 +49,7 @@ bool Stack::DeliverIcmpError(IcmpError e, std::span<const uint8_t> invoking,
     e.protocol = invoking[6];
     e.src6 = wire::Ipv6Address::FromBytes(&invoking[8]);
     e.dst6 = wire::Ipv6Address::FromBytes(&invoking[24]);
-    if (!HasAddress(e.src6)) return false;
+    if (!SentByUs(e.src6)) return false;
     l4_at = 40;
   }
   e.l4 = invoking.subspan(l4_at);

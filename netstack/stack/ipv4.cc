@@ -58,6 +58,66 @@ std::optional<wire::Ipv4Address> Stack::SourceFor(
   return std::nullopt;
 }
 
+bool Stack::GatewaySourceOk(const Nic& nic, const wire::Ipv4Repr& ip) const {
+  const GatewayOptions& g = *nic.gateway;
+  if (!g.guest4.IsZero() && ip.src == g.guest4) return true;
+  // A DHCP client before its lease: UDP to a broadcast or to us.
+  return ip.src.IsZero() &&
+         ip.protocol == static_cast<uint8_t>(wire::IpProtocol::kUdp) &&
+         (IsIpv4BroadcastFor(nic, ip.dst) || IsOurIpv4(nic, ip.dst));
+}
+
+bool Stack::GatewayForwards(const Nic& nic,
+                            const wire::Ipv4Address& dst) const {
+  // Unicast beyond the link: not 0/8, loopback, multicast or class E, a
+  // broadcast, or the guest itself.
+  const uint32_t v = dst.ToU32();
+  return (v >> 24) != 0 && (v >> 24) != 127 && (v >> 28) < 0xe &&
+         !IsIpv4BroadcastFor(nic, dst) && dst != nic.gateway->guest4;
+}
+
+bool Stack::SendDestUnreachable(const wire::Ipv4Address& src,
+                                const wire::Ipv4Address& dst,
+                                uint8_t protocol,
+                                std::span<const uint8_t> l4_head,
+                                IcmpErrorKind kind, Instant now) {
+  const auto hop = routes4_.Lookup(src);
+  Nic* nic = hop ? FindNic(hop->nic) : nullptr;
+  if (nic == nullptr) {
+    Drop(DropReason::kNoRoute);
+    return false;
+  }
+  uint8_t code = 1;  // host unreachable
+  if (kind == IcmpErrorKind::kNetUnreachable) code = 0;
+  if (kind == IcmpErrorKind::kAdminProhibited) code = 13;
+  buffer::ChunkRef chunk = chunks_.Allocate();
+  if (!chunk) {
+    Drop(DropReason::kNoBuffer);
+    return false;
+  }
+  const size_t head = std::min<size_t>(8, l4_head.size());
+  wire::Ipv4Repr ip;
+  ip.src = src;
+  ip.dst = dst;
+  ip.protocol = protocol;
+  ip.dont_fragment = true;
+  ip.payload_len = static_cast<uint16_t>(head);
+  auto mem = chunk->mutable_data();
+  const size_t hlen = ip.HeaderLen();
+  ip.Emit(wire::MutableIpv4Packet(mem.first(hlen)));
+  std::copy(l4_head.begin(), l4_head.begin() + head, mem.begin() + hlen);
+  buffer::PayloadView all(chunk, 0, static_cast<uint32_t>(hlen + head));
+  Ipv4Datagram d;
+  d.nic = nic->id;
+  d.ip = ip;
+  d.header = all.Subview(0, static_cast<uint32_t>(hlen));
+  d.payload = all.Subview(static_cast<uint32_t>(hlen),
+                          static_cast<uint32_t>(head));
+  const uint64_t before = counters_.icmpv4_errors_sent;
+  SendIcmpv4Error(d, kIcmpUnreachable, code, 0, now);
+  return counters_.icmpv4_errors_sent != before;
+}
+
 void Stack::HandleArp(Nic& nic, std::span<const uint8_t> bytes, Instant now) {
   wire::ArpRepr arp;
   if (wire::ArpRepr::Parse(wire::ArpPacket(bytes), arp) !=
@@ -130,17 +190,23 @@ void Stack::HandleIpv4(Nic& nic, const link::InboundFrame& frame,
     return Drop(DropReason::kIpv4Malformed);
   }
   if (!view.HeaderChecksumValid()) return Drop(DropReason::kIpv4BadChecksum);
-  // RFC 1122 3.2.1.3: martian sources. 0/8 ("this network"; we are not
-  // a DHCP server), 127/8, 240/4 (class E, limited broadcast), multicast,
+  // RFC 1122 3.2.1.3: martian sources. 0/8 ("this network"; only a DHCP
+  // client's broadcast once AcceptIpv4UnspecifiedSource is on), 127/8, 240/4 (class E, limited broadcast), multicast,
   // a subnet broadcast, or one of our own addresses.
   const uint32_t src = ip.src.ToU32();
-  if (((src >> 24) == 0 && !IsUnspecifiedSourceBroadcast(ip)) || (src >> 24) == 127 || (src >> 28) >= 0xe ||
-      IsIpv4BroadcastFor(nic, ip.src) || IsOurIpv4(nic, ip.src)) {
+  if (nic.gateway) {
+    // Only the guest's own address, whatever else looks plausible.
+    if (!GatewaySourceOk(nic, ip)) return Drop(DropReason::kSpoofedSource);
+  } else if (((src >> 24) == 0 && !IsUnspecifiedSourceBroadcast(ip)) ||
+             (src >> 24) == 127 || (src >> 28) >= 0xe ||
+             IsIpv4BroadcastFor(nic, ip.src) || IsOurIpv4(nic, ip.src)) {
     return Drop(DropReason::kIpv4BadSource);
   }
   const bool broadcast = IsIpv4BroadcastFor(nic, ip.dst);
-  if (!IsOurIpv4(nic, ip.dst) && !broadcast) {
-    // We are a host, not a router (RFC 1122 3.3.4): no forwarding.
+  if (!IsOurIpv4(nic, ip.dst) && !broadcast &&
+      !(nic.gateway && GatewayForwards(nic, ip.dst))) {
+    // We are a host, not a router (RFC 1122 3.3.4): no forwarding. A
+    // gateway stands in for the destination (its transports decide).
     return Drop(DropReason::kIpv4NotForUs);
   }
   if (link_multicast && !broadcast) {
@@ -280,8 +346,13 @@ void Stack::HandleIcmpv4(Ipv4Datagram& d, Instant now) {
     }
     return Drop(DropReason::kIcmpv4Unhandled);
   }
-  ++counters_.icmpv4_echo_requests;
   Nic* nic = FindNic(d.nic);
+  if (nic != nullptr && nic->gateway && !IsOurIpv4(*nic, d.ip.dst) &&
+      !IsIpv4BroadcastFor(*nic, d.ip.dst)) {
+    // A gateway never answers for a host beyond it (no forged replies).
+    return Drop(DropReason::kIpv4NotForUs);
+  }
+  ++counters_.icmpv4_echo_requests;
   if (nic == nullptr || IsIpv4BroadcastFor(*nic, d.ip.dst)) {
     // Like Linux's icmp_echo_ignore_broadcasts (RFC 1122 3.2.2.6 allows).
     return Drop(DropReason::kIcmpv4EchoToBroadcast);

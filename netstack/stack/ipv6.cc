@@ -71,6 +71,65 @@ std::optional<wire::Ipv6Address> Stack::SourceFor(
   return nic.ipv6.front().address;
 }
 
+bool Stack::GatewaySourceOk(const Nic& nic,
+                            const wire::Ipv6Address& src) const {
+  const GatewayOptions& g = *nic.gateway;
+  if (src.IsLinkLocal() || src.IsZero()) return true;  // :: only for NDP
+  return g.guest6_prefix && g.guest6_prefix->Contains(src);
+}
+
+bool Stack::GatewayForwards(const Nic& nic,
+                            const wire::Ipv6Address& dst) const {
+  return !dst.IsMulticast() && !dst.IsLinkLocal() && !dst.IsZero() &&
+         dst != Loopback6() &&
+         !(nic.gateway->guest6_prefix &&
+           nic.gateway->guest6_prefix->Contains(dst) && !IsOurIpv6(nic, dst));
+}
+
+bool Stack::SendDestUnreachable(const wire::Ipv6Address& src,
+                                const wire::Ipv6Address& dst,
+                                uint8_t protocol,
+                                std::span<const uint8_t> l4_head,
+                                IcmpErrorKind kind, Instant now) {
+  const auto hop = routes6_.Lookup(src);
+  Nic* nic = hop ? FindNic(hop->nic) : nullptr;
+  if (nic == nullptr) {
+    Drop(DropReason::kNoRoute);
+    return false;
+  }
+  // RFC 4443 3.1: 0 no route, 1 administratively prohibited, 3 address
+  // unreachable.
+  uint8_t code = 3;
+  if (kind == IcmpErrorKind::kNetUnreachable) code = 0;
+  if (kind == IcmpErrorKind::kAdminProhibited) code = 1;
+  buffer::ChunkRef chunk = chunks_.Allocate();
+  if (!chunk) {
+    Drop(DropReason::kNoBuffer);
+    return false;
+  }
+  const size_t head = std::min<size_t>(8, l4_head.size());
+  wire::Ipv6Repr ip;
+  ip.src = src;
+  ip.dst = dst;
+  ip.next_header = protocol;
+  ip.payload_len = static_cast<uint16_t>(head);
+  auto mem = chunk->mutable_data();
+  const size_t hlen = ip.BufferLen();
+  ip.Emit(wire::MutableIpv6Packet(mem.first(hlen)));
+  std::copy(l4_head.begin(), l4_head.begin() + head, mem.begin() + hlen);
+  buffer::PayloadView all(chunk, 0, static_cast<uint32_t>(hlen + head));
+  Ipv6Datagram d;
+  d.nic = nic->id;
+  d.ip = ip;
+  d.packet = all;
+  d.protocol = protocol;
+  d.payload = all.Subview(static_cast<uint32_t>(hlen),
+                          static_cast<uint32_t>(head));
+  const uint64_t before = counters_.icmpv6_errors_sent;
+  SendIcmpv6Error(d, /*Destination Unreachable*/ 1, code, 0, now);
+  return counters_.icmpv6_errors_sent != before;
+}
+
 void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
                        buffer::PayloadView packet, bool link_multicast,
                        Instant now) {
@@ -85,7 +144,13 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
   if (ip.src.IsMulticast() || ip.src == Loopback6() || IsOurIpv6(nic, ip.src)) {
     return Drop(DropReason::kIpv6BadSource);
   }
-  if (!AcceptsIpv6(nic, ip.dst)) return Drop(DropReason::kIpv6NotForUs);
+  if (nic.gateway && !GatewaySourceOk(nic, ip.src)) {
+    return Drop(DropReason::kSpoofedSource);
+  }
+  if (!AcceptsIpv6(nic, ip.dst) &&
+      !(nic.gateway && GatewayForwards(nic, ip.dst))) {
+    return Drop(DropReason::kIpv6NotForUs);
+  }
   if (link_multicast && !ip.dst.IsMulticast()) {
     return Drop(DropReason::kIpv6LinkMulticast);
   }
@@ -217,6 +282,10 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
 
   if (std::holds_alternative<wire::Icmpv6EchoRequest>(repr.message)) {
     if (d.ip.src.IsZero()) return Drop(DropReason::kIpv6BadSource);
+    if (nic->gateway && !IsOurIpv6(*nic, d.ip.dst) && !d.ip.dst.IsMulticast()) {
+      // A gateway never answers for a host beyond it.
+      return Drop(DropReason::kIpv6NotForUs);
+    }
     ++counters_.icmpv6_echo_requests;
     if (echo_handler_ != nullptr && !d.link_multicast &&
         !d.ip.dst.IsMulticast()) {

@@ -3,6 +3,7 @@
 #define NETSTACK_STACK_NIC_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct Stack::Nic {
   std::vector<Ipv6Cidr> ipv6;  // [0] is the link-local address
   std::vector<wire::Ipv6Address> ipv6_groups;  // JoinIpv6Multicast
   buffer::PacketChain tx;      // frames for the next Flush
+  std::optional<GatewayOptions> gateway;
   std::unique_ptr<NicReceiver> receiver;
 };
 

@@ -75,6 +75,31 @@ absl::Status Stack::AddAddress(NicId id, const Ipv6Cidr& cidr) {
   return absl::OkStatus();
 }
 
+absl::Status Stack::SetGateway(NicId id, const GatewayOptions& options) {
+  Nic* nic = FindNic(id);
+  if (nic == nullptr) return absl::NotFoundError(absl::StrCat("no NIC ", id));
+  nic->gateway = options;
+  return absl::OkStatus();
+}
+
+bool Stack::SentByUs(const wire::Ipv4Address& a) const {
+  for (const auto& nic : nics_) {
+    if (IsOurIpv4(*nic, a)) return true;
+    if (nic->gateway && a != nic->gateway->guest4 && GatewayForwards(*nic, a)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Stack::SentByUs(const wire::Ipv6Address& a) const {
+  for (const auto& nic : nics_) {
+    if (IsOurIpv6(*nic, a)) return true;
+    if (nic->gateway && GatewayForwards(*nic, a)) return true;
+  }
+  return false;
+}
+
 absl::Status Stack::AddRoute(const Route<wire::Ipv4Address>& route) {
   if (FindNic(route.nic) == nullptr) {
     return absl::NotFoundError(absl::StrCat("no NIC ", route.nic));

@@ -179,6 +179,22 @@ struct PathInfo {
   uint32_t gso_max_size = 0;  // 0: no GSO
 };
 
+// A NIC in gateway mode (netstack/backend): the stack stands in for
+// every host beyond the link. It takes packets to any unicast destination
+// and sends from any source, but only its own addresses (the gateway's
+// and the DNS address) answer ARP, NDP and ping as the stack itself. It
+// takes packets only from the guest's own sources; anything else is
+// dropped as kSpoofedSource before a transport sees it.
+struct GatewayOptions {
+  // The guest's IPv4 address (its lease); zero: no IPv4 source but the
+  // DHCP client's. 0.0.0.0 is accepted for UDP to a broadcast or to one
+  // of our addresses only (a DHCP client without a lease, RFC 2131 4.1).
+  wire::Ipv4Address guest4;
+  // The guest's IPv6 prefix (its SLAAC addresses). Link-local sources are
+  // always accepted, and :: for NDP's duplicate address detection.
+  std::optional<Ipv6Cidr> guest6_prefix;
+};
+
 class Stack {
  public:
   Stack(const StackOptions& options, buffer::ChunkPool& chunks,
@@ -194,6 +210,8 @@ class Stack {
   // Adds an address and the on-link route for its prefix.
   absl::Status AddAddress(NicId nic, const Ipv4Cidr& cidr);
   absl::Status AddAddress(NicId nic, const Ipv6Cidr& cidr);
+  // Puts the NIC in gateway mode (see GatewayOptions).
+  absl::Status SetGateway(NicId nic, const GatewayOptions& options);
   absl::Status AddRoute(const Route<wire::Ipv4Address>& route);
   absl::Status AddRoute(const Route<wire::Ipv6Address>& route);
 
@@ -250,6 +268,20 @@ class Stack {
   bool SendIpv6OnLink(NicId nic, wire::Ipv6Repr ip, buffer::PacketPtr packet,
                       Instant now);
 
+  // Sends ICMP/ICMPv6 destination unreachable (net, host or
+  // administratively prohibited) to `src` about a datagram it sent to
+  // `dst`, quoting its header rebuilt from the addresses, `protocol` and
+  // `l4_head` (the first bytes of its transport header, at most 8 used).
+  // For a gateway that refuses a flow after the datagram itself is gone.
+  // Rate limited like every error we send; false if nothing was sent.
+  bool SendDestUnreachable(const wire::Ipv4Address& src,
+                           const wire::Ipv4Address& dst, uint8_t protocol,
+                           std::span<const uint8_t> l4_head,
+                           IcmpErrorKind kind, Instant now);
+  bool SendDestUnreachable(const wire::Ipv6Address& src,
+                           const wire::Ipv6Address& dst, uint8_t protocol,
+                           std::span<const uint8_t> l4_head,
+                           IcmpErrorKind kind, Instant now);
   // Counts a drop decided outside the stack (a transport's transmit side).
   void CountDrop(DropReason reason) { Drop(reason); }
 
@@ -343,6 +375,16 @@ class Stack {
   bool IsIpv4BroadcastFor(const Nic& nic, const wire::Ipv4Address& a) const;
   bool AcceptsIpv6(const Nic& nic, const wire::Ipv6Address& a) const;
   bool IsOurIpv6(const Nic& nic, const wire::Ipv6Address& a) const;
+  // Gateway mode: a source the guest may use / a destination we stand
+  // in for.
+  bool GatewaySourceOk(const Nic& nic, const wire::Ipv4Repr& ip) const;
+  bool GatewaySourceOk(const Nic& nic, const wire::Ipv6Address& src) const;
+  bool GatewayForwards(const Nic& nic, const wire::Ipv4Address& dst) const;
+  bool GatewayForwards(const Nic& nic, const wire::Ipv6Address& dst) const;
+  // The invoking datagram of an ICMP error came from us: one of our
+  // addresses, or in gateway mode any address but the guest's.
+  bool SentByUs(const wire::Ipv4Address& a) const;
+  bool SentByUs(const wire::Ipv6Address& a) const;
   std::optional<wire::Ipv4Address> SourceFor(const Nic& nic,
                                              const wire::Ipv4Address& dst) const;
   std::optional<wire::Ipv6Address> SourceFor(const Nic& nic,

@@ -117,6 +117,13 @@ void SendQueue::ReleaseTo(SeqNum seq) {
     break;
   }
   if (views_.empty() && seq > head_) head_ = seq;  // the FIN
+  if (views_.empty()) {
+    // Everything is acknowledged: an idle connection pins no chunk (a
+    // gateway holds thousands of them). The next small write takes a
+    // fresh one.
+    tail_chunk_ = buffer::ChunkRef();
+    tail_used_ = 0;
+  }
 }
 
 }  // namespace netstack::tcp

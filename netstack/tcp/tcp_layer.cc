@@ -292,8 +292,106 @@ std::optional<DropReason> TcpLayer::Receive(Segment& seg, Instant now) {
   if (Listener* l = FindListener(seg.tuple.local)) {
     return ReceiveForListener(*l, seg, now);
   }
+  if (syn_handler_ != nullptr && seg.has(flag::kSyn) && !seg.has(flag::kAck)) {
+    return ReceiveUnclaimedSyn(seg, now);
+  }
   SendResetFor(seg, now);
   return DropReason::kTcpNoListener;
+}
+
+std::optional<DropReason> TcpLayer::ReceiveUnclaimedSyn(Segment& seg,
+                                                         Instant now) {
+  if (held_syns_.contains(seg.tuple)) {
+    // The guest retransmits while the decision is pending: one decision
+    // per tuple, so never a second host connection.
+    ++counters_.held_syn_retransmits;
+    return DropReason::kTcpSynHeld;
+  }
+  if (held_syns_.size() >= options_.max_half_open) {
+    ++counters_.held_syn_limit_drops;
+    return DropReason::kTcpHalfOpenLimit;
+  }
+  if (!syn_handler_->OnUnclaimedSyn(seg.tuple, now)) {
+    SendResetFor(seg, now);
+    return DropReason::kTcpNoListener;
+  }
+  wire::TcpRepr syn = seg.tcp;
+  syn.flags = flag::kSyn;  // data and PSH/URG are not kept (nor ACKed)
+  held_syns_.emplace(seg.tuple, syn);
+  ++counters_.syns_held;
+  return std::nullopt;
+}
+
+absl::StatusOr<std::unique_ptr<TcpSocket>> TcpLayer::AcceptHeld(
+    const transport::FourTuple& tuple, Instant now) {
+  now_ = std::max(now_, now);
+  auto it = held_syns_.find(tuple);
+  if (it == held_syns_.end()) {
+    return absl::NotFoundError("no SYN held for " + tuple.remote.ToString());
+  }
+  Segment seg;
+  seg.tuple = tuple;
+  seg.tcp = it->second;
+  held_syns_.erase(it);
+  if (connections_.contains(tuple) || !ConnectionRoom()) {
+    ++counters_.held_syns_refused;
+    SendResetFor(seg, now_);
+    return transport::NoBuffers();
+  }
+  Connection* c = NewConnection(tuple, options_.connection);
+  c->StartPassive(seg, nullptr, isn_.Next(tuple, now_), now_);
+  std::unique_ptr<TcpSocket> s(new TcpSocket(
+      *this,
+      tuple.local.ip.is_v4() ? transport::Family::kIpv4
+                             : transport::Family::kIpv6,
+      options_.connection));
+  s->conn_ = c;
+  c->set_attached(true);
+  ++counters_.held_syns_accepted;
+  return s;
+}
+
+bool TcpLayer::RefuseHeld(const transport::FourTuple& tuple,
+                          HeldSynRefusal how, Instant now) {
+  now_ = std::max(now_, now);
+  auto it = held_syns_.find(tuple);
+  if (it == held_syns_.end()) return false;
+  Segment seg;
+  seg.tuple = tuple;
+  seg.tcp = it->second;
+  held_syns_.erase(it);
+  ++counters_.held_syns_refused;
+  stack::IcmpErrorKind kind = stack::IcmpErrorKind::kHostUnreachable;
+  switch (how) {
+    case HeldSynRefusal::kSilent:
+      return true;
+    case HeldSynRefusal::kReset:
+      SendResetFor(seg, now_);
+      return true;
+    case HeldSynRefusal::kNetUnreachable:
+      kind = stack::IcmpErrorKind::kNetUnreachable;
+      break;
+    case HeldSynRefusal::kHostUnreachable:
+      break;
+    case HeldSynRefusal::kAdminProhibited:
+      kind = stack::IcmpErrorKind::kAdminProhibited;
+      break;
+  }
+  // The error quotes the SYN's IP header and its first 8 bytes: ports
+  // and sequence number (RFC 792, RFC 4443 2.4(c)), which is what the
+  // guest's TCP matches the error against.
+  std::array<uint8_t, 8> head{};
+  wire::StoreBe16(&head[0], tuple.remote.port);
+  wire::StoreBe16(&head[2], tuple.local.port);
+  wire::StoreBe32(&head[4], seg.tcp.seq);
+  if (tuple.remote.ip.is_v4()) {
+    stack_.SendDestUnreachable(tuple.remote.ip.v4(), tuple.local.ip.v4(), kTcp,
+                               head, kind, now_);
+  } else {
+    stack_.SendDestUnreachable(tuple.remote.ip.v6(), tuple.local.ip.v6(), kTcp,
+                               head, kind, now_);
+  }
+  return true;
 }
 
 // RFC 9293 3.10.7.4 in TIME_WAIT, in the order of Linux's
@@ -636,7 +734,8 @@ std::string TcpLayer::FormatCounters() const {
       "time_wait_overflows=%u half_open_dropped_listener_closed=%u "
       "timed_out=%u retransmits=%u send_failures=%u connections=%u "
       "time_wait=%u icmp_errors_taken=%u icmp_errors_ignored=%u "
-      "pmtu_decreases=%u",
+      "pmtu_decreases=%u syns_held=%u held_syn_retransmits=%u "
+      "held_syns_accepted=%u held_syns_refused=%u held_syn_limit_drops=%u",
       c.segments_in, c.segments_out, c.active_opens, c.passive_opens,
       c.established, c.resets_sent, c.resets_received, c.challenge_acks,
       c.invalid_acks_rate_limited,
@@ -646,7 +745,9 @@ std::string TcpLayer::FormatCounters() const {
       c.time_wait_overflows, c.half_open_dropped_listener_closed,
       c.connections_timed_out, c.retransmits, c.send_failures,
       connections_.size(), time_wait_.size(), c.icmp_errors_taken,
-      c.icmp_errors_ignored, c.pmtu_decreases);
+      c.icmp_errors_ignored, c.pmtu_decreases, c.syns_held,
+      c.held_syn_retransmits, c.held_syns_accepted, c.held_syns_refused,
+      c.held_syn_limit_drops);
 }
 
 }  // namespace netstack::tcp

@@ -66,6 +66,36 @@ struct TcpCounters {
   uint64_t pmtu_decreases = 0;
   uint64_t retransmits = 0;  // packets, all connections
   uint64_t send_failures = 0;  // no packet/chunk, or no route
+  // Held SYNs (SetSynHandler): held, retransmissions absorbed while held,
+  // accepted (SYN-ACK sent), refused, and dropped at the table's cap.
+  uint64_t syns_held = 0;
+  uint64_t held_syn_retransmits = 0;
+  uint64_t held_syns_accepted = 0;
+  uint64_t held_syns_refused = 0;
+  uint64_t held_syn_limit_drops = 0;
+};
+
+// Decides about a SYN that reached no connection and no listener: a
+// gateway (netstack/backend) opens a host connection for it first and
+// answers the guest only when it knows the outcome.
+class SynHandler {
+ public:
+  virtual ~SynHandler() = default;
+  // True: hold it. The layer sends nothing and keeps the SYN's options
+  // (no payload, no chunk) until AcceptHeld or RefuseHeld; a retransmitted
+  // SYN of the tuple is absorbed meanwhile, so this is called once per
+  // tuple. False: the usual RST (RFC 9293 3.10.7.1).
+  virtual bool OnUnclaimedSyn(const transport::FourTuple& tuple,
+                              Instant now) = 0;
+};
+
+// How RefuseHeld answers the guest.
+enum class HeldSynRefusal : uint8_t {
+  kReset,            // RST, as a closed port (ECONNREFUSED)
+  kNetUnreachable,   // ICMP/ICMPv6 destination unreachable (ENETUNREACH)
+  kHostUnreachable,  // ... (EHOSTUNREACH)
+  kAdminProhibited,  // ... communication administratively prohibited
+  kSilent,           // nothing: the guest times out, as behind a black hole
 };
 
 class TcpLayer : public stack::TransportHandler {
@@ -107,6 +137,22 @@ class TcpLayer : public stack::TransportHandler {
   size_t ConnectionsWithPendingOutput() const;
   const TcpLayerOptions& options() const { return options_; }
 
+  // Held SYNs. `handler` is not owned; nullptr (the default) sends RST
+  // for every unclaimed SYN. At most TcpLayerOptions::max_half_open SYNs
+  // are held; past it a SYN is dropped (held_syn_limit_drops).
+  void SetSynHandler(SynHandler* handler) { syn_handler_ = handler; }
+  // Answers the held SYN of `tuple` with a SYN-ACK (options negotiated
+  // from the SYN as a listener would) and returns its socket, attached to
+  // a SYN-RECEIVED connection; kWritable reports ESTABLISHED. NotFound if
+  // nothing is held for `tuple`; ConnectionLimit-style errors as Connect.
+  absl::StatusOr<std::unique_ptr<TcpSocket>> AcceptHeld(
+      const transport::FourTuple& tuple, Instant now);
+  // Forgets the held SYN of `tuple` and answers as `how` says. False if
+  // nothing was held.
+  bool RefuseHeld(const transport::FourTuple& tuple, HeldSynRefusal how,
+                  Instant now);
+  size_t held_syn_count() const { return held_syns_.size(); }
+
  private:
   friend class TcpSocket;
   friend class Connection;
@@ -123,6 +169,9 @@ class TcpLayer : public stack::TransportHandler {
   std::optional<stack::DropReason> ReceiveForListener(
       Listener& l, Segment& seg, Instant now,
       std::optional<SeqNum> iss = std::nullopt);
+  // A SYN with no listener, offered to syn_handler_.
+  std::optional<stack::DropReason> ReceiveUnclaimedSyn(Segment& seg,
+                                                       Instant now);
   std::optional<stack::DropReason> ReceiveTimeWait(TimeWaitEntry& tw,
                                                    Segment& seg, Instant now);
   // The listener for `local`, or the wildcard one of its port.
@@ -175,6 +224,9 @@ class TcpLayer : public stack::TransportHandler {
   // Ports held by bound sockets (not yet connected or listening), by
   // (address, port); counts per port for quick exhaustion checks.
   absl::flat_hash_map<transport::SocketAddress, int> bound_;
+  SynHandler* syn_handler_ = nullptr;
+  // The SYNs held for syn_handler_: header and options only.
+  absl::flat_hash_map<transport::FourTuple, wire::TcpRepr> held_syns_;
   std::vector<Connection*> pending_output_;
   std::vector<Connection*> output_batch_;
   std::vector<Connection*> closed_;

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "netstack/backend/backend.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/notifier.h"
 #include "netstack/udp/udp_layer.h"
@@ -72,7 +73,10 @@ ABSL_FLAG(std::vector<std::string>, addr6, {},
           "IPv6 address with prefix, e.g. fd00::2/64. Repeatable (comma-separated).");
 ABSL_FLAG(std::string, gateway, "",
           "Default gateway (IPv4 or IPv6 address; on-link).");
-ABSL_FLAG(int, mtu, 0, "Link MTU (IP packet size); 0 = the link's own.");
+ABSL_FLAG(int, mtu, 0,
+          "Link MTU (IP packet size); 0 = the link's own (with --backend: "
+          "65515, the largest a frame in one 64 KiB receive chunk allows; "
+          "slirp4netns uses 65520).");
 ABSL_FLAG(std::string, mac, "", "Our MAC address; default: the link's / derived.");
 ABSL_FLAG(std::string, pcap, "",
           "Write every frame in and out to this pcap file, as on the wire: "
@@ -109,6 +113,29 @@ ABSL_FLAG(int, http_port, 0,
           "TCP port of the HTTP server (with --http-root); 0 = 80.");
 ABSL_FLAG(int, echo_port, 0,
           "Run echo (RFC 862) on this TCP and UDP port; 0 = off.");
+ABSL_FLAG(bool, backend, false,
+          "Backend mode: the link's peer is a guest (a namespace's TAP, a VM) "
+          "and netstackd is its gateway to this host's network. Every TCP "
+          "flow the guest opens becomes a host socket. The stack answers "
+          "only as the gateway and the DNS address of --net/--net6; no "
+          "--addr, --addr6 or --gateway.");
+ABSL_FLAG(std::string, net, "10.0.2.0/24",
+          "With --backend: the guest's IPv4 network. The gateway is host .2, "
+          "the DNS address .3, the guest's (only accepted) address .100.");
+ABSL_FLAG(std::string, net6, "fd00::/64",
+          "With --backend: the guest's IPv6 prefix. The gateway is ::2 (and "
+          "its link-local address), the DNS address ::3; the guest may use "
+          "any address inside the prefix and its link-local one.");
+ABSL_FLAG(bool, host_loopback, false,
+          "With --backend: TCP to the gateway address reaches this host's "
+          "127.0.0.1 / ::1. Off: such a flow gets RST (and a counter).");
+ABSL_FLAG(std::vector<std::string>, outbound_bind, {},
+          "With --backend: bind host sockets to this source address (one "
+          "IPv4 and/or one IPv6; comma-separated or repeated).");
+ABSL_FLAG(int, max_tcp_flows, 4096,
+          "With --backend: TCP flows at once (connecting ones included); "
+          "past it the guest gets RST and backend.tcp_refused_flow_limit "
+          "counts it.");
 ABSL_FLAG(int, discard_port, 0,
           "Run discard (RFC 863) on this TCP and UDP port; 0 = off.");
 
@@ -130,7 +157,11 @@ struct Config {
   uint16_t http_port = 0;  // 0: no HTTP server
   uint16_t echo_port = 0;
   uint16_t discard_port = 0;
+  // --backend
+  std::optional<backend::BackendConfig> backend;
 };
+
+constexpr int kBackendDefaultMtu = 65515;
 
 absl::Status Usage(std::string message) {
   return absl::InvalidArgumentError(std::move(message));
@@ -161,8 +192,58 @@ absl::StatusOr<Config> ParseConfig() {
     if (!cidr) return Usage(absl::StrCat("--addr6: bad IPv6 CIDR '", a, "' (want e.g. fd00::2/64)"));
     c.addrs6.push_back(*cidr);
   }
-  if (c.addrs.empty() && c.addrs6.empty()) {
-    return Usage("at least one --addr or --addr6 is required");
+  if (absl::GetFlag(FLAGS_backend)) {
+    if (!c.addrs.empty() || !c.addrs6.empty() ||
+        !absl::GetFlag(FLAGS_gateway).empty()) {
+      return Usage("--backend takes its addresses from --net and --net6; "
+                   "no --addr, --addr6 or --gateway");
+    }
+    auto net4 = stack::ParseIpv4Cidr(absl::GetFlag(FLAGS_net));
+    if (!net4) {
+      return Usage(absl::StrCat("--net: bad IPv4 CIDR '",
+                                absl::GetFlag(FLAGS_net), "'"));
+    }
+    auto net6 = stack::ParseIpv6Cidr(absl::GetFlag(FLAGS_net6));
+    if (!net6) {
+      return Usage(absl::StrCat("--net6: bad IPv6 prefix '",
+                                absl::GetFlag(FLAGS_net6), "'"));
+    }
+    // slirp4netns and pasta use 65520; our links carry a frame in one
+    // 64 KiB receive chunk, so 65515 is the most a TAP takes today.
+    const int mtu = absl::GetFlag(FLAGS_mtu) == 0 ? kBackendDefaultMtu
+                                                  : absl::GetFlag(FLAGS_mtu);
+    auto plan = backend::AddressPlan::ForNetworks(*net4, *net6,
+                                                  static_cast<uint32_t>(mtu));
+    if (!plan.ok()) return Usage(std::string(plan.status().message()));
+    backend::BackendConfig b;
+    b.plan = *plan;
+    b.policy.host_loopback = absl::GetFlag(FLAGS_host_loopback);
+    for (const std::string& a : absl::GetFlag(FLAGS_outbound_bind)) {
+      if (auto v4 = wire::Ipv4Address::Parse(a)) {
+        if (b.policy.outbound_bind4) return Usage("--outbound-bind: two IPv4 addresses");
+        b.policy.outbound_bind4 = v4;
+      } else if (auto v6 = wire::Ipv6Address::Parse(a)) {
+        if (b.policy.outbound_bind6) return Usage("--outbound-bind: two IPv6 addresses");
+        b.policy.outbound_bind6 = v6;
+      } else {
+        return Usage(absl::StrCat("--outbound-bind: '", a, "' is not an IP address"));
+      }
+    }
+    const int max_flows = absl::GetFlag(FLAGS_max_tcp_flows);
+    if (max_flows < 1 || max_flows > 1000000) {
+      return Usage(absl::StrCat("--max-tcp-flows ", max_flows,
+                                " out of range [1, 1000000]"));
+    }
+    b.limits.max_tcp_flows = static_cast<uint32_t>(max_flows);
+    c.backend = b;
+  } else {
+    if (absl::GetFlag(FLAGS_host_loopback) ||
+        !absl::GetFlag(FLAGS_outbound_bind).empty()) {
+      return Usage("--host-loopback and --outbound-bind need --backend");
+    }
+    if (c.addrs.empty() && c.addrs6.empty()) {
+      return Usage("at least one --addr or --addr6 is required (or --backend)");
+    }
   }
   const std::string gw = absl::GetFlag(FLAGS_gateway);
   if (!gw.empty()) {
@@ -284,6 +365,7 @@ int Run(const Config& c) {
                  : link::UnixStreamOptions::Mode::kListen;
     o.mac = c.mac;
     if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
+    if (c.backend) o.mtu = c.backend->plan.mtu;
     auto us = link::UnixStreamEndpoint::Open(o, chunks);
     if (!us.ok()) {
       std::fprintf(stderr, "netstackd: %s\n", std::string(us.status().message()).c_str());
@@ -296,7 +378,8 @@ int Run(const Config& c) {
     if (o.tap_name.empty()) o.packet_interface = absl::GetFlag(FLAGS_packet);
     o.netns = absl::GetFlag(FLAGS_netns);
     o.mac = c.mac;
-    o.mtu = static_cast<uint32_t>(absl::GetFlag(FLAGS_mtu));
+    o.mtu = c.backend ? c.backend->plan.mtu
+                      : static_cast<uint32_t>(absl::GetFlag(FLAGS_mtu));
     o.host_gso_max_size = c.hostgso;
     auto opened = OpenHostLink(o, chunks);
     if (!opened.ok()) {
@@ -381,6 +464,17 @@ int Run(const Config& c) {
     return 1;
   }
   eventloop::EventLoop& loop = **loop_or;
+  // Backend mode: the NIC becomes the guest's gateway.
+  std::unique_ptr<backend::Backend> gateway;
+  if (c.backend) {
+    auto b = backend::Backend::Create(*c.backend, st, *nic, tcp, loop, chunks);
+    if (!b.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n",
+                   std::string(b.status().message()).c_str());
+      return 1;
+    }
+    gateway = std::move(*b);
+  }
   LinkHandler handler(*link);
   if (auto s = loop.Add(read_fd, eventloop::EventLoop::kReadable, &handler);
       !s.ok()) {
@@ -443,6 +537,7 @@ int Run(const Config& c) {
     ctx.now = now;
     notifier.Dispatch();
     for (auto& s : services) s->Sweep();
+    if (gateway) gateway->Sweep(now);
     tcp.Poll(now);
     st.Flush(now);
   });
@@ -452,6 +547,7 @@ int Run(const Config& c) {
     absl::StrAppend(&text, tcp.FormatCounters());
     if (!text.empty() && text.back() != '\n') text.push_back('\n');
     absl::StrAppend(&text, udp.counters().Format());
+    if (gateway) absl::StrAppend(&text, gateway->FormatCounters());
     for (const auto& s : services) {
       absl::StrAppend(&text, s->FormatCounters(), s->FormatConnections());
     }
@@ -508,9 +604,16 @@ int main(int argc, char** argv) {
       "--seed N --fault_queue_limit N --fault_ingress] "
       "[--swgso | --hostgso] [--gso N] "
       "[--http-root DIR [--http-port N]] [--echo-port N] [--discard-port N]\n"
+      "       netstackd --backend (--tap NAME --netns NS | --unix PATH) "
+      "[--net CIDR] [--net6 PREFIX] [--mtu N] [--host-loopback] "
+      "[--outbound-bind IP] [--max-tcp-flows N]\n"
       "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
       "reassembly) and runs TCP and UDP; the services (HTTP static files, "
-      "echo, discard) listen on every address of both families. Flag names "
+      "echo, discard) listen on every address of both families. With "
+      "--backend it is instead a guest's gateway: the guest (10.0.2.100 and "
+      "SLAAC in fd00::/64 by default, configured statically for now) "
+      "reaches this host's network through it; each TCP flow becomes a "
+      "host socket (UDP, ping, DHCP, RA and DNS come later). Flag names "
       "take '-' or '_' (--http-root or --http_root). Counters (stack, TCP, "
       "UDP, services, faults) go to stderr on SIGUSR1 and at exit; SIGINT or "
       "SIGTERM stop it. Exit status: 0 after a clean stop, 1 if the link or "

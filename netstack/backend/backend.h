@@ -1,0 +1,189 @@
+// The network backend: a guest (a sandbox's namespace, a VM) on one NIC
+// of a Stack gets the host's network. The NIC is in gateway mode (see
+// stack::GatewayOptions): the stack stands in for every host beyond the
+// link, and each TCP flow the guest opens becomes a host socket
+// (tcp_flow.h). See docs/BACKEND.md.
+//
+//   stack::Stack st(...);  tcp::TcpLayer tcp(st, ...);
+//   auto nic = st.AddNic(&guest_link, "guest0");
+//   auto be = backend::Backend::Create(backend::BackendConfig{}, st, *nic,
+//                                      tcp, loop, chunks);
+//   loop.AddTurnEndHook([&](Instant now) {
+//     notifier.Dispatch(); (*be)->Sweep(now); tcp.Poll(now); st.Flush(now);
+//   });
+//
+// The Backend owns the host sockets; it registers them with the event
+// loop and closes each exactly once. Destroying it aborts every flow
+// (RST to the guest, SO_LINGER 0 on the host).
+#ifndef NETSTACK_BACKEND_BACKEND_H_
+#define NETSTACK_BACKEND_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/stack/route_table.h"
+#include "netstack/stack/stack.h"
+#include "netstack/tcp/tcp_layer.h"
+#include "netstack/transport/address.h"
+#include "netstack/wire/address.h"
+
+namespace netstack::backend {
+
+// Where the guest lives (slirp4netns's defaults). The DHCP, RA and DNS
+// services read it: router, DNS server, lease, prefix, MTU.
+struct AddressPlan {
+  stack::Ipv4Cidr net4;        // 10.0.2.0/24
+  wire::Ipv4Address gateway4;  // .2: the stack, and the host's loopback
+  wire::Ipv4Address dns4;      // .3
+  wire::Ipv4Address lease4;    // .100: the guest's only IPv4 source
+  stack::Ipv6Cidr net6;        // fd00::/64: the guest takes one by SLAAC
+  wire::Ipv6Address gateway6;  // ::2
+  wire::Ipv6Address dns6;      // ::3
+  // The gateway's link-local address (the router address of RAs): set
+  // by Backend::Create from the NIC's MAC.
+  wire::Ipv6Address gateway6_link_local;
+  uint32_t mtu = 65520;  // advertised to the guest (DHCP option 26, RA)
+
+  // The plan for `net4` and `net6`: gateway host 2, DNS host 3, lease
+  // host 100. InvalidArgument if a network is too small for them.
+  static absl::StatusOr<AddressPlan> ForNetworks(const stack::Ipv4Cidr& net4,
+                                                 const stack::Ipv6Cidr& net6,
+                                                 uint32_t mtu = 65520);
+  static AddressPlan Default();
+};
+
+struct BackendPolicy {
+  // The gateway address (gateway4, gateway6 and its link-local) reaches
+  // the host's 127.0.0.1 / ::1. Off: such a flow is refused with RST.
+  bool host_loopback = false;
+  // Source address of host sockets, per family (--outbound-bind).
+  std::optional<wire::Ipv4Address> outbound_bind4;
+  std::optional<wire::Ipv6Address> outbound_bind6;
+};
+
+struct BackendLimits {
+  // TCP flows, connecting ones included; past it the guest gets RST.
+  uint32_t max_tcp_flows = 4096;
+  // Guest-to-host bytes a flow holds that the host socket has not taken;
+  // while it is full the flow reads no more, and the guest's window
+  // closes.
+  uint32_t guest_to_host_pending = 256 << 10;
+  // The guest-facing socket's send buffer: while it is full, the host
+  // socket is not read.
+  uint32_t host_to_guest_buffer = 1 << 20;
+};
+
+struct BackendConfig {
+  AddressPlan plan = AddressPlan::Default();
+  BackendPolicy policy;
+  BackendLimits limits;
+};
+
+// Why a TCP flow ended, or why it never started.
+#define NETSTACK_TCP_FLOW_ENDS(X)                                        \
+  X(kClosed, "closed")             /* both FINs relayed */              \
+  X(kGuestReset, "guest_reset")    /* guest RST: abortive host close */ \
+  X(kHostReset, "host_reset")      /* host ECONNRESET: RST to guest */  \
+  X(kGuestError, "guest_error")    /* guest side timed out or failed */ \
+  X(kHostError, "host_error")      /* another host socket error */      \
+  X(kShutdown, "shutdown")         /* the backend went away */          \
+  X(kConnectRefused, "connect_refused")                                 \
+  X(kConnectNetUnreachable, "connect_net_unreachable")                  \
+  X(kConnectHostUnreachable, "connect_host_unreachable")                \
+  X(kConnectTimedOut, "connect_timed_out")                              \
+  X(kConnectProhibited, "connect_prohibited")                           \
+  X(kConnectFailed, "connect_failed") /* socket(), bind(), no memory */
+
+enum class FlowEnd : uint8_t {
+#define NETSTACK_ENUM(e, name) e,
+  NETSTACK_TCP_FLOW_ENDS(NETSTACK_ENUM)
+#undef NETSTACK_ENUM
+      kCount
+};
+const char* FlowEndName(FlowEnd e);
+
+struct BackendCounters {
+  uint64_t tcp_flows_opened = 0;  // a host connect() started
+  uint64_t tcp_flows_closed = 0;  // a flow ended (ends[] says why)
+  uint64_t tcp_flows_established = 0;  // host connect succeeded
+  // SYNs refused before any host socket (RST to the guest).
+  uint64_t tcp_refused_flow_limit = 0;
+  uint64_t tcp_refused_host_loopback = 0;
+  uint64_t tcp_refused_no_service = 0;  // the DNS address, no listener
+  // An IPv6 destination that names an IPv4 one (::ffff:0:0/96), which a
+  // host IPv6 socket would reach as IPv4: past the IPv4 policy (to
+  // 127.0.0.1, say). The guest has IPv4 for that.
+  uint64_t tcp_refused_mapped_destination = 0;
+  uint64_t tcp_bytes_guest_to_host = 0;
+  uint64_t tcp_bytes_host_to_guest = 0;
+  uint64_t tcp_host_fds_open = 0;  // now
+  std::array<uint64_t, static_cast<size_t>(FlowEnd::kCount)> tcp_ends{};
+};
+
+class TcpFlow;
+
+class Backend : public tcp::SynHandler {
+ public:
+  // Puts `nic` of `stack` in gateway mode with the plan's addresses and
+  // routes and takes the TCP layer's unclaimed SYNs. The stack, the
+  // layer and the loop must outlive the Backend.
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(
+      const BackendConfig& config, stack::Stack& stack, stack::NicId nic,
+      tcp::TcpLayer& tcp, eventloop::EventLoop& loop,
+      buffer::ChunkPool& chunks);
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+  ~Backend() override;
+
+  // Once per loop turn, after Notifier::Dispatch and before
+  // TcpLayer::Poll: applies connect outcomes decided since the last turn
+  // and frees ended flows.
+  void Sweep(Instant now);
+
+  const AddressPlan& plan() const { return config_.plan; }
+  const BackendConfig& config() const { return config_; }
+  const BackendCounters& counters() const { return counters_; }
+  // "backend.name value" lines.
+  std::string FormatCounters() const;
+  size_t tcp_flow_count() const { return flows_.size(); }
+
+  // tcp::SynHandler
+  bool OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) override;
+
+ private:
+  friend class TcpFlow;
+  Backend(const BackendConfig& config, stack::Stack& stack, stack::NicId nic,
+          tcp::TcpLayer& tcp, eventloop::EventLoop& loop,
+          buffer::ChunkPool& chunks);
+  // Where a guest's flow to `dst` goes on the host; nullopt: refused
+  // (counted).
+  std::optional<transport::SocketAddress> HostDestination(
+      const transport::SocketAddress& dst);
+  // A flow has something for Sweep to do.
+  void MarkForSweep(const transport::FourTuple& t) { sweep_.push_back(t); }
+
+  BackendConfig config_;
+  stack::Stack& stack_;
+  stack::NicId nic_;
+  tcp::TcpLayer& tcp_;
+  eventloop::EventLoop& loop_;
+  // Host-to-guest bytes are received into these chunks.
+  buffer::ChunkPool& chunks_;
+  BackendCounters counters_;
+  absl::flat_hash_map<transport::FourTuple, std::unique_ptr<TcpFlow>> flows_;
+  // Flows with work for Sweep, by tuple (a flow freed meanwhile is not
+  // touched); two vectors swapped, so no allocation per turn.
+  std::vector<transport::FourTuple> sweep_;
+  std::vector<transport::FourTuple> sweep_batch_;
+};
+
+}  // namespace netstack::backend
+
+#endif  // NETSTACK_BACKEND_BACKEND_H_

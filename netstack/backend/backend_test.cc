@@ -1,0 +1,476 @@
+// The backend in one process: a guest netstack (its own Stack and TCP
+// layer) on one fake link, the backend's Stack on the other, frames moved
+// between them by the test, and real host sockets on 127.0.0.1 reached
+// through the gateway address (host loopback). The event loop is real;
+// nothing leaves the loopback interface.
+#include "netstack/backend/backend.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/stack/fake_link.h"
+#include "netstack/stack/stack.h"
+#include "netstack/tcp/tcp_layer.h"
+#include "netstack/transport/errors.h"
+#include "netstack/transport/notifier.h"
+
+namespace netstack::backend {
+namespace {
+
+using transport::IpAddress;
+using transport::SocketAddress;
+
+// A listening host socket on 127.0.0.1, non-blocking.
+struct HostListener {
+  HostListener() {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(listen(fd, 16), 0);
+    socklen_t len = sizeof(a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~HostListener() { close(fd); }
+  int Accept() {
+    return accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  }
+  int fd = -1;
+  uint16_t port = 0;
+};
+
+// A port on 127.0.0.1 nobody listens on.
+uint16_t ClosedPort() {
+  HostListener l;
+  return l.port;  // closed when l goes
+}
+
+class BackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Build(BackendConfig{}); }
+
+  void Build(BackendConfig config) {
+    Reset();
+    loop_ = *eventloop::EventLoop::Create();
+    link::LinkCapabilities gcaps;
+    gcaps.mtu = 1500;
+    gcaps.mac = *wire::MacAddress::Parse("02:00:00:00:00:64");
+    link::LinkCapabilities bcaps = gcaps;
+    bcaps.mac = *wire::MacAddress::Parse("02:00:00:00:00:02");
+    guest_link_ = std::make_unique<stack::FakeLink>(guest_chunks_, gcaps);
+    backend_link_ = std::make_unique<stack::FakeLink>(chunks_, bcaps);
+    guest_ = std::make_unique<stack::Stack>(stack::StackOptions{},
+                                            guest_chunks_, guest_packets_);
+    const stack::NicId gnic = *guest_->AddNic(guest_link_.get(), "g");
+    EXPECT_TRUE(
+        guest_->AddAddress(gnic, *stack::ParseIpv4Cidr("10.0.2.100/24")).ok());
+    EXPECT_TRUE(
+        guest_->AddAddress(gnic, *stack::ParseIpv6Cidr("fd00::100/64")).ok());
+    EXPECT_TRUE(guest_
+                    ->AddRoute(stack::Route<wire::Ipv6Address>{
+                        *stack::ParseIpv6Cidr("::/0"),
+                        *wire::Ipv6Address::Parse("fd00::2"), gnic})
+                    .ok());
+    EXPECT_TRUE(guest_
+                    ->AddRoute(stack::Route<wire::Ipv4Address>{
+                        *stack::ParseIpv4Cidr("0.0.0.0/0"),
+                        *wire::Ipv4Address::Parse("10.0.2.2"), gnic})
+                    .ok());
+    tcp::TcpLayerOptions go;
+    go.seed = 7;
+    guest_tcp_ = std::make_unique<tcp::TcpLayer>(
+        *guest_, guest_chunks_, guest_packets_, guest_notifier_, go);
+    stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
+                                            packets_);
+    const stack::NicId nic = *stack_->AddNic(backend_link_.get(), "b");
+    tcp::TcpLayerOptions bo;
+    bo.seed = 9;
+    tcp_ = std::make_unique<tcp::TcpLayer>(*stack_, chunks_, packets_,
+                                           notifier_, bo);
+    auto b = Backend::Create(config, *stack_, nic, *tcp_, *loop_, chunks_);
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = std::move(*b);
+  }
+
+  void TearDown() override { Reset(); }
+  // Users first: the backend, the layers, the stacks, the links, the loop.
+  void Reset() {
+    backend_.reset();
+    tcp_.reset();
+    guest_tcp_.reset();
+    stack_.reset();
+    guest_.reset();
+    backend_link_.reset();
+    guest_link_.reset();
+    loop_.reset();
+  }
+
+  // One turn of everything: frames both ways, the host sockets, the
+  // readiness callbacks, the TCP layers.
+  void Turn() {
+    const Instant now = loop_->Now();
+    for (auto [from, to] : {std::pair{guest_link_.get(), backend_link_.get()},
+                            std::pair{backend_link_.get(), guest_link_.get()}}) {
+      auto frames = std::move(from->sent);
+      from->sent.clear();
+      if (!frames.empty()) to->Inject(frames, now);
+    }
+    ASSERT_TRUE(loop_->RunOnce(absl::Milliseconds(1)).ok());
+    guest_notifier_.Dispatch();
+    notifier_.Dispatch();
+    backend_->Sweep(now);
+    guest_tcp_->Poll(now);
+    tcp_->Poll(now);
+    guest_->Poll(now);
+    stack_->Poll(now);
+  }
+  bool RunUntil(const std::function<bool()>& done,
+                Duration limit = absl::Seconds(20)) {
+    const Instant end = loop_->Now() + limit;
+    while (loop_->Now() < end) {
+      if (done()) return true;
+      Turn();
+    }
+    return done();
+  }
+  std::unique_ptr<tcp::TcpSocket> Connect(uint16_t port) {
+    auto s = guest_tcp_->Open(transport::Family::kIpv4);
+    EXPECT_TRUE(s->Connect(SocketAddress{
+                               IpAddress(*wire::Ipv4Address::Parse("10.0.2.2")),
+                               port})
+                    .ok());
+    return s;
+  }
+  uint64_t End(FlowEnd e) const {
+    return backend_->counters().tcp_ends[static_cast<size_t>(e)];
+  }
+  static BackendConfig Loopback() {
+    BackendConfig c;
+    c.policy.host_loopback = true;
+    return c;
+  }
+
+  buffer::ChunkPool guest_chunks_{16384};
+  buffer::PacketPool guest_packets_{16384};
+  buffer::ChunkPool chunks_{16384};
+  buffer::PacketPool packets_{16384};
+  std::unique_ptr<eventloop::EventLoop> loop_;
+  std::unique_ptr<stack::FakeLink> guest_link_, backend_link_;
+  std::unique_ptr<stack::Stack> guest_, stack_;
+  transport::Notifier guest_notifier_, notifier_;
+  std::unique_ptr<tcp::TcpLayer> guest_tcp_, tcp_;
+  std::unique_ptr<Backend> backend_;
+};
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + seed + (i >> 16));
+  return v;
+}
+
+TEST_F(BackendTest, RelaysBothWaysWithHalfCloseAfterTheBytes) {
+  Build(Loopback());
+  HostListener l;
+  auto s = Connect(l.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+  ASSERT_TRUE(RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; }));
+  const auto up = Pattern(3 << 20, 1), down = Pattern(5 << 20, 2);
+  std::vector<uint8_t> got_up, got_down;
+  size_t written = 0, host_written = 0;
+  bool guest_shut = false, host_shut = false, host_eof = false, guest_eof = false;
+  std::vector<uint8_t> buf(1 << 16);
+  ASSERT_TRUE(RunUntil([&]() -> bool {
+    if (written < up.size()) {
+      auto w = s->Write(std::span(up).subspan(written));
+      if (w.ok()) written += *w;
+    } else if (!guest_shut) {
+      EXPECT_TRUE(s->Shutdown(false, true).ok());
+      guest_shut = true;
+    }
+    while (!host_eof) {
+      const ssize_t n = recv(host, buf.data(), buf.size(), 0);
+      if (n > 0) got_up.insert(got_up.end(), buf.begin(), buf.begin() + n);
+      if (n == 0) host_eof = true;
+      if (n <= 0) break;
+    }
+    if (host_written < down.size()) {
+      const ssize_t n = send(host, down.data() + host_written,
+                             down.size() - host_written, MSG_NOSIGNAL);
+      if (n > 0) host_written += static_cast<size_t>(n);
+    } else if (!host_shut) {
+      shutdown(host, SHUT_WR);
+      host_shut = true;
+    }
+    while (!guest_eof) {
+      auto r = s->Read(buf);
+      if (!r.ok()) break;
+      if (*r == 0) guest_eof = true;
+      got_down.insert(got_down.end(), buf.begin(), buf.begin() + *r);
+    }
+    return host_eof && guest_eof;
+  }, absl::Seconds(60)));
+  EXPECT_TRUE(got_up == up);
+  EXPECT_TRUE(got_down == down);
+  ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
+  EXPECT_EQ(End(FlowEnd::kClosed), 1u);
+  EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
+  EXPECT_EQ(backend_->counters().tcp_bytes_guest_to_host, up.size());
+  EXPECT_EQ(backend_->counters().tcp_bytes_host_to_guest, down.size());
+  close(host);
+}
+
+TEST_F(BackendTest, HostThatDoesNotReadClosesTheGuestsWindow) {
+  BackendConfig c = Loopback();
+  c.limits.guest_to_host_pending = 64 << 10;
+  Build(c);
+  HostListener l;
+  auto s = Connect(l.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+  const int small = 64 << 10;
+  setsockopt(host, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  const auto data = Pattern(64 << 20, 3);
+  size_t written = 0;
+  // Run a while: the host never reads.
+  RunUntil([&] {
+    auto w = s->Write(std::span(data).subspan(written));
+    if (w.ok()) written += *w;
+    return false;
+  }, absl::Seconds(2));
+  const uint64_t relayed = backend_->counters().tcp_bytes_guest_to_host;
+  // What the host kernel holds (a few MiB at most) went out; the rest
+  // waits in the guest, whose window is closed.
+  EXPECT_LT(relayed, 16u << 20);
+  EXPECT_LT(written, data.size());
+  EXPECT_GT(s->unsent_bytes(), 0u);
+  // The backend holds at most its pending bytes plus one receive window
+  // of the guest's data: far less than what the guest wanted to send.
+  EXPECT_LT(chunks_.stats().in_use * buffer::kChunkSize, 16u << 20);
+  EXPECT_EQ(backend_->tcp_flow_count(), 1u);
+  EXPECT_EQ(backend_->counters().tcp_flows_closed, 0u);
+  close(host);
+}
+
+TEST_F(BackendTest, GuestThatDoesNotReadStopsTheHostReads) {
+  BackendConfig c = Loopback();
+  c.limits.host_to_guest_buffer = 256 << 10;
+  Build(c);
+  HostListener l;
+  auto s = Connect(l.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+  const auto data = Pattern(64 << 20, 4);
+  size_t sent = 0;
+  RunUntil([&] {
+    const ssize_t n = send(host, data.data() + sent, data.size() - sent,
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) sent += static_cast<size_t>(n);
+    return false;
+  }, absl::Seconds(2));
+  // The guest's receive window (256 KiB, growing only as the guest
+  // reads) plus our 256 KiB send buffer: the rest stays in the host
+  // socket, unread.
+  const uint64_t relayed = backend_->counters().tcp_bytes_host_to_guest;
+  EXPECT_LE(relayed, (256u << 10) * 2 + buffer::kChunkSize);
+  EXPECT_LT(sent, data.size());
+  // Held back, not given up on.
+  EXPECT_EQ(backend_->tcp_flow_count(), 1u);
+  EXPECT_EQ(backend_->counters().tcp_flows_closed, 0u);
+  close(host);
+}
+
+TEST_F(BackendTest, GuestResetAbortsTheHostSocket) {
+  Build(Loopback());
+  HostListener l;
+  auto s = Connect(l.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+  ASSERT_TRUE(RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; }));
+  s->Abort();
+  char b[16];
+  ssize_t n = -1;
+  int err = 0;
+  ASSERT_TRUE(RunUntil([&] {
+    n = recv(host, b, sizeof(b), 0);
+    err = errno;
+    return n == 0 || (n < 0 && err != EAGAIN);
+  }));
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(err, ECONNRESET);  // SO_LINGER 0: a RST, not a FIN
+  ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
+  EXPECT_EQ(End(FlowEnd::kGuestReset), 1u);
+  EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
+  close(host);
+}
+
+TEST_F(BackendTest, HostResetResetsTheGuest) {
+  Build(Loopback());
+  HostListener l;
+  auto s = Connect(l.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+  ASSERT_TRUE(RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; }));
+  const linger lg{1, 0};
+  setsockopt(host, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  close(host);
+  absl::Status err;
+  ASSERT_TRUE(RunUntil([&] {
+    err = s->TakeError();
+    return !err.ok();
+  }));
+  EXPECT_EQ(transport::ErrnoOf(err), ECONNRESET) << err;
+  ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
+  EXPECT_EQ(End(FlowEnd::kHostReset), 1u);
+}
+
+TEST_F(BackendTest, RefusedConnectIsAResetForTheGuest) {
+  Build(Loopback());
+  auto s = Connect(ClosedPort());
+  absl::Status err;
+  ASSERT_TRUE(RunUntil([&] {
+    err = s->TakeError();
+    return !err.ok();
+  }));
+  EXPECT_EQ(transport::ErrnoOf(err), ECONNREFUSED) << err;
+  EXPECT_EQ(End(FlowEnd::kConnectRefused), 1u);
+  EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
+}
+
+TEST_F(BackendTest, HostLoopbackIsOffByDefault) {
+  HostListener l;  // SetUp built the default config
+  auto s = Connect(l.port);
+  absl::Status err;
+  ASSERT_TRUE(RunUntil([&] {
+    err = s->TakeError();
+    return !err.ok();
+  }));
+  EXPECT_EQ(transport::ErrnoOf(err), ECONNREFUSED) << err;
+  EXPECT_EQ(l.Accept(), -1);  // no host connection was made
+  EXPECT_EQ(backend_->counters().tcp_refused_host_loopback, 1u);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 0u);
+}
+
+TEST_F(BackendTest, MappedIpv6DestinationCannotReachHostLoopback) {
+  // Host loopback is off; a hostile guest names 127.0.0.1 as an
+  // IPv4-mapped IPv6 address, which an AF_INET6 host socket would reach.
+  HostListener l;
+  auto s = guest_tcp_->Open(transport::Family::kIpv6);
+  ASSERT_TRUE(s->Connect(SocketAddress{
+                             IpAddress(*wire::Ipv6Address::Parse(
+                                 "::ffff:127.0.0.1")),
+                             l.port})
+                  .ok());
+  absl::Status err;
+  ASSERT_TRUE(RunUntil([&] {
+    err = s->TakeError();
+    return !err.ok();
+  }));
+  EXPECT_EQ(transport::ErrnoOf(err), ECONNREFUSED) << err;
+  EXPECT_EQ(l.Accept(), -1);
+  EXPECT_EQ(backend_->counters().tcp_refused_mapped_destination, 1u);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 0u);
+}
+
+TEST_F(BackendTest, SynRetransmissionsWhileConnectingMakeOneHostConnection) {
+  Build(Loopback());
+  // A listener whose accept queue is full: the kernel drops our SYN, so
+  // the host connect stays in progress (it retries after 1 s, 3 s...)
+  // while the guest retransmits its own SYN.
+  HostListener l;
+  ASSERT_EQ(listen(l.fd, 0), 0);
+  const int filler = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(l.port);
+  connect(filler, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  auto s = Connect(l.port);
+  ASSERT_TRUE(RunUntil([&] { return tcp_->counters().held_syn_retransmits > 0; },
+                       absl::Seconds(5)));
+  EXPECT_NE(s->state(), tcp::TcpState::kEstablished);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 1u);
+  // Room in the queue: the host connect completes, the guest gets its
+  // SYN-ACK, and there is exactly one host connection besides the filler.
+  const int f = l.Accept();
+  ASSERT_GE(f, 0);
+  ASSERT_TRUE(RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; },
+                       absl::Seconds(15)));
+  const int c = l.Accept();
+  EXPECT_GE(c, 0);
+  EXPECT_EQ(l.Accept(), -1);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 1u);
+  EXPECT_EQ(backend_->counters().tcp_flows_established, 1u);
+  close(c);
+  close(f);
+  close(filler);
+}
+
+TEST_F(BackendTest, IdleFlowsPinNoChunks) {
+  Build(Loopback());
+  HostListener l;
+  ASSERT_EQ(listen(l.fd, 128), 0);
+  constexpr int kFlows = 100;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
+  std::vector<int> hosts;
+  for (int i = 0; i < kFlows; ++i) guests.push_back(Connect(l.port));
+  ASSERT_TRUE(RunUntil([&] {
+    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
+    return hosts.size() == kFlows;
+  }));
+  // Each host says a few bytes; each guest reads them; then all idle.
+  for (int fd : hosts) ASSERT_EQ(send(fd, "hello", 5, MSG_NOSIGNAL), 5);
+  size_t got = 0;
+  std::vector<uint8_t> buf(64);
+  ASSERT_TRUE(RunUntil([&] {
+    for (auto& g : guests) {
+      auto r = g->Read(buf);
+      if (r.ok()) got += *r;
+    }
+    return got == 5u * kFlows;
+  }));
+  RunUntil([] { return false; }, absl::Milliseconds(300));  // acks
+  EXPECT_EQ(backend_->tcp_flow_count(), static_cast<size_t>(kFlows));
+  // Nothing in flight, nothing queued: no chunk held for the flows.
+  EXPECT_LE(chunks_.stats().in_use, 2u);
+  for (int fd : hosts) close(fd);
+}
+
+TEST_F(BackendTest, FlowsPastTheLimitAreReset) {
+  BackendConfig c = Loopback();
+  c.limits.max_tcp_flows = 1;
+  Build(c);
+  HostListener l;
+  auto first = Connect(l.port);
+  ASSERT_TRUE(RunUntil([&] { return first->state() == tcp::TcpState::kEstablished; }));
+  auto second = Connect(l.port);
+  absl::Status err;
+  ASSERT_TRUE(RunUntil([&] {
+    err = second->TakeError();
+    return !err.ok();
+  }));
+  EXPECT_EQ(transport::ErrnoOf(err), ECONNREFUSED);
+  EXPECT_EQ(backend_->counters().tcp_refused_flow_limit, 1u);
+  EXPECT_EQ(backend_->tcp_flow_count(), 1u);
+  const int a = l.Accept();
+  EXPECT_GE(a, 0);
+  EXPECT_EQ(l.Accept(), -1);  // one host connection, not two
+  close(a);
+}
+
+}  // namespace
+}  // namespace netstack::backend

@@ -1,0 +1,387 @@
+#include "netstack/backend/tcp_flow.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "netstack/transport/errors.h"
+#include "netstack/transport/notifier.h"
+
+namespace netstack::backend {
+namespace {
+
+namespace ev = transport::event;
+
+socklen_t ToSockaddr(const transport::SocketAddress& a, sockaddr_storage& ss) {
+  std::memset(&ss, 0, sizeof(ss));
+  if (a.ip.is_v4()) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
+    s->sin_family = AF_INET;
+    s->sin_port = htons(a.port);
+    std::memcpy(&s->sin_addr, a.ip.v4().bytes.data(), 4);
+    return sizeof(sockaddr_in);
+  }
+  auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
+  s->sin6_family = AF_INET6;
+  s->sin6_port = htons(a.port);
+  std::memcpy(&s->sin6_addr, a.ip.v6().bytes.data(), 16);
+  return sizeof(sockaddr_in6);
+}
+
+}  // namespace
+
+TcpFlow::TcpFlow(Backend& backend, const transport::FourTuple& tuple)
+    : backend_(backend), tuple_(tuple) {}
+
+TcpFlow::~TcpFlow() {
+  if (phase_ != Phase::kEnded) {
+    // The backend is going away with the flow live.
+    if (phase_ != Phase::kRelaying) {
+      (void)backend_.tcp_.RefuseHeld(tuple_, tcp::HeldSynRefusal::kReset,
+                                     backend_.loop_.Now());
+    }
+    End(FlowEnd::kShutdown, /*host_abortive=*/true, /*guest_reset=*/true);
+  }
+  CloseHost(true);
+}
+
+void TcpFlow::Start(const transport::SocketAddress& host, Instant now) {
+  (void)now;
+  const int family = host.ip.is_v4() ? AF_INET : AF_INET6;
+  fd_ = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return ConnectDone(errno);
+  ++backend_.counters_.tcp_host_fds_open;
+  ++backend_.counters_.tcp_flows_opened;
+  const BackendPolicy& p = backend_.config_.policy;
+  const bool loopback = host.ip.is_v4() ? host.ip.v4().bytes[0] == 127
+                                        : host.ip == transport::IpAddress(
+                                                         *wire::Ipv6Address::Parse("::1"));
+  std::optional<transport::IpAddress> bind_to;
+  if (!loopback && host.ip.is_v4() && p.outbound_bind4) bind_to = *p.outbound_bind4;
+  if (!loopback && host.ip.is_v6() && p.outbound_bind6) bind_to = *p.outbound_bind6;
+  sockaddr_storage ss;
+  if (bind_to) {
+    const socklen_t len = ToSockaddr({*bind_to, 0}, ss);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+      return ConnectDone(errno);
+    }
+  }
+  const socklen_t len = ToSockaddr(host, ss);
+  if (connect(fd_, reinterpret_cast<sockaddr*>(&ss), len) == 0) {
+    return ConnectDone(0);
+  }
+  if (errno != EINPROGRESS) return ConnectDone(errno);
+  interest_ = eventloop::EventLoop::kWritable;
+  if (!backend_.loop_.Add(fd_, interest_, this).ok()) return ConnectDone(ENOMEM);
+}
+
+void TcpFlow::ConnectDone(int error) {
+  connect_error_ = error;
+  phase_ = Phase::kConnectDone;
+  backend_.MarkForSweep(tuple_);
+}
+
+bool TcpFlow::Sweep(Instant now) {
+  if (phase_ == Phase::kConnectDone) {
+    if (connect_error_ == 0) {
+      Accept(now);
+    } else {
+      Refuse(connect_error_, now);
+    }
+  } else if (phase_ == Phase::kRelaying) {
+    Pump();  // a chunk may be free again
+  }
+  return phase_ == Phase::kEnded;
+}
+
+void TcpFlow::Accept(Instant now) {
+  auto s = backend_.tcp_.AcceptHeld(tuple_, now);
+  if (!s.ok()) {
+    End(FlowEnd::kConnectFailed, /*host_abortive=*/true, false);
+    return;
+  }
+  ++backend_.counters_.tcp_flows_established;
+  sock_ = std::move(*s);
+  sock_->SetNoDelay(true);  // the host's segmentation already decided
+  sock_->set_callback([this](uint32_t events) { OnGuestEvents(events); });
+  phase_ = Phase::kRelaying;
+  if (fd_ >= 0 && !backend_.loop_.IsRegistered(fd_)) {
+    (void)backend_.loop_.Add(fd_, 0, this);
+  }
+  UpdateInterest();
+}
+
+void TcpFlow::Refuse(int error, Instant now) {
+  tcp::HeldSynRefusal how = tcp::HeldSynRefusal::kReset;
+  FlowEnd why = FlowEnd::kConnectFailed;
+  switch (error) {
+    case ECONNREFUSED:
+      why = FlowEnd::kConnectRefused;
+      break;
+    case ENETUNREACH:
+      how = tcp::HeldSynRefusal::kNetUnreachable;
+      why = FlowEnd::kConnectNetUnreachable;
+      break;
+    case EHOSTUNREACH:
+      how = tcp::HeldSynRefusal::kHostUnreachable;
+      why = FlowEnd::kConnectHostUnreachable;
+      break;
+    case ETIMEDOUT:
+      // The guest's kernel sees what it would behind a black hole.
+      how = tcp::HeldSynRefusal::kSilent;
+      why = FlowEnd::kConnectTimedOut;
+      break;
+    case EACCES:
+    case EPERM:
+      how = tcp::HeldSynRefusal::kAdminProhibited;
+      why = FlowEnd::kConnectProhibited;
+      break;
+    default:
+      break;
+  }
+  (void)backend_.tcp_.RefuseHeld(tuple_, how, now);
+  End(why, /*host_abortive=*/false, false);
+}
+
+void TcpFlow::OnWritable(Instant now) {
+  (void)now;
+  if (phase_ == Phase::kConnecting) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    // Stop watching until the outcome is applied.
+    interest_ = 0;
+    (void)backend_.loop_.Modify(fd_, 0);
+    return ConnectDone(err);
+  }
+  if (phase_ == Phase::kRelaying) {
+    host_full_ = false;
+    Pump();
+  }
+}
+
+void TcpFlow::OnReadable(Instant now) {
+  (void)now;
+  if (phase_ == Phase::kRelaying) Pump();
+}
+
+void TcpFlow::OnError(Instant now, uint32_t epoll_events) {
+  (void)epoll_events;
+  if (phase_ == Phase::kConnecting) return OnWritable(now);
+  if (phase_ != Phase::kRelaying) return;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  (void)getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err == ECONNRESET || err == EPIPE) {
+    return End(FlowEnd::kHostReset, false, /*guest_reset=*/true);
+  }
+  if (err != 0) return End(FlowEnd::kHostError, false, true);
+  Pump();
+  if (phase_ == Phase::kRelaying && host_eof_ && host_wr_shut_) MaybeFinish();
+}
+
+void TcpFlow::OnGuestEvents(uint32_t events) {
+  if (phase_ != Phase::kRelaying) return;
+  if (events & ev::kError) {
+    const absl::Status e = sock_->TakeError();
+    if (!e.ok()) {
+      // A guest RST becomes an abortive close on the host; a guest side
+      // that timed out, too.
+      const bool reset = transport::ErrnoOf(e) == ECONNRESET;
+      return End(reset ? FlowEnd::kGuestReset : FlowEnd::kGuestError,
+                 /*host_abortive=*/true, false);
+    }
+  }
+  Pump();
+}
+
+void TcpFlow::Pump() {
+  if (phase_ != Phase::kRelaying || in_pump_) return;
+  in_pump_ = true;
+  const bool alive = PumpGuestToHost() && PumpHostToGuest();
+  in_pump_ = false;
+  if (!alive) return;
+  MaybeFinish();
+  if (phase_ == Phase::kRelaying) UpdateInterest();
+}
+
+bool TcpFlow::PumpGuestToHost() {
+  const uint32_t limit = backend_.config_.limits.guest_to_host_pending;
+  while (true) {
+    if (pending_first_ == pending_n_) {
+      pending_first_ = pending_n_ = 0;
+      if (guest_eof_) {
+        // Every byte before the FIN went out: relay the half-close.
+        if (!host_wr_shut_) {
+          (void)shutdown(fd_, SHUT_WR);
+          host_wr_shut_ = true;
+        }
+        return true;
+      }
+      size_t views = 0;
+      auto r = sock_->ReadViews(pending_, limit, &views);
+      if (!r.ok()) return true;  // nothing yet (or an error: its event)
+      if (*r == 0 && views == 0) {
+        guest_eof_ = true;
+        continue;
+      }
+      pending_n_ = views;
+    }
+    std::array<iovec, kMaxViews> iov;
+    size_t n_iov = 0;
+    for (size_t i = pending_first_; i < pending_n_; ++i) {
+      const auto b = pending_[i].bytes();
+      iov[n_iov++] = iovec{const_cast<uint8_t*>(b.data()), b.size()};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = n_iov;
+    const ssize_t sent = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        host_full_ = true;
+        return true;
+      }
+      End(errno == ECONNRESET || errno == EPIPE ? FlowEnd::kHostReset
+                                                : FlowEnd::kHostError,
+          false, /*guest_reset=*/true);
+      return false;
+    }
+    backend_.counters_.tcp_bytes_guest_to_host += static_cast<uint64_t>(sent);
+    size_t left = static_cast<size_t>(sent);
+    while (pending_first_ < pending_n_ && left > 0) {
+      buffer::PayloadView& v = pending_[pending_first_];
+      if (left >= v.size()) {
+        left -= v.size();
+        v = buffer::PayloadView();
+        ++pending_first_;
+      } else {
+        v.TrimFront(static_cast<uint32_t>(left));
+        left = 0;
+      }
+    }
+    if (pending_first_ < pending_n_) {
+      // A short write: the host socket is full. The views stay; the
+      // netstack socket is not read, so the guest's window closes.
+      host_full_ = true;
+      return true;
+    }
+  }
+}
+
+bool TcpFlow::PumpHostToGuest() {
+  const uint32_t limit = backend_.config_.limits.host_to_guest_buffer;
+  while (!host_eof_) {
+    if ((sock_->Events() & ev::kWritable) == 0 ||
+        sock_->unsent_bytes() >= limit) {
+      return true;  // the guest's side is full: leave the host unread
+    }
+    if (!fill_ || fill_at_ + kMinRecvRoom > buffer::kChunkSize) {
+      fill_ = backend_.chunks_.Allocate();
+      fill_at_ = 0;
+      if (!fill_) {
+        backend_.MarkForSweep(tuple_);  // retry at the next turn
+        return true;
+      }
+    }
+    // The tail past fill_at_ is covered by no view yet (the views given
+    // to the socket end at fill_at_).
+    const auto tail = fill_->unshared_tail(fill_at_);
+    const size_t want = std::min<size_t>(tail.size(), limit - sock_->unsent_bytes());
+    const ssize_t n = recv(fd_, tail.data(), want, MSG_DONTWAIT);
+    if (n > 0) {
+      if (!sock_->WriteView(buffer::PayloadView(fill_, fill_at_,
+                                                static_cast<uint32_t>(n)))
+               .ok()) {
+        End(FlowEnd::kGuestError, true, true);
+        return false;
+      }
+      fill_at_ += static_cast<uint32_t>(n);
+      backend_.counters_.tcp_bytes_host_to_guest += static_cast<uint64_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      // The host's FIN, after every byte before it was queued: FIN to
+      // the guest after them.
+      host_eof_ = true;
+      (void)sock_->Shutdown(false, true);
+      return true;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      // Idle for now: let go of the chunk (the views in the send queue
+      // keep what they need until the guest acks), so an idle flow pins
+      // no 64 KiB chunk of the shared pool.
+      fill_ = buffer::ChunkRef();
+      fill_at_ = 0;
+      return true;
+    }
+    End(errno == ECONNRESET ? FlowEnd::kHostReset : FlowEnd::kHostError,
+        false, /*guest_reset=*/true);
+    return false;
+  }
+  return true;
+}
+
+void TcpFlow::MaybeFinish() {
+  if (phase_ != Phase::kRelaying) return;
+  if (guest_eof_ && host_wr_shut_ && host_eof_) {
+    End(FlowEnd::kClosed, false, false);
+  }
+}
+
+void TcpFlow::End(FlowEnd why, bool host_abortive, bool guest_reset) {
+  if (phase_ == Phase::kEnded) return;
+  phase_ = Phase::kEnded;
+  ++backend_.counters_.tcp_flows_closed;
+  ++backend_.counters_.tcp_ends[static_cast<size_t>(why)];
+  CloseHost(host_abortive);
+  if (sock_ != nullptr) {
+    sock_->set_callback(nullptr);
+    if (guest_reset) {
+      sock_->Abort();
+    } else {
+      sock_->Close();  // graceful: the layer finishes the FIN exchange
+    }
+    sock_.reset();
+  }
+  for (auto& v : pending_) v = buffer::PayloadView();
+  pending_first_ = pending_n_ = 0;
+  fill_ = buffer::ChunkRef();
+  backend_.MarkForSweep(tuple_);
+}
+
+void TcpFlow::CloseHost(bool abortive) {
+  if (fd_ < 0) return;
+  if (backend_.loop_.IsRegistered(fd_)) (void)backend_.loop_.Remove(fd_);
+  if (abortive) {
+    const linger l{1, 0};
+    (void)setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  }
+  (void)close(fd_);
+  fd_ = -1;
+  --backend_.counters_.tcp_host_fds_open;
+}
+
+void TcpFlow::UpdateInterest() {
+  if (fd_ < 0) return;
+  uint32_t want = 0;
+  // Read the host while the guest's side has room; watch for room on the
+  // host while guest bytes wait for it.
+  if (!host_eof_ && sock_ != nullptr && (sock_->Events() & ev::kWritable) &&
+      sock_->unsent_bytes() < backend_.config_.limits.host_to_guest_buffer) {
+    want |= eventloop::EventLoop::kReadable;
+  }
+  if (host_full_) want |= eventloop::EventLoop::kWritable;
+  if (want == interest_) return;
+  interest_ = want;
+  (void)backend_.loop_.Modify(fd_, want);
+}
+
+}  // namespace netstack::backend

@@ -1,0 +1,104 @@
+// One guest TCP flow relayed to a host socket (docs/BACKEND.md "Flow
+// lifecycle").
+//
+//   connecting: the guest's SYN is held by the TCP layer; a non-blocking
+//     host connect() runs. Its outcome is applied at the next
+//     Backend::Sweep: success answers the SYN (AcceptHeld), a failure
+//     refuses it as the guest's kernel would see it (RST, ICMP
+//     unreachable, or silence for a timeout).
+//   relaying: bytes both ways, without a user-space copy. Guest to host:
+//     the netstack socket's receive views go out in one sendmsg with an
+//     iovec each. Host to guest: recv into the unshared tail of a pooled
+//     chunk, written into the netstack socket as a view. Each direction
+//     holds a bounded amount: while the host socket is full the flow
+//     reads no more from the guest (its window closes); while the guest
+//     socket's send queue is full the host socket is not read.
+//   ended: the reason is counted; the host fd is closed exactly once
+//     (abortively, SO_LINGER 0, when the guest reset); the Backend frees
+//     the flow at its next Sweep.
+#ifndef NETSTACK_BACKEND_TCP_FLOW_H_
+#define NETSTACK_BACKEND_TCP_FLOW_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "netstack/backend/backend.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/payload_view.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/tcp/tcp_socket.h"
+#include "netstack/transport/address.h"
+
+namespace netstack::backend {
+
+class TcpFlow : public eventloop::Handler {
+ public:
+  // `tuple` is the guest's flow as the stack sees it (local = the
+  // destination the guest named, remote = the guest).
+  TcpFlow(Backend& backend, const transport::FourTuple& tuple);
+  TcpFlow(const TcpFlow&) = delete;
+  TcpFlow& operator=(const TcpFlow&) = delete;
+  // Closes the host fd if it is still open (abortively) and the guest
+  // socket (RST) if the flow had not ended.
+  ~TcpFlow() override;
+
+  // Starts the host connect to `host` (non-blocking). Whatever happens,
+  // the outcome is applied at the next Sweep, never from inside the TCP
+  // layer's receive path.
+  void Start(const transport::SocketAddress& host, Instant now);
+  // Applies a finished connect; true when the flow has ended and may be
+  // freed.
+  bool Sweep(Instant now);
+  bool ended() const { return phase_ == Phase::kEnded; }
+
+  // eventloop::Handler (the host socket).
+  void OnReadable(Instant now) override;
+  void OnWritable(Instant now) override;
+  void OnError(Instant now, uint32_t epoll_events) override;
+
+ private:
+  enum class Phase : uint8_t { kConnecting, kConnectDone, kRelaying, kEnded };
+  static constexpr size_t kMaxViews = 64;
+  // recv() into a chunk only while this much of its tail is left.
+  static constexpr uint32_t kMinRecvRoom = 4096;
+
+  void ConnectDone(int error);
+  void Accept(Instant now);
+  void Refuse(int error, Instant now);
+  void OnGuestEvents(uint32_t events);
+  void Pump();
+  // Each returns false if the flow ended.
+  bool PumpGuestToHost();
+  bool PumpHostToGuest();
+  void MaybeFinish();
+  // host_abortive: SO_LINGER 0 before close; guest_reset: RST the guest.
+  void End(FlowEnd why, bool host_abortive, bool guest_reset);
+  void CloseHost(bool abortive);
+  void UpdateInterest();
+
+  Backend& backend_;
+  const transport::FourTuple tuple_;
+  Phase phase_ = Phase::kConnecting;
+  int connect_error_ = 0;
+  int fd_ = -1;
+  uint32_t interest_ = 0;
+  std::unique_ptr<tcp::TcpSocket> sock_;
+  // Guest-to-host bytes read from the netstack socket and not yet taken
+  // by the host socket: views [pending_first_, pending_n_).
+  std::array<buffer::PayloadView, kMaxViews> pending_;
+  size_t pending_first_ = 0;
+  size_t pending_n_ = 0;
+  bool host_full_ = false;  // the last sendmsg was short or EAGAIN
+  // The chunk host-to-guest bytes are received into, and its fill level.
+  buffer::ChunkRef fill_;
+  uint32_t fill_at_ = 0;
+  bool guest_eof_ = false;      // the guest's FIN was read
+  bool host_wr_shut_ = false;   // ... and relayed (shutdown SHUT_WR)
+  bool host_eof_ = false;       // the host's EOF was read and relayed
+  bool in_pump_ = false;
+};
+
+}  // namespace netstack::backend
+
+#endif  // NETSTACK_BACKEND_TCP_FLOW_H_

@@ -1,0 +1,184 @@
+// SynHandler: a SYN that reaches no listener is held (no answer) until
+// the handler accepts it (SYN-ACK, options negotiated from the SYN) or
+// refuses it (RST, ICMP unreachable, or silence). Retransmitted SYNs of a
+// held tuple never reach the handler again.
+#include <memory>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "netstack/tcp/tcp_segment_harness.h"
+#include "netstack/transport/errors.h"
+#include "netstack/wire/bytes.h"
+
+namespace netstack::tcp {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using namespace testing;  // NOLINT: the harness and its matchers
+
+class Holder : public SynHandler {
+ public:
+  bool OnUnclaimedSyn(const transport::FourTuple& t, Instant) override {
+    seen.push_back(t);
+    return hold;
+  }
+  bool hold = true;
+  std::vector<transport::FourTuple> seen;
+};
+
+class HeldSynTest : public ::testing::TestWithParam<bool> {
+ protected:
+  HarnessOptions Options() {
+    HarnessOptions o;
+    o.v6 = GetParam();
+    o.tcp.max_half_open = 2;
+    return o;
+  }
+  transport::FourTuple Tuple(const SegmentHarness& h,
+                             uint16_t peer_port = SegmentHarness::kPeerPort) {
+    return {h.our_address(), {h.peer_ip(), peer_port}};
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(V4V6, HeldSynTest, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "v6" : "v4"; });
+
+TEST_P(HeldSynTest, HeldSynGetsNoAnswerAndRetransmissionsOneDecision) {
+  SegmentHarness h(Options());
+  Holder holder;
+  h.tcp().SetSynHandler(&holder);
+  h.Send(h.Syn());
+  h.Poll();
+  EXPECT_THAT(h.Take(), IsEmpty());
+  ASSERT_EQ(holder.seen.size(), 1u);
+  EXPECT_EQ(holder.seen[0], Tuple(h));
+  // The guest retransmits while the host connect runs.
+  h.Advance(absl::Seconds(1));
+  h.Send(h.Syn());
+  h.Advance(absl::Seconds(2));
+  h.Send(h.Syn());
+  h.Poll();
+  EXPECT_THAT(h.Take(), IsEmpty());
+  EXPECT_EQ(holder.seen.size(), 1u);
+  EXPECT_EQ(h.Drops(stack::DropReason::kTcpSynHeld), 2u);
+  EXPECT_EQ(h.tcp().counters().held_syn_retransmits, 2u);
+  EXPECT_EQ(h.tcp().held_syn_count(), 1u);
+  h.tcp().SetSynHandler(nullptr);
+}
+
+TEST_P(HeldSynTest, AcceptHeldAnswersWithNegotiatedOptions) {
+  SegmentHarness h(Options());
+  Holder holder;
+  h.tcp().SetSynHandler(&holder);
+  PeerSynOptions o;
+  o.mss = 1400;
+  o.window_scale = 3;
+  h.Send(h.Syn(o));
+  h.Advance(absl::Milliseconds(30));
+  auto s = h.tcp().AcceptHeld(Tuple(h), h.now());
+  ASSERT_TRUE(s.ok()) << s.status();
+  h.Poll();
+  const auto out = h.Take();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_THAT(out[0], Tcp(Flags(kSyn | kAck),
+                          Ack(SegmentHarness::kPeerIsn + 1), WindowScale(7),
+                          SackPermitted(), HasTimestamps(), ChecksumOk()));
+  EXPECT_TRUE(out[0].tcp.mss.has_value());
+  EXPECT_EQ((*s)->state(), TcpState::kSynReceived);
+  // The guest completes the handshake and sends data.
+  h.Send(h.Segment().Flags(kAck).Seq(SegmentHarness::kPeerIsn + 1)
+             .Ack(out[0].tcp.seq + 1));
+  EXPECT_EQ((*s)->state(), TcpState::kEstablished);
+  EXPECT_NE((*s)->Events() & transport::event::kWritable, 0u);
+  h.Send(h.Segment().Flags(kAck | kPsh).Seq(SegmentHarness::kPeerIsn + 1)
+             .Ack(out[0].tcp.seq + 1).Data(100));
+  std::vector<uint8_t> buf(200);
+  auto n = (*s)->Read(buf);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 100u);
+  // Accepted once: a second AcceptHeld finds nothing.
+  EXPECT_TRUE(absl::IsNotFound(h.tcp().AcceptHeld(Tuple(h), h.now()).status()));
+  EXPECT_EQ(h.tcp().held_syn_count(), 0u);
+  h.tcp().SetSynHandler(nullptr);
+}
+
+TEST_P(HeldSynTest, RefuseWithResetLooksLikeAClosedPort) {
+  SegmentHarness h(Options());
+  Holder holder;
+  h.tcp().SetSynHandler(&holder);
+  h.Send(h.Syn());
+  ASSERT_TRUE(h.tcp().RefuseHeld(Tuple(h), HeldSynRefusal::kReset, h.now()));
+  h.Poll();
+  EXPECT_THAT(h.Take(), ElementsAre(Tcp(Flags(kRst | kAck), Seq(0),
+                                        Ack(SegmentHarness::kPeerIsn + 1))));
+  EXPECT_FALSE(h.tcp().RefuseHeld(Tuple(h), HeldSynRefusal::kReset, h.now()));
+  // A new SYN is a new decision.
+  h.Send(h.Syn());
+  EXPECT_EQ(holder.seen.size(), 2u);
+  h.tcp().SetSynHandler(nullptr);
+}
+
+TEST_P(HeldSynTest, RefuseUnreachableSendsIcmpQuotingTheSyn) {
+  SegmentHarness h(Options());
+  Holder holder;
+  h.tcp().SetSynHandler(&holder);
+  h.Send(h.Syn());
+  ASSERT_TRUE(h.tcp().RefuseHeld(Tuple(h), HeldSynRefusal::kHostUnreachable,
+                                 h.now()));
+  h.Poll();
+  EXPECT_THAT(h.Take(), IsEmpty());
+  ASSERT_EQ(h.other_frames.size(), 1u);
+  const std::vector<uint8_t>& f = h.other_frames[0];
+  const size_t ip_len = GetParam() ? 40 : 20;
+  ASSERT_GE(f.size(), 14 + ip_len + 8 + ip_len + 8);
+  const uint8_t* icmp = f.data() + 14 + ip_len;
+  EXPECT_EQ(icmp[0], GetParam() ? 1 : 3);  // destination unreachable
+  EXPECT_EQ(icmp[1], GetParam() ? 3 : 1);  // address / host unreachable
+  const uint8_t* l4 = icmp + 8 + ip_len;
+  EXPECT_EQ(wire::LoadBe16(l4), SegmentHarness::kPeerPort);
+  EXPECT_EQ(wire::LoadBe16(l4 + 2), SegmentHarness::kOurPort);
+  EXPECT_EQ(wire::LoadBe32(l4 + 4), SegmentHarness::kPeerIsn);
+  h.tcp().SetSynHandler(nullptr);
+}
+
+TEST_P(HeldSynTest, RefuseSilentlySendsNothing) {
+  SegmentHarness h(Options());
+  Holder holder;
+  h.tcp().SetSynHandler(&holder);
+  h.Send(h.Syn());
+  ASSERT_TRUE(h.tcp().RefuseHeld(Tuple(h), HeldSynRefusal::kSilent, h.now()));
+  h.Poll();
+  EXPECT_THAT(h.Take(), IsEmpty());
+  EXPECT_THAT(h.other_frames, IsEmpty());
+  EXPECT_EQ(h.tcp().held_syn_count(), 0u);
+  h.tcp().SetSynHandler(nullptr);
+}
+
+TEST_P(HeldSynTest, HandlerThatDeclinesMeansReset) {
+  SegmentHarness h(Options());
+  Holder holder;
+  holder.hold = false;
+  h.tcp().SetSynHandler(&holder);
+  h.Send(h.Syn());
+  h.Poll();
+  EXPECT_THAT(h.Take(), ElementsAre(Tcp(Flags(kRst | kAck))));
+  EXPECT_EQ(h.tcp().held_syn_count(), 0u);
+  h.tcp().SetSynHandler(nullptr);
+}
+
+TEST_P(HeldSynTest, HeldSynsAreCapped) {
+  SegmentHarness h(Options());  // max_half_open = 2
+  Holder holder;
+  h.tcp().SetSynHandler(&holder);
+  for (uint16_t port : {40001, 40002, 40003}) h.Send(h.Syn().SrcPort(port));
+  EXPECT_EQ(holder.seen.size(), 2u);
+  EXPECT_EQ(h.tcp().held_syn_count(), 2u);
+  EXPECT_EQ(h.tcp().counters().held_syn_limit_drops, 1u);
+  EXPECT_EQ(h.Drops(stack::DropReason::kTcpHalfOpenLimit), 1u);
+  h.tcp().SetSynHandler(nullptr);
+}
+
+}  // namespace
+}  // namespace netstack::tcp

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""netstackd --backend's flags: bad input is a clear message and exit
+status 2 before anything is opened; --help names the backend flags."""
+import os
+import subprocess
+import unittest
+
+RUNFILES = os.environ.get("TEST_SRCDIR", "")
+WORKSPACE = os.environ.get("TEST_WORKSPACE", "netstack")
+NETSTACKD = os.path.join(RUNFILES, WORKSPACE, "tools/netstackd/netstackd")
+
+
+def run(*args):
+    return subprocess.run([NETSTACKD, *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+class BackendCli(unittest.TestCase):
+    def expect_usage(self, args, message):
+        p = run(*args)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(message, p.stderr)
+
+    def test_bad_flags(self):
+        tap = ["--tap", "t0", "--backend"]
+        self.expect_usage(tap + ["--addr", "10.0.0.2/24"],
+                          "--backend takes its addresses from --net")
+        self.expect_usage(tap + ["--gateway", "10.0.0.1"],
+                          "no --addr, --addr6 or --gateway")
+        self.expect_usage(tap + ["--net", "10.0.2.0"], "--net: bad IPv4 CIDR")
+        self.expect_usage(tap + ["--net", "10.0.2.0/28"], "too small")
+        self.expect_usage(tap + ["--net6", "fd00::/129"], "--net6: bad IPv6")
+        self.expect_usage(tap + ["--mtu", "1000"], "out of range [1280, 65535]")
+        self.expect_usage(tap + ["--outbound-bind", "nope"],
+                          "--outbound-bind: 'nope' is not an IP address")
+        self.expect_usage(tap + ["--outbound-bind", "10.0.0.1,10.0.0.2"],
+                          "two IPv4 addresses")
+        self.expect_usage(tap + ["--max-tcp-flows", "0"],
+                          "--max-tcp-flows 0 out of range")
+        self.expect_usage(["--tap", "t0", "--addr", "10.0.0.2/24",
+                           "--host-loopback"], "need --backend")
+
+    def test_help_names_the_backend_flags(self):
+        p = run("--help")
+        out = p.stdout + p.stderr
+        for flag in ("--backend", "--net", "--net6", "--host_loopback",
+                     "--outbound_bind", "--max_tcp_flows"):
+            self.assertIn(flag, out)
+        self.assertIn("netstackd --backend", out)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""netstackd --backend: the Linux kernel as the guest, a namespace as the host.
+
+  G (the guest kernel) --TAP-- netstackd --backend (runs in H) -- host sockets in H
+  H ("the host"): lo and one veth end, whose peer lies in a sink namespace S
+  with nothing else. H's servers listen on its veth addresses and on its
+  loopback. H has no default route: nothing can leave the machine, and an
+  address outside H's networks is unroutable there.
+
+Before netstackd starts the test asserts that H holds only lo and its veth
+end and S only lo and the other end. G is configured statically
+(10.0.2.100/24 via 10.0.2.2, fd00::100/64 via fd00::2).
+
+Shown, over IPv4 and IPv6:
+  - curl in G downloads NST_BACKEND_HTTP_BYTES (default 256 MiB) from
+    python3's http.server in H: sha256 equal;
+  - socat in G sends NST_BACKEND_STREAM_BYTES (default 16 MiB) to a socat
+    echo server in H and reads them back: sha256 equal;
+  - a connect to a closed port of H fails with ECONNREFUSED in < 100 ms;
+  - a connect to an address H has no route to fails with EHOSTUNREACH or
+    ENETUNREACH (an ICMP error from the backend), not a timeout;
+  - without --host-loopback, G cannot reach H's 127.0.0.1 through
+    10.0.2.2 (refused, counted); with it, it can.
+netstackd's exit counters must show every flow closed and no host fd open.
+Needs root, curl and socat.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from tests.interop import interop_util as iu
+
+HTTP_BYTES = iu.env_int("NST_BACKEND_HTTP_BYTES", 256 << 20)
+STREAM_BYTES = iu.env_int("NST_BACKEND_STREAM_BYTES", 16 << 20)
+TIMEOUT = iu.env_int("NST_TRANSFER_TIMEOUT", 120)
+
+H4, H6 = "198.51.100.1", "2001:db8:1::1"
+HTTP_PORT, ECHO_PORT, CLOSED_PORT, LOOP_PORT = 8080, 7007, 9, 8081
+UNROUTABLE4, UNROUTABLE6 = "203.0.113.9", "2001:db8:99::9"
+
+CONNECT_PROBE = r"""
+import errno, socket, sys, time
+family = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+s = socket.socket(family, socket.SOCK_STREAM)
+s.settimeout(float(sys.argv[3]))
+t = time.monotonic()
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("connected", time.monotonic() - t)
+except socket.timeout:
+    print("timeout", time.monotonic() - t)
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)), time.monotonic() - t)
+"""
+
+
+class BackendTopology:
+    def __init__(self):
+        tag = str(os.getpid())
+        self.h = f"nstbe-{tag}-h"
+        self.s = f"nstbe-{tag}-s"
+        self.g = f"nstbe-{tag}-g"
+        self.namespaces = []
+        self.procs = []
+
+    def add_ns(self, name):
+        iu.run("ip", "netns", "add", name)
+        self.namespaces.append(name)
+        iu.run("ip", "-n", name, "link", "set", "lo", "up")
+
+    def setup(self):
+        for ns in (self.h, self.s, self.g):
+            self.add_ns(ns)
+        iu.run("ip", "link", "add", "hveth", "netns", self.h, "type", "veth",
+               "peer", "name", "sveth", "netns", self.s)
+        iu.run("ip", "-n", self.h, "addr", "add", f"{H4}/24", "dev", "hveth")
+        iu.run("ip", "-n", self.h, "addr", "add", f"{H6}/64", "dev", "hveth",
+               "nodad")
+        iu.run("ip", "-n", self.h, "link", "set", "hveth", "up")
+        iu.run("ip", "-n", self.s, "link", "set", "sveth", "up")
+        iu.run("ip", "-n", self.g, "tuntap", "add", "dev", "nsttap", "mode",
+               "tap")
+
+    def configure_guest(self):
+        g = ["ip", "-n", self.g]
+        iu.run(*g, "addr", "add", "10.0.2.100/24", "dev", "nsttap")
+        iu.run(*g, "addr", "add", "fd00::100/64", "dev", "nsttap", "nodad")
+        iu.run(*g, "link", "set", "nsttap", "up")
+        iu.run(*g, "route", "add", "default", "via", "10.0.2.2")
+        # fd00::2 must be resolvable first: wait for the link-local DAD.
+        iu.wait_for(lambda: iu.run(*g, "-6", "route", "add", "default", "via",
+                                   "fd00::2", check=False).returncode == 0, 5)
+
+    def links(self, ns):
+        out = iu.run("ip", "-n", ns, "-o", "link", "show").stdout
+        return sorted(l.split(":")[1].strip().split("@")[0]
+                      for l in out.splitlines())
+
+    def in_ns(self, ns, *cmd):
+        return ["ip", "netns", "exec", ns, *cmd]
+
+    def spawn(self, ns, *cmd):
+        p = subprocess.Popen(self.in_ns(ns, *cmd), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for ns in reversed(self.namespaces):
+            iu.run("ip", "netns", "del", ns, check=False)
+
+
+class BackendTcpTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root")
+        for tool in ("curl", "socat"):
+            if not iu.have(tool):
+                raise unittest.SkipTest(f"needs {tool}")
+        cls.topo = BackendTopology()
+        cls.root = tempfile.mkdtemp(prefix="nst-be-www-")
+        cls.loop_root = tempfile.mkdtemp(prefix="nst-be-lo-")
+        cls.nd = None
+        try:
+            cls.topo.setup()
+            cls.sha = iu.write_random_file(
+                os.path.join(cls.root, "blob.bin"), HTTP_BYTES, seed=7)
+            with open(os.path.join(cls.loop_root, "hello.txt"), "w") as f:
+                f.write("loopback only\n")
+            h = cls.topo.h
+            cls.topo.spawn(h, sys.executable, "-m", "http.server", "--bind",
+                           "::", "--directory", cls.root, str(HTTP_PORT))
+            cls.topo.spawn(h, sys.executable, "-m", "http.server", "--bind",
+                           "127.0.0.1", "--directory", cls.loop_root,
+                           str(LOOP_PORT))
+            cls.topo.spawn(h, "socat", f"TCP6-LISTEN:{ECHO_PORT},reuseaddr,fork",
+                           "PIPE")
+            for port in (HTTP_PORT, LOOP_PORT, ECHO_PORT):
+                ok = iu.wait_for(lambda: f":{port} " in iu.run(
+                    *cls.topo.in_ns(h, "ss", "-ltnH")).stdout, 10)
+                assert ok, f"server on port {port} did not start"
+        except BaseException:
+            cls.topo.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.nd is not None:
+            cls.nd.close()
+        cls.topo.close()
+        for d in (cls.root, cls.loop_root):
+            subprocess.run(["rm", "-rf", d], check=False)
+
+    def start_netstackd(self, *extra):
+        # Nothing may leave the machine: H holds only lo and its veth end,
+        # whose peer is alone in the sink namespace; H has no default route.
+        self.assertEqual(self.topo.links(self.topo.h), ["hveth", "lo"])
+        self.assertEqual(self.topo.links(self.topo.s), ["lo", "sveth"])
+        routes = iu.run("ip", "-n", self.topo.h, "route", "show", "default")
+        self.assertEqual(routes.stdout.strip(), "")
+        routes6 = iu.run("ip", "-n", self.topo.h, "-6", "route", "show",
+                         "default")
+        self.assertEqual(routes6.stdout.strip(), "")
+        nd = iu.Netstackd([])
+        nd.args = self.topo.in_ns(self.topo.h, iu.NETSTACKD, "--backend",
+                                  "--tap", "nsttap", "--netns", self.topo.g,
+                                  *extra)
+        nd.start()
+        return nd
+
+    def guest(self, *cmd):
+        return self.topo.in_ns(self.topo.g, *cmd)
+
+    def probe(self, addr, port, timeout=5.0):
+        out = iu.run(*self.guest(sys.executable, "-c", CONNECT_PROBE, addr,
+                                 str(port), str(timeout))).stdout.split()
+        return out[0], float(out[1])
+
+    def check_exit(self, nd):
+        self.assertEqual(nd.stop(), 0, nd.log())
+        c = nd.exit_counters()
+        self.assertEqual(c.get("backend.tcp_host_fds_open"), 0, nd.log())
+        return c
+
+    def test_1_without_host_loopback(self):
+        nd = type(self).nd = self.start_netstackd()
+        self.topo.configure_guest()
+        try:
+            for addr in (H4, H6):
+                with self.subTest(addr=addr, what="http"):
+                    url = f"http://{iu.url_host(addr)}:{HTTP_PORT}/blob.bin"
+                    t = time.monotonic()
+                    r = iu.curl_download(self.guest(), url, TIMEOUT)
+                    dt = time.monotonic() - t
+                    self.assertEqual(r.received, HTTP_BYTES, r.stderr)
+                    self.assertEqual(r.received_sha.hexdigest(), self.sha)
+                    print(f"curl {addr}: {HTTP_BYTES >> 20} MiB in {dt:.2f} s",
+                          file=sys.stderr)
+                with self.subTest(addr=addr, what="echo"):
+                    target = (f"TCP6:[{addr}]:{ECHO_PORT}" if ":" in addr
+                              else f"TCP4:{addr}:{ECHO_PORT}")
+                    r = iu.socat_stream(self.guest(), target, STREAM_BYTES,
+                                        TIMEOUT, echo=True)
+                    self.assertEqual(r.received, STREAM_BYTES, r.stderr)
+                    self.assertEqual(r.received_sha.hexdigest(),
+                                     r.sent_sha.hexdigest())
+                with self.subTest(addr=addr, what="refused"):
+                    what, dt = self.probe(addr, CLOSED_PORT)
+                    self.assertEqual(what, "ECONNREFUSED")
+                    self.assertLess(dt, 0.1)
+            for addr in (UNROUTABLE4, UNROUTABLE6):
+                with self.subTest(addr=addr, what="unroutable"):
+                    what, dt = self.probe(addr, 80)
+                    self.assertIn(what, ("EHOSTUNREACH", "ENETUNREACH"))
+                    self.assertLess(dt, 2.0)
+            with self.subTest(what="no host loopback"):
+                what, _ = self.probe("10.0.2.2", LOOP_PORT)
+                self.assertEqual(what, "ECONNREFUSED")
+                c = nd.counters()
+                self.assertGreaterEqual(c["backend.tcp_refused_host_loopback"], 1)
+        finally:
+            c = self.check_exit(nd)
+            print(nd.log(), file=sys.stderr)
+        self.assertGreaterEqual(c["backend.tcp_end.closed"], 4)
+        self.assertGreaterEqual(c["backend.tcp_end.connect_refused"], 2)
+        self.assertEqual(c["backend.tcp_end.connect_net_unreachable"] +
+                         c["backend.tcp_end.connect_host_unreachable"], 2)
+
+    def test_2_with_host_loopback(self):
+        nd = type(self).nd = self.start_netstackd("--host-loopback")
+        try:
+            r = iu.run(*self.guest("curl", "-sS", "-m", "10",
+                                   f"http://10.0.2.2:{LOOP_PORT}/hello.txt"),
+                       check=False)
+            self.assertEqual(r.stdout, "loopback only\n", r.stderr)
+        finally:
+            self.check_exit(nd)
+
+
+if __name__ == "__main__":
+    unittest.main()
