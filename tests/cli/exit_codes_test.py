@@ -57,11 +57,12 @@ class UsageErrorsExitTwo(unittest.TestCase):
         self.assertIn("--addr needs a value", err)
 
     def test_duration_without_unit_gets_a_hint(self):
-        for tool in ("netstackd", "tcp_benchmark"):
+        for tool, flag in (("netstackd", "--delay"),
+                           ("tcp_benchmark", "--latency")):
             with self.subTest(tool=tool):
-                rc, _, err = run(tool, "--delay=10")
+                rc, _, err = run(tool, f"{flag}=10")
                 self.assertEqual(rc, 2, err)
-                self.assertIn("--delay=10", err)
+                self.assertIn(f"{flag}=10", err)
                 self.assertIn("needs its unit", err)
 
     def test_bad_bool_value(self):
