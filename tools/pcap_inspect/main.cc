@@ -10,12 +10,14 @@
 #include <pcap/pcap.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "tools/common/cli.h"
 #include "tools/pcap_inspect/decode.h"
 #include "tools/pcap_inspect/format.h"
@@ -23,8 +25,10 @@
 ABSL_FLAG(bool, json, false,
           "Print a JSON array with one object per packet instead of lines.");
 ABSL_FLAG(bool, summary, false,
-          "After the packets, print to stderr how many frames were read and "
-          "how many failed to decode, per layer and reason.");
+          "After the packets, print to stderr how many frames were read, "
+          "how many per innermost decoded layer, how many failed to decode "
+          "per layer and reason, and how many IPv4 and transport checksums "
+          "did not verify.");
 
 namespace netstack::tools {
 namespace {
@@ -32,7 +36,62 @@ namespace {
 struct FileStats {
   uint64_t frames = 0;
   uint64_t errors = 0;
+  // Frames by the innermost layer that decoded ("tcp", "udp", "arp",
+  // "ipv6-fragment", ...), and failures by "layer: reason".
+  std::map<std::string, uint64_t> by_layer;
+  std::map<std::string, uint64_t> by_error;
+  // TCP/UDP/ICMP checksums that did not verify (a sender's partial,
+  // offloaded checksum shows up here too).
+  uint64_t bad_l4_checksums = 0;
+  uint64_t bad_ipv4_checksums = 0;
 };
+
+std::string InnermostLayer(const DecodedFrame& f) {
+  if (f.tcp) return "tcp";
+  if (f.udp) return "udp";
+  if (f.icmpv4) return "icmpv4";
+  if (f.icmpv6) return "icmpv6";
+  if (f.non_first_fragment) return f.ipv4 ? "ipv4-fragment" : "ipv6-fragment";
+  if (f.ipv4) return "ipv4";
+  if (f.ipv6) return "ipv6";
+  if (f.arp) return "arp";
+  if (f.eth) return "ethernet";
+  return "none";
+}
+
+void Count(const DecodedFrame& frame, FileStats& stats) {
+  ++stats.frames;
+  ++stats.by_layer[InnermostLayer(frame)];
+  if (frame.error != wire::WireError::kOk) {
+    ++stats.errors;
+    ++stats.by_error[absl::StrCat(frame.error_layer, ": ",
+                                  wire::WireErrorName(frame.error))];
+  }
+  if (frame.l4_checksum_valid.has_value() && !*frame.l4_checksum_valid) {
+    ++stats.bad_l4_checksums;
+  }
+  if (frame.ipv4 && !frame.ipv4_checksum_valid) ++stats.bad_ipv4_checksums;
+}
+
+void PrintSummary(const FileStats& stats) {
+  std::fprintf(stderr, "pcap_inspect: %llu frames, %llu failed to decode\n",
+               static_cast<unsigned long long>(stats.frames),
+               static_cast<unsigned long long>(stats.errors));
+  for (const auto& [layer, n] : stats.by_layer) {
+    std::fprintf(stderr, "  layer %s %llu\n", layer.c_str(),
+                 static_cast<unsigned long long>(n));
+  }
+  for (const auto& [reason, n] : stats.by_error) {
+    std::fprintf(stderr, "  failed %s %llu\n", reason.c_str(),
+                 static_cast<unsigned long long>(n));
+  }
+  std::fprintf(stderr, "  bad ipv4 header checksums %llu\n",
+               static_cast<unsigned long long>(stats.bad_ipv4_checksums));
+  std::fprintf(stderr,
+               "  bad transport checksums %llu (a frame captured before a "
+               "checksum offload completed it counts here)\n",
+               static_cast<unsigned long long>(stats.bad_l4_checksums));
+}
 
 // Decodes one file; returns false (after printing why) if it is not a
 // readable Ethernet capture.
@@ -72,8 +131,7 @@ bool InspectFile(const std::string& path, bool json, bool& first_json,
     meta.wire_len = hdr->len;
     const DecodedFrame frame =
         DecodeFrame(std::span<const uint8_t>(data, hdr->caplen));
-    ++stats.frames;
-    if (frame.error != wire::WireError::kOk) ++stats.errors;
+    Count(frame, stats);
     if (json) {
       std::printf("%s%s\n", first_json ? "[" : ",",
                   FormatJson(meta, frame).c_str());
@@ -125,11 +183,7 @@ int main(int argc, char** argv) {
     all_ok &= netstack::tools::InspectFile(args[i], json, first_json, stats);
   }
   if (json) std::printf(first_json ? "[]\n" : "]\n");
-  if (absl::GetFlag(FLAGS_summary)) {
-    std::fprintf(stderr, "pcap_inspect: %llu frames, %llu failed to decode\n",
-                 static_cast<unsigned long long>(stats.frames),
-                 static_cast<unsigned long long>(stats.errors));
-  }
+  if (absl::GetFlag(FLAGS_summary)) netstack::tools::PrintSummary(stats);
   std::fflush(stdout);
   return all_ok ? 0 : 1;
 }

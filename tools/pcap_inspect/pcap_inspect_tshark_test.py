@@ -144,5 +144,33 @@ class PcapInspectAgreesWithTshark(unittest.TestCase):
         self.assertGreater(total, 100)
 
 
+    def test_summary_counts_layers_as_tshark_does(self):
+        """--summary's per-layer counts match tshark's decode of the same
+        capture: frames with a TCP/UDP layer, and none failed."""
+        names = [n for n in sys.argv[1:] if not n.startswith("-")] or \
+            os.environ.get("PCAPS", "").split()
+        for name in names:
+            with self.subTest(capture=name):
+                rows = read_tsv(runfile(f"tests/testdata/{name}.tshark.tsv"))
+                p = subprocess.run(
+                    [runfile("tools/pcap_inspect/pcap_inspect"), "--summary",
+                     runfile(f"tests/testdata/{name}.pcap")],
+                    check=True, capture_output=True, text=True)
+                counts = {}
+                for line in p.stderr.splitlines():
+                    parts = line.split()
+                    if len(parts) == 3 and parts[0] == "layer":
+                        counts[parts[1]] = int(parts[2])
+                self.assertIn(f"{len(rows)} frames, 0 failed to decode",
+                              p.stderr)
+                self.assertEqual(sum(counts.values()), len(rows), p.stderr)
+                for layer in ("tcp", "udp"):
+                    key = LAYER_KEYS[layer]
+                    want = sum(1 for r in rows if r.get(key, "") != "")
+                    self.assertEqual(counts.get(layer, 0), want,
+                                     f"{layer}: {p.stderr}")
+                self.assertIn("bad transport checksums", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1])
