@@ -17,7 +17,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
 #include "tools/common/cli.h"
 #include "tools/pcap_inspect/decode.h"
 #include "tools/pcap_inspect/format.h"
@@ -64,8 +63,8 @@ void Count(const DecodedFrame& frame, FileStats& stats) {
   ++stats.by_layer[InnermostLayer(frame)];
   if (frame.error != wire::WireError::kOk) {
     ++stats.errors;
-    ++stats.by_error[absl::StrCat(frame.error_layer, ": ",
-                                  wire::WireErrorName(frame.error))];
+    ++stats.by_error[std::string(frame.error_layer) + ": " +
+                     std::string(wire::WireErrorName(frame.error))];
   }
   if (frame.l4_checksum_valid.has_value() && !*frame.l4_checksum_valid) {
     ++stats.bad_l4_checksums;
