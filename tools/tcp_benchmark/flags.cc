@@ -65,7 +65,10 @@ ABSL_FLAG(bool, hostgso, false,
           "netstack: host GSO (hand super-segments to the kernel with a "
           "virtio-net header).");
 ABSL_FLAG(std::string, pcap, "",
-          "netstack: write the frames in and out to this pcap file.");
+          "netstack: write the frames in and out to this pcap file. The "
+          "driver (no --role) writes one file per run, named "
+          "PATH.MODE.MTU.client|server.pcap (e.g. /tmp/x.off.1500.client.pcap), "
+          "and prints each name.");
 
 ABSL_FLAG(double, loss, 0, "netstack: drop this fraction of frames each way.");
 ABSL_FLAG(double, duplicate, 0,

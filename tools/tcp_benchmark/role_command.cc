@@ -1,5 +1,6 @@
 #include "tools/tcp_benchmark/role_command.h"
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -43,9 +44,12 @@ void AppendNetstackFlags(const Topology& topology, const MeasurementSpec& spec,
   }
   argv.push_back(absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)));
   if (!absl::GetFlag(FLAGS_pcap).empty()) {
-    argv.push_back(absl::StrCat(
-        "--pcap=", absl::GetFlag(FLAGS_pcap), ".", spec.mode, ".", spec.mtu,
-        ".", spec.netstack_is_client ? "client" : "server", ".pcap"));
+    const std::string path = absl::StrCat(
+        absl::GetFlag(FLAGS_pcap), ".", spec.mode, ".", spec.mtu, ".",
+        spec.netstack_is_client ? "client" : "server", ".pcap");
+    std::fprintf(stderr, "tcp_benchmark: netstack's frames go to %s\n",
+                 path.c_str());
+    argv.push_back(absl::StrCat("--pcap=", path));
   }
 }
 
