@@ -105,5 +105,38 @@ class RuntimeFailuresExitOne(unittest.TestCase):
         self.assertIn("no-such-ns-xyz", err)
 
 
+class Sigusr1PrintsAndGoesOn(unittest.TestCase):
+    def test_tcp_benchmark_server(self):
+        import signal
+        import socket
+        import time
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        path = os.path.join(RUNFILES, TOOLS["tcp_benchmark"])
+        p = subprocess.Popen([path, "--role=server", "--stack=kernel",
+                              f"--port={port}"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 20
+            while time.time() < deadline:  # wait until it listens
+                try:
+                    socket.create_connection(("127.0.0.1", port), 1).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            p.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
+            self.assertIsNone(p.poll(), "SIGUSR1 killed the server")
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=20)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertIn("SIGUSR1", err)
+        self.assertIn("no counters of ours", err)
+
+
 if __name__ == "__main__":
     unittest.main()

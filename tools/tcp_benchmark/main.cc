@@ -126,6 +126,20 @@ transport::SocketAddress ServerAddress(const RoleConfig& c) {
   return transport::SocketAddress{*any, c.port};
 }
 
+// SIGUSR1: the stack's counters now, and the run goes on (as netstackd
+// and splice_proxy do).
+void PrintCounters(Net& net, const char* why) {
+  const std::string counters = net.FormatCounters();
+  if (counters.empty()) {
+    std::fprintf(stderr,
+                 "tcp_benchmark: %s: %s has no counters of ours (the kernel "
+                 "stack: see nstat or ss -ti)\n",
+                 why, net.Describe().c_str());
+  } else {
+    std::fprintf(stderr, "tcp_benchmark: %s:\n%s\n", why, counters.c_str());
+  }
+}
+
 int RunServer(Net& net, const RoleConfig& c) {
   ServerOptions o;
   o.local = ServerAddress(c);
@@ -141,7 +155,10 @@ int RunServer(Net& net, const RoleConfig& c) {
     net.loop().Stop();
   });
   absl::Status s = net.loop().HandleSignals(
-      {SIGINT, SIGTERM}, [&](int, Instant) { server.Stop(); });
+      {SIGINT, SIGTERM, SIGUSR1}, [&](int signo, Instant) {
+        if (signo == SIGUSR1) return PrintCounters(net, "SIGUSR1");
+        server.Stop();
+      });
   if (s.ok()) s = server.Start();
   if (s.ok()) s = net.loop().Run();
   // The last control messages may still be unacknowledged (netstack:
@@ -169,7 +186,10 @@ int RunClient(Net& net, const RoleConfig& c) {
   o.progress = json ? stderr : stdout;
   Iperf3Client client(net, o, [&] { net.loop().Stop(); });
   absl::Status s = net.loop().HandleSignals(
-      {SIGINT, SIGTERM}, [&](int, Instant) { client.Interrupt(); });
+      {SIGINT, SIGTERM, SIGUSR1}, [&](int signo, Instant) {
+        if (signo == SIGUSR1) return PrintCounters(net, "SIGUSR1");
+        client.Interrupt();
+      });
   if (s.ok()) s = client.Start();
   if (s.ok()) s = net.loop().Run();
   net.Linger(absl::Seconds(5));
@@ -239,7 +259,9 @@ int main(int argc, char** argv) {
       "flags). The client prints interval lines and a summary (with --json: "
       "one JSON object on stdout, progress on stderr); the server prints a "
       "summary per test and serves until SIGINT/SIGTERM, or one test with "
-      "--one_off. Flag names take '-' or '_'. Exit status: 0 on success, 1 "
+      "--one_off. SIGUSR1 prints the stack's counters to stderr and the "
+      "run goes on. Flag names take '-' or '_'. Exit status: 0 on success "
+      "and for --help, 1 "
       "if a test failed or a resource could not be set up, 2 for bad flags.");
   // --help lists tcp_benchmark's own flags, not Abseil's internals.
   netstack::tools::HelpListsFlagsUnder("tools/tcp_benchmark/");
