@@ -165,15 +165,13 @@ void NetstackLink::Unregister(eventloop::EventLoop& loop) {
 }
 
 std::string NetstackLink::FormatCounters() const {
+  // Frames, drops and syscalls are the stack's link.NIC.* lines (the same
+  // endpoint); here only what those do not say.
   const link::LinkStats s = outer_->Stats();
   std::string text = absl::StrCat(
       "link.name ", outer_->Name(), "\n", "link.gso_mode ",
-      GsoModeName(gso_mode_), "\n", "link.tx_frames ", s.tx_frames, "\n",
-      "link.tx_bytes ", s.tx_bytes, "\n", "link.tx_dropped ", s.tx_dropped,
-      "\n", "link.tx_syscalls ", s.tx_syscalls, "\n", "link.rx_frames ",
-      s.rx_frames, "\n", "link.rx_bytes ", s.rx_bytes, "\n",
-      "link.rx_dropped ", s.rx_dropped, "\n", "link.rx_syscalls ",
-      s.rx_syscalls, "\n");
+      GsoModeName(gso_mode_), "\n", "link.tx_bytes ", s.tx_bytes, "\n",
+      "link.rx_bytes ", s.rx_bytes, "\n");
   if (gso_ != nullptr) {
     const link::GsoStats& g = gso_->gso_stats();
     absl::StrAppend(&text, "gso.super_segments ", g.super_segments, "\n",
