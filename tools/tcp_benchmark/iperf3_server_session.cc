@@ -123,7 +123,9 @@ absl::Status ServerSession::HandleCookie(const std::string& cookie) {
         "the client's cookie is not 36 printable characters and a NUL");
   }
   cookie_ = cookie;
-  std::fprintf(options_.progress, "Accepted connection from %s\n",
+  // peer_ is the stream's "local -> remote": say which end is which.
+  std::fprintf(options_.progress,
+               "Accepted a connection: %s (ours -> the client's)\n",
                peer_.c_str());
   SetPhase(Phase::kParams);
   return control_->Send(iperf3::EncodeState(iperf3::kParamExchange));
