@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "netstack/backend/dns_config.h"
 #include "netstack/backend/tcp_flow.h"
 
@@ -290,9 +291,12 @@ std::string Backend::FormatCounters() const {
   }
   if (dns_) absl::StrAppend(&out, dns_->counters().Format());
   if (guest_config_) {
-    std::string g = guest_config_->FormatCounters();
-    if (!g.empty() && g.back() != '\n') g.push_back('\n');
-    absl::StrAppend(&out, g);
+    // "dhcp4.x 1" lines (non-zero ones only) become "backend.dhcp4.x 1".
+    for (absl::string_view line :
+         absl::StrSplit(guest_config_->FormatCounters(), '\n',
+                        absl::SkipEmpty())) {
+      absl::StrAppend(&out, "backend.", line, "\n");
+    }
   }
   return out;
 }
