@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "netstack/backend/backend.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/tcp/tcp_layer.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/stack/fake_link.h"
@@ -204,6 +207,114 @@ TEST_F(GatewayForwardTest, UdpToAForeignHostReachesTheUnmatchedHandler) {
   EXPECT_EQ(unmatched_.sizes[1], 1200u);
   EXPECT_EQ(udp_->counters().unmatched_handled, 2u);
   EXPECT_TRUE(link_->sent.empty());  // no port unreachable
+}
+
+// The whole backend (Backend::Create with a UDP layer) wires its parts
+// into the same hooks: the UDP flow table behind the guest config
+// services, the ping forwarder, the DNS forwarder. Nothing is sent off
+// the machine: the guest only talks to the gateway address here.
+class FullBackendTest : public ::testing::Test {
+ protected:
+  FullBackendTest() {
+    link::LinkCapabilities caps;
+    caps.mtu = 1500;
+    caps.mac = *wire::MacAddress::Parse("02:00:00:00:00:02");
+    our_mac_ = caps.mac;
+    loop_ = *eventloop::EventLoop::Create();
+    link_ = std::make_unique<stack::FakeLink>(chunks_, caps);
+    stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
+                                            packets_);
+    nic_ = *stack_->AddNic(link_.get(), "guest0");
+    tcp::TcpLayerOptions to;
+    to.seed = 3;
+    tcp_ = std::make_unique<tcp::TcpLayer>(*stack_, chunks_, packets_,
+                                           notifier_, to);
+    udp_ = std::make_unique<udp::UdpLayer>(*stack_, chunks_, packets_,
+                                           notifier_, 7);
+    guest_mac_ = *wire::MacAddress::Parse("02:00:00:00:00:64");
+  }
+  ~FullBackendTest() override {
+    backend_.reset();
+    udp_.reset();
+    tcp_.reset();
+    stack_.reset();
+    link_.reset();
+  }
+  absl::Status Build(BackendConfig config) {
+    auto b = Backend::Create(config, *stack_, nic_, *tcp_, *udp_, *loop_,
+                             chunks_, packets_);
+    if (!b.ok()) return b.status();
+    backend_ = *std::move(b);
+    return absl::OkStatus();
+  }
+  static BackendConfig WithUpstream() {
+    BackendConfig c;
+    // Never asked in these tests: the forwarder only opens its socket.
+    c.policy.dns_upstreams = {*transport::SocketAddress::Parse("127.0.0.1:9")};
+    return c;
+  }
+  void SendUdp4(const wire::Ipv4Address& dst, uint16_t port) {
+    const wire::Ipv4Address src = A4("10.0.2.100");
+    for (auto& p : stack::testing::Ipv4Packets(
+             src, dst, kUdp, 1, Udp(40000, port, 20, &src, &dst, false),
+             1500)) {
+      link_->Inject(stack::testing::WithEthernet(guest_mac_, our_mac_, kIpv4,
+                                                 p),
+                    now_);
+    }
+  }
+
+  buffer::ChunkPool chunks_{256};
+  buffer::PacketPool packets_{256};
+  transport::Notifier notifier_;
+  std::unique_ptr<eventloop::EventLoop> loop_;
+  std::unique_ptr<stack::FakeLink> link_;
+  std::unique_ptr<stack::Stack> stack_;
+  std::unique_ptr<tcp::TcpLayer> tcp_;
+  std::unique_ptr<udp::UdpLayer> udp_;
+  std::unique_ptr<Backend> backend_;
+  stack::NicId nic_ = 0;
+  wire::MacAddress our_mac_, guest_mac_;
+  Instant now_ = absl::UnixEpoch() + absl::Seconds(1000);
+};
+
+TEST_F(FullBackendTest, NoDnsUpstreamIsAnError) {
+  BackendConfig c;
+  c.policy.resolv_conf = "/nonexistent/resolv.conf";
+  absl::Status s = Build(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("--dns-upstream"), std::string::npos) << s;
+}
+
+TEST_F(FullBackendTest, OwnsEveryPartAndCountsThem) {
+  ASSERT_TRUE(Build(WithUpstream()).ok());
+  ASSERT_NE(backend_->udp_flows(), nullptr);
+  ASSERT_NE(backend_->ping(), nullptr);
+  ASSERT_NE(backend_->dns(), nullptr);
+  ASSERT_NE(backend_->guest_config(), nullptr);
+  // UDP to the gateway, port 9: past the guest config services (not a
+  // DHCP port) and the UDP layer (no socket), to the flow table, which
+  // never relays the stack's own address.
+  SendUdp4(A4("10.0.2.2"), 9);
+  EXPECT_EQ(backend_->udp_flows()->counters().refused_self, 1u);
+  EXPECT_EQ(udp_->counters().unmatched_handled, 0u);
+  const std::string text = backend_->FormatCounters();
+  for (const char* want :
+       {"backend.tcp_flows_opened 0\n", "backend.udp.refused.self 1\n",
+        "backend.udp.flows_open 0\n", "backend.ping.requests 0\n",
+        "backend.dns.queries.udp 0\n"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+}
+
+TEST_F(FullBackendTest, DestroyingItGivesUdpBackToTheLayer) {
+  ASSERT_TRUE(Build(WithUpstream()).ok());
+  backend_.reset();
+  // The stack's protocol 17 handler is the UDP layer again, with no
+  // unmatched handler: port unreachable territory, counted as no_port.
+  const uint64_t before = udp_->counters().no_port;
+  SendUdp4(A4("10.0.2.2"), 9);
+  EXPECT_EQ(udp_->counters().no_port, before + 1);
 }
 
 }  // namespace
