@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "netstack/backend/dns_config.h"
 #include "netstack/backend/tcp_flow.h"
 
 namespace netstack::backend {
@@ -116,7 +118,83 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   return b;
 }
 
+absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
+    const BackendConfig& config, stack::Stack& stack, stack::NicId nic,
+    tcp::TcpLayer& tcp, udp::UdpLayer& udp, eventloop::EventLoop& loop,
+    buffer::ChunkPool& chunks, buffer::PacketPool& packets) {
+  auto made = Create(config, stack, nic, tcp, loop, chunks);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<Backend> b = *std::move(made);
+  const AddressPlan& p = b->config_.plan;
+  const BackendPolicy& policy = b->config_.policy;
+  OutboundBind bind;
+  bind.v4 = policy.outbound_bind4;
+  bind.v6 = policy.outbound_bind6;
+  // The stack itself: never relayed to a host socket.
+  const std::vector<transport::IpAddress> self = {
+      transport::IpAddress(p.gateway4), transport::IpAddress(p.dns4),
+      transport::IpAddress(p.gateway6), transport::IpAddress(p.dns6),
+      transport::IpAddress(p.gateway6_link_local)};
+
+  UdpFlowOptions uo;
+  uo.max_flows = b->config_.limits.max_udp_flows;
+  uo.idle_timeout = b->config_.limits.udp_idle_timeout;
+  uo.bind = bind;
+  uo.self_addresses = self;
+  b->udp_flows_ =
+      std::make_unique<UdpFlowTable>(stack, udp, chunks, packets, loop, uo);
+
+  PingOptions po;
+  po.bind = bind;
+  po.self_addresses = self;
+  b->ping_ = std::make_unique<PingForwarder>(stack, chunks, packets, loop, po);
+
+  DnsForwarderOptions dopt;
+  dopt.listen = {transport::SocketAddress{transport::IpAddress(p.dns4), kDnsPort},
+                 transport::SocketAddress{transport::IpAddress(p.dns6), kDnsPort}};
+  dopt.upstreams = policy.dns_upstreams;
+  if (dopt.upstreams.empty()) {
+    auto rc = ReadResolvConf(policy.resolv_conf);
+    if (!rc.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no DNS upstream: ", rc.status().message(),
+          " (give --dns-upstream ADDR[:PORT])"));
+    }
+    dopt.upstreams = *std::move(rc);
+  }
+  dopt.bind = bind;
+  dopt.seed = b->config_.seed;
+  auto dns = DnsForwarder::Create(udp, &tcp, chunks, loop, dopt);
+  if (!dns.ok()) return dns.status();
+  b->dns_ = *std::move(dns);
+
+  GuestConfigPlan g;
+  g.gateway4 = p.gateway4;
+  g.prefix_len4 = p.net4.prefix_len;
+  g.dns4 = p.dns4;
+  g.guest4 = p.lease4;
+  g.prefix6 = p.net6.address;
+  g.gateway6 = p.gateway6;
+  g.dns6 = p.dns6;
+  g.mtu = p.mtu;
+  b->guest_config_ =
+      std::make_unique<GuestConfigServices>(stack, chunks, packets, nic, g);
+  if (absl::Status s = b->guest_config_->Start(loop.Now(), &udp); !s.ok()) {
+    return s;
+  }
+  b->guest_config_poller_ =
+      std::make_unique<eventloop::PollerRef<GuestConfigServices>>(
+          b->guest_config_.get());
+  loop.AddPoller(b->guest_config_poller_.get());
+  return b;
+}
+
 Backend::~Backend() {
+  if (guest_config_poller_) loop_.RemovePoller(guest_config_poller_.get());
+  guest_config_.reset();  // gives protocol 17 back to the UDP layer
+  dns_.reset();
+  ping_.reset();
+  udp_flows_.reset();
   tcp_.SetSynHandler(nullptr);
   flows_.clear();  // each flow aborts both sides and closes its fd
 }
@@ -202,6 +280,23 @@ std::string Backend::FormatCounters() const {
     absl::StrAppend(&out, "backend.tcp_end.",
                     FlowEndName(static_cast<FlowEnd>(i)), " ", c.tcp_ends[i],
                     "\n");
+  }
+  if (udp_flows_) {
+    absl::StrAppend(&out, "backend.udp.flows_open ", udp_flows_->size(), "\n",
+                    udp_flows_->counters().Format());
+  }
+  if (ping_) {
+    absl::StrAppend(&out, "backend.ping.flows_open ", ping_->size(), "\n",
+                    ping_->counters().Format());
+  }
+  if (dns_) absl::StrAppend(&out, dns_->counters().Format());
+  if (guest_config_) {
+    // "dhcp4.x 1" lines (non-zero ones only) become "backend.dhcp4.x 1".
+    for (absl::string_view line :
+         absl::StrSplit(guest_config_->FormatCounters(), '\n',
+                        absl::SkipEmpty())) {
+      absl::StrAppend(&out, "backend.", line, "\n");
+    }
   }
   return out;
 }

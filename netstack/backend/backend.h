@@ -26,12 +26,18 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "netstack/backend/dns_forwarder.h"
+#include "netstack/backend/guest_config_services.h"
+#include "netstack/backend/ping_flows.h"
+#include "netstack/backend/udp_flows.h"
 #include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
 #include "netstack/eventloop/event_loop.h"
 #include "netstack/stack/route_table.h"
 #include "netstack/stack/stack.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/address.h"
+#include "netstack/udp/udp_layer.h"
 #include "netstack/wire/address.h"
 
 namespace netstack::backend {
@@ -66,6 +72,10 @@ struct BackendPolicy {
   // Source address of host sockets, per family (--outbound-bind).
   std::optional<wire::Ipv4Address> outbound_bind4;
   std::optional<wire::Ipv6Address> outbound_bind6;
+  // Where queries to the DNS address go (--dns-upstream); empty: the
+  // nameservers of `resolv_conf`.
+  std::vector<transport::SocketAddress> dns_upstreams;
+  std::string resolv_conf = "/etc/resolv.conf";
 };
 
 struct BackendLimits {
@@ -78,12 +88,20 @@ struct BackendLimits {
   // The guest-facing socket's send buffer: while it is full, the host
   // socket is not read.
   uint32_t host_to_guest_buffer = 1 << 20;
+  // UDP flows (host sockets) at once (--max-udp-flows); past it the
+  // guest gets ICMP port unreachable.
+  uint32_t max_udp_flows = 1024;
+  // A UDP flow with no datagram either way for this long is closed
+  // (--udp-timeout).
+  Duration udp_idle_timeout = absl::Seconds(180);
 };
 
 struct BackendConfig {
   AddressPlan plan = AddressPlan::Default();
   BackendPolicy policy;
   BackendLimits limits;
+  // The DNS forwarder's query ids.
+  uint64_t seed = 0;
 };
 
 // Why a TCP flow ended, or why it never started.
@@ -138,6 +156,15 @@ class Backend : public tcp::SynHandler {
       const BackendConfig& config, stack::Stack& stack, stack::NicId nic,
       tcp::TcpLayer& tcp, eventloop::EventLoop& loop,
       buffer::ChunkPool& chunks);
+  // The whole backend: the above, plus, on `udp`, the UDP flow table
+  // (its unmatched handler), the ping forwarder (the stack's echo
+  // handler), the DNS forwarder (dns4/dns6 port 53, UDP and TCP) and the
+  // guest configuration services (DHCPv4, RA, DHCPv6; the stack's UDP
+  // handler in front of `udp`). `udp` and `packets` must outlive it too.
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(
+      const BackendConfig& config, stack::Stack& stack, stack::NicId nic,
+      tcp::TcpLayer& tcp, udp::UdpLayer& udp, eventloop::EventLoop& loop,
+      buffer::ChunkPool& chunks, buffer::PacketPool& packets);
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
   ~Backend() override;
@@ -150,8 +177,16 @@ class Backend : public tcp::SynHandler {
   const AddressPlan& plan() const { return config_.plan; }
   const BackendConfig& config() const { return config_; }
   const BackendCounters& counters() const { return counters_; }
-  // "backend.name value" lines.
+  // "backend.name value" lines: TCP flows, and the UDP, ping, DNS and
+  // guest configuration parts when they run.
   std::string FormatCounters() const;
+  // The parts the full Create adds; null with the TCP-only Create.
+  const UdpFlowTable* udp_flows() const { return udp_flows_.get(); }
+  const PingForwarder* ping() const { return ping_.get(); }
+  const DnsForwarder* dns() const { return dns_.get(); }
+  const GuestConfigServices* guest_config() const {
+    return guest_config_.get();
+  }
   size_t tcp_flow_count() const { return flows_.size(); }
 
   // tcp::SynHandler
@@ -182,6 +217,15 @@ class Backend : public tcp::SynHandler {
   // touched); two vectors swapped, so no allocation per turn.
   std::vector<transport::FourTuple> sweep_;
   std::vector<transport::FourTuple> sweep_batch_;
+  // The full backend's other parts (see the second Create). Destroyed
+  // first, the guest configuration services before the rest: they hand
+  // the stack's UDP handler back to the UDP layer.
+  std::unique_ptr<UdpFlowTable> udp_flows_;
+  std::unique_ptr<PingForwarder> ping_;
+  std::unique_ptr<DnsForwarder> dns_;
+  std::unique_ptr<GuestConfigServices> guest_config_;
+  std::unique_ptr<eventloop::PollerRef<GuestConfigServices>>
+      guest_config_poller_;
 };
 
 }  // namespace netstack::backend

@@ -17,7 +17,7 @@ namespace {
 
 namespace ev = transport::event;
 
-socklen_t ToSockaddr(const transport::SocketAddress& a, sockaddr_storage& ss) {
+socklen_t HostSockaddr(const transport::SocketAddress& a, sockaddr_storage& ss) {
   std::memset(&ss, 0, sizeof(ss));
   if (a.ip.is_v4()) {
     auto* s = reinterpret_cast<sockaddr_in*>(&ss);
@@ -66,12 +66,12 @@ void TcpFlow::Start(const transport::SocketAddress& host, Instant now) {
   if (!loopback && host.ip.is_v6() && p.outbound_bind6) bind_to = *p.outbound_bind6;
   sockaddr_storage ss;
   if (bind_to) {
-    const socklen_t len = ToSockaddr({*bind_to, 0}, ss);
+    const socklen_t len = HostSockaddr({*bind_to, 0}, ss);
     if (bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
       return ConnectDone(errno);
     }
   }
-  const socklen_t len = ToSockaddr(host, ss);
+  const socklen_t len = HostSockaddr(host, ss);
   if (connect(fd_, reinterpret_cast<sockaddr*>(&ss), len) == 0) {
     return ConnectDone(0);
   }

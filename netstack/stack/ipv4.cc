@@ -347,8 +347,10 @@ void Stack::HandleIcmpv4(Ipv4Datagram& d, Instant now) {
     return Drop(DropReason::kIcmpv4Unhandled);
   }
   Nic* nic = FindNic(d.nic);
-  if (nic != nullptr && nic->gateway && !IsOurIpv4(*nic, d.ip.dst) &&
-      !IsIpv4BroadcastFor(*nic, d.ip.dst)) {
+  const bool foreign = nic != nullptr && nic->gateway &&
+                       !IsOurIpv4(*nic, d.ip.dst) &&
+                       !IsIpv4BroadcastFor(*nic, d.ip.dst);
+  if (foreign && echo_handler_ == nullptr) {
     // A gateway never answers for a host beyond it (no forged replies).
     return Drop(DropReason::kIpv4NotForUs);
   }
@@ -372,6 +374,9 @@ void Stack::HandleIcmpv4(Ipv4Datagram& d, Instant now) {
       return;
     }
   }
+  // A gateway stands in for hosts beyond it only through the echo handler
+  // (a backend's ping sockets); it never forges their replies.
+  if (foreign) return Drop(DropReason::kIpv4NotForUs);
   // The reply shares the request's data: a sub-view of the received chunk
   // (or of the reassembly chunk), never a copy. Its checksum follows from
   // the request's by RFC 1624: only the type word changes.

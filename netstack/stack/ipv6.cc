@@ -282,7 +282,9 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
 
   if (std::holds_alternative<wire::Icmpv6EchoRequest>(repr.message)) {
     if (d.ip.src.IsZero()) return Drop(DropReason::kIpv6BadSource);
-    if (nic->gateway && !IsOurIpv6(*nic, d.ip.dst) && !d.ip.dst.IsMulticast()) {
+    const bool foreign = nic->gateway && !IsOurIpv6(*nic, d.ip.dst) &&
+                         !d.ip.dst.IsMulticast();
+    if (foreign && echo_handler_ == nullptr) {
       // A gateway never answers for a host beyond it.
       return Drop(DropReason::kIpv6NotForUs);
     }
@@ -303,6 +305,8 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
         return;
       }
     }
+    // Beyond the gateway only the echo handler answers (no forged reply).
+    if (foreign) return Drop(DropReason::kIpv6NotForUs);
     buffer::PacketPtr reply = packets_.Allocate();
     if (reply == nullptr) return Drop(DropReason::kNoBuffer);
     const uint32_t hdr_len = 8;

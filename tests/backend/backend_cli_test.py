@@ -39,12 +39,22 @@ class BackendCli(unittest.TestCase):
                           "--max-tcp-flows 0 out of range")
         self.expect_usage(["--tap", "t0", "--addr", "10.0.0.2/24",
                            "--host-loopback"], "need --backend")
+        self.expect_usage(tap + ["--max-udp-flows", "0"],
+                          "--max-udp-flows 0 out of range")
+        self.expect_usage(tap + ["--udp-timeout", "0s"], "is below 1s")
+        self.expect_usage(tap + ["--dns-upstream", "dns.example"],
+                          "--dns-upstream:")
+        self.expect_usage(tap + ["--dns-upstream", "10.0.0.1:0"],
+                          "--dns-upstream:")
+        self.expect_usage(["--tap", "t0", "--addr", "10.0.0.2/24",
+                           "--dns-upstream", "10.0.0.1"], "need --backend")
 
     def test_help_names_the_backend_flags(self):
         p = run("--help")
         out = p.stdout + p.stderr
         for flag in ("--backend", "--net", "--net6", "--host_loopback",
-                     "--outbound_bind", "--max_tcp_flows"):
+                     "--outbound_bind", "--max_tcp_flows", "--max_udp_flows",
+                     "--udp_timeout", "--dns_upstream"):
             self.assertIn(flag, out)
         self.assertIn("netstackd --backend", out)
 

@@ -172,6 +172,8 @@ class BackendTcpTest(unittest.TestCase):
         nd = iu.Netstackd([])
         nd.args = self.topo.in_ns(self.topo.h, iu.NETSTACKD, "--backend",
                                   "--tap", "nsttap", "--netns", self.topo.g,
+                                  # H has no route to resolv.conf's servers.
+                                  "--dns-upstream", "127.0.0.1",
                                   *extra)
         nd.start()
         return nd

@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "netstack/backend/backend.h"
+#include "netstack/backend/dns_config.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/notifier.h"
 #include "netstack/udp/udp_layer.h"
@@ -136,6 +137,17 @@ ABSL_FLAG(int, max_tcp_flows, 4096,
           "With --backend: TCP flows at once (connecting ones included); "
           "past it the guest gets RST and backend.tcp_refused_flow_limit "
           "counts it.");
+ABSL_FLAG(std::vector<std::string>, dns_upstream, {},
+          "With --backend: send the guest's DNS queries (to the DNS address "
+          ".3 / ::3, UDP and TCP) to this server, ADDR[:PORT] (IPv6 as "
+          "[ADDR]:PORT); repeated or comma-separated. Default: the "
+          "nameservers of /etc/resolv.conf (127.0.0.53 works).");
+ABSL_FLAG(absl::Duration, udp_timeout, absl::Seconds(180),
+          "With --backend: a UDP flow idle this long (no datagram either "
+          "way) is closed, and its host socket with it.");
+ABSL_FLAG(int, max_udp_flows, 1024,
+          "With --backend: UDP flows at once; past it the guest gets ICMP "
+          "port unreachable and backend.udp.refused.limit counts it.");
 ABSL_FLAG(int, discard_port, 0,
           "Run discard (RFC 863) on this TCP and UDP port; 0 = off.");
 
@@ -235,11 +247,33 @@ absl::StatusOr<Config> ParseConfig() {
                                 " out of range [1, 1000000]"));
     }
     b.limits.max_tcp_flows = static_cast<uint32_t>(max_flows);
+    const int max_udp = absl::GetFlag(FLAGS_max_udp_flows);
+    if (max_udp < 1 || max_udp > 1000000) {
+      return Usage(absl::StrCat("--max-udp-flows ", max_udp,
+                                " out of range [1, 1000000]"));
+    }
+    b.limits.max_udp_flows = static_cast<uint32_t>(max_udp);
+    const absl::Duration udp_timeout = absl::GetFlag(FLAGS_udp_timeout);
+    if (udp_timeout < absl::Seconds(1)) {
+      return Usage(absl::StrCat("--udp-timeout ",
+                                absl::FormatDuration(udp_timeout),
+                                " is below 1s"));
+    }
+    b.limits.udp_idle_timeout = udp_timeout;
+    for (const std::string& u : absl::GetFlag(FLAGS_dns_upstream)) {
+      auto up = backend::ParseDnsUpstream(u);
+      if (!up.ok()) {
+        return Usage(absl::StrCat("--dns-upstream: ", up.status().message()));
+      }
+      b.policy.dns_upstreams.push_back(*up);
+    }
     c.backend = b;
   } else {
     if (absl::GetFlag(FLAGS_host_loopback) ||
-        !absl::GetFlag(FLAGS_outbound_bind).empty()) {
-      return Usage("--host-loopback and --outbound-bind need --backend");
+        !absl::GetFlag(FLAGS_outbound_bind).empty() ||
+        !absl::GetFlag(FLAGS_dns_upstream).empty()) {
+      return Usage(
+          "--host-loopback, --outbound-bind and --dns-upstream need --backend");
     }
     if (c.addrs.empty() && c.addrs6.empty()) {
       return Usage("at least one --addr or --addr6 is required (or --backend)");
@@ -467,7 +501,16 @@ int Run(const Config& c) {
   // Backend mode: the NIC becomes the guest's gateway.
   std::unique_ptr<backend::Backend> gateway;
   if (c.backend) {
-    auto b = backend::Backend::Create(*c.backend, st, *nic, tcp, loop, chunks);
+    backend::BackendConfig bc = *c.backend;
+    absl::StatusOr<uint64_t> dns_seed = RandomSeed();
+    if (!dns_seed.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n",
+                   std::string(dns_seed.status().message()).c_str());
+      return 1;
+    }
+    bc.seed = *dns_seed;
+    auto b = backend::Backend::Create(bc, st, *nic, tcp, udp, loop, chunks,
+                                      packets);
     if (!b.ok()) {
       std::fprintf(stderr, "netstackd: %s\n",
                    std::string(b.status().message()).c_str());
@@ -606,14 +649,15 @@ int main(int argc, char** argv) {
       "[--http-root DIR [--http-port N]] [--echo-port N] [--discard-port N]\n"
       "       netstackd --backend (--tap NAME --netns NS | --unix PATH) "
       "[--net CIDR] [--net6 PREFIX] [--mtu N] [--host-loopback] "
-      "[--outbound-bind IP] [--max-tcp-flows N]\n"
+      "[--outbound-bind IP] [--max-tcp-flows N] [--max-udp-flows N] "
+      "[--udp-timeout D] [--dns-upstream ADDR[:PORT]]...\n"
       "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
       "reassembly) and runs TCP and UDP; the services (HTTP static files, "
       "echo, discard) listen on every address of both families. With "
-      "--backend it is instead a guest's gateway: the guest (10.0.2.100 and "
-      "SLAAC in fd00::/64 by default, configured statically for now) "
-      "reaches this host's network through it; each TCP flow becomes a "
-      "host socket (UDP, ping, DHCP, RA and DNS come later). Flag names "
+      "--backend it is instead a guest's gateway: the guest (10.0.2.100 by "
+      "DHCP and SLAAC in fd00::/64 by default) reaches this host's network "
+      "through it; each TCP and UDP flow and ping becomes a host socket, "
+      "and DNS to 10.0.2.3 / fd00::3 goes to --dns-upstream. Flag names "
       "take '-' or '_' (--http-root or --http_root). Counters (stack, TCP, "
       "UDP, services, faults) go to stderr on SIGUSR1 and at exit; SIGINT or "
       "SIGTERM stop it. Exit status: 0 after a clean stop, 1 if the link or "

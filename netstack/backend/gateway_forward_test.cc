@@ -1,0 +1,321 @@
+// A gateway-mode NIC hands what the guest sends to hosts beyond it to the
+// backend's hooks: echo requests to the EchoHandler (the ping forwarder),
+// UDP to the UDP layer's unmatched handler (the UDP flow table). Crafted
+// frames, as a guest would send them; no forged reply either way.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "netstack/backend/backend.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/tcp/tcp_layer.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
+#include "netstack/stack/fake_link.h"
+#include "netstack/stack/stack.h"
+#include "netstack/stack/test_frames.h"
+#include "netstack/transport/notifier.h"
+#include "netstack/udp/udp_layer.h"
+#include "netstack/wire/checksum.h"
+
+namespace netstack::backend {
+namespace {
+
+using stack::testing::Peer;
+
+constexpr uint16_t kIpv4 = 0x0800;
+constexpr uint16_t kIpv6 = 0x86dd;
+constexpr uint8_t kUdp = 17;
+
+wire::Ipv4Address A4(const char* s) { return *wire::Ipv4Address::Parse(s); }
+wire::Ipv6Address A6(const char* s) { return *wire::Ipv6Address::Parse(s); }
+
+class EchoRecorder : public stack::EchoHandler {
+ public:
+  bool OnEchoRequest(const stack::EchoRequest& r, Instant) override {
+    requests.push_back(r);
+    return take;
+  }
+  bool take = true;
+  std::vector<stack::EchoRequest> requests;
+};
+
+class UnmatchedRecorder : public udp::UnmatchedDatagramHandler {
+ public:
+  bool OnUnmatchedDatagram(const transport::SocketAddress& src,
+                           const transport::SocketAddress& dst,
+                           const buffer::PayloadView& payload,
+                           Instant) override {
+    srcs.push_back(src);
+    dsts.push_back(dst);
+    sizes.push_back(payload.size());
+    return true;
+  }
+  std::vector<transport::SocketAddress> srcs, dsts;
+  std::vector<size_t> sizes;
+};
+
+// A UDP datagram with a valid checksum (`v6` picks the pseudo-header).
+std::vector<uint8_t> Udp(uint16_t sport, uint16_t dport, size_t size,
+                         const void* src, const void* dst, bool v6) {
+  std::vector<uint8_t> u(8 + size, 0x42);
+  const uint16_t len = static_cast<uint16_t>(u.size());
+  u[0] = sport >> 8; u[1] = sport & 0xff;
+  u[2] = dport >> 8; u[3] = dport & 0xff;
+  u[4] = len >> 8;   u[5] = len & 0xff;
+  u[6] = u[7] = 0;
+  const uint16_t pseudo =
+      v6 ? wire::Ipv6PseudoHeaderSum(
+               *static_cast<const wire::Ipv6Address*>(src),
+               *static_cast<const wire::Ipv6Address*>(dst), kUdp, len)
+         : wire::Ipv4PseudoHeaderSum(
+               *static_cast<const wire::Ipv4Address*>(src),
+               *static_cast<const wire::Ipv4Address*>(dst), kUdp, len);
+  // Sum of the pseudo-header (folded) and the datagram, complemented.
+  std::vector<uint8_t> all(u);
+  all.push_back(static_cast<uint8_t>(pseudo >> 8));
+  all.push_back(static_cast<uint8_t>(pseudo & 0xff));
+  if (all.size() % 2 != 0) {
+    // Keep the pseudo-header word 16-bit aligned.
+    all.insert(all.end() - 2, 0);
+  }
+  uint16_t c = wire::InternetChecksum(all);
+  if (c == 0) c = 0xffff;
+  u[6] = static_cast<uint8_t>(c >> 8);
+  u[7] = static_cast<uint8_t>(c & 0xff);
+  return u;
+}
+
+class GatewayForwardTest : public ::testing::Test {
+ protected:
+  GatewayForwardTest() {
+    link::LinkCapabilities caps;
+    caps.mtu = 1500;
+    caps.mac = *wire::MacAddress::Parse("02:00:00:00:00:02");
+    our_mac_ = caps.mac;
+    link_ = std::make_unique<stack::FakeLink>(chunks_, caps);
+    stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
+                                            packets_);
+    nic_ = *stack_->AddNic(link_.get(), "guest0");
+    EXPECT_TRUE(
+        stack_->AddAddress(nic_, *stack::ParseIpv4Cidr("10.0.2.2/24")).ok());
+    EXPECT_TRUE(
+        stack_->AddAddress(nic_, *stack::ParseIpv6Cidr("fd00::2/64")).ok());
+    stack::GatewayOptions g;
+    g.guest4 = A4("10.0.2.100");
+    g.guest6_prefix = *stack::ParseIpv6Cidr("fd00::/64");
+    EXPECT_TRUE(stack_->SetGateway(nic_, g).ok());
+    udp_ = std::make_unique<udp::UdpLayer>(*stack_, chunks_, packets_,
+                                           notifier_, 7);
+    udp_->SetUnmatchedHandler(&unmatched_);
+    stack_->SetEchoHandler(&echo_);
+    guest_.mac = *wire::MacAddress::Parse("02:00:00:00:00:64");
+    guest_.ip4 = A4("10.0.2.100");
+    guest_.ip6 = A6("fd00::100");
+  }
+  ~GatewayForwardTest() override {
+    stack_->SetEchoHandler(nullptr);
+    udp_->SetUnmatchedHandler(nullptr);
+    echo_.requests.clear();  // their data views hold chunks
+    udp_.reset();
+    stack_.reset();
+    link_.reset();
+    EXPECT_EQ(chunks_.stats().in_use, 0u);
+  }
+  void Send4(const wire::Ipv4Address& dst, uint8_t proto,
+             const std::vector<uint8_t>& l4) {
+    for (auto& p : stack::testing::Ipv4Packets(guest_.ip4, dst, proto, 1, l4,
+                                               1500)) {
+      link_->Inject(
+          stack::testing::WithEthernet(guest_.mac, our_mac_, kIpv4, p), now_);
+    }
+  }
+  void Send6(const wire::Ipv6Address& dst, uint8_t nh,
+             const std::vector<uint8_t>& l4) {
+    for (auto& p : stack::testing::Ipv6Packets(guest_.ip6, dst, nh, 64, 1, l4,
+                                               1500)) {
+      link_->Inject(
+          stack::testing::WithEthernet(guest_.mac, our_mac_, kIpv6, p), now_);
+    }
+  }
+  uint64_t Drops(stack::DropReason r) const {
+    return stack_->counters().drop(r);
+  }
+
+  buffer::ChunkPool chunks_{256};
+  buffer::PacketPool packets_{256};
+  transport::Notifier notifier_;
+  std::unique_ptr<stack::FakeLink> link_;
+  std::unique_ptr<stack::Stack> stack_;
+  std::unique_ptr<udp::UdpLayer> udp_;
+  stack::NicId nic_ = 0;
+  EchoRecorder echo_;
+  UnmatchedRecorder unmatched_;
+  Peer guest_;
+  wire::MacAddress our_mac_;
+  Instant now_ = absl::UnixEpoch() + absl::Seconds(1000);
+};
+
+TEST_F(GatewayForwardTest, PingToAForeignHostReachesTheEchoHandler) {
+  Send4(A4("93.184.216.34"), 1, stack::testing::Icmpv4Echo(7, 1, 32));
+  const wire::Ipv6Address far = A6("2001:db8:7::1");
+  Send6(far, 58, stack::testing::Icmpv6Echo(guest_.ip6, far, 8, 2, 40));
+  ASSERT_EQ(echo_.requests.size(), 2u);
+  EXPECT_FALSE(echo_.requests[0].v6);
+  EXPECT_EQ(echo_.requests[0].dst4, A4("93.184.216.34"));
+  EXPECT_EQ(echo_.requests[0].src4, guest_.ip4);
+  EXPECT_EQ(echo_.requests[0].id, 7);
+  EXPECT_EQ(echo_.requests[0].data.size(), 32u);
+  EXPECT_TRUE(echo_.requests[1].v6);
+  EXPECT_EQ(echo_.requests[1].dst6, far);
+  EXPECT_EQ(echo_.requests[1].seq, 2);
+  EXPECT_EQ(echo_.requests[1].data.size(), 40u);
+  // Taken by the handler: the stack sent nothing of its own.
+  EXPECT_TRUE(link_->sent.empty());
+  EXPECT_EQ(stack_->counters().icmpv4_echo_requests_handed_off, 1u);
+  EXPECT_EQ(stack_->counters().icmpv6_echo_requests_handed_off, 1u);
+}
+
+TEST_F(GatewayForwardTest, PingNotTakenIsNeverForged) {
+  // The handler declines (no ping socket, say): a foreign host's echo is
+  // dropped, never answered by the stack; the gateway's own is answered.
+  echo_.take = false;
+  Send4(A4("93.184.216.34"), 1, stack::testing::Icmpv4Echo(7, 1, 32));
+  const wire::Ipv6Address far = A6("2001:db8:7::1");
+  Send6(far, 58, stack::testing::Icmpv6Echo(guest_.ip6, far, 8, 2, 40));
+  EXPECT_EQ(echo_.requests.size(), 2u);
+  EXPECT_TRUE(link_->sent.empty());
+  EXPECT_EQ(Drops(stack::DropReason::kIpv4NotForUs), 1u);
+  EXPECT_EQ(Drops(stack::DropReason::kIpv6NotForUs), 1u);
+  Send4(A4("10.0.2.2"), 1, stack::testing::Icmpv4Echo(7, 3, 32));
+  EXPECT_EQ(link_->sent.size(), 1u);
+  EXPECT_EQ(stack_->counters().icmpv4_echo_replies_sent, 1u);
+}
+
+TEST_F(GatewayForwardTest, UdpToAForeignHostReachesTheUnmatchedHandler) {
+  const wire::Ipv4Address far4 = A4("93.184.216.34");
+  const wire::Ipv6Address far6 = A6("2001:db8:7::1");
+  Send4(far4, kUdp, Udp(40000, 9999, 100, &guest_.ip4, &far4, false));
+  Send6(far6, kUdp, Udp(40001, 7777, 1200, &guest_.ip6, &far6, true));
+  ASSERT_EQ(unmatched_.dsts.size(), 2u);
+  EXPECT_EQ(unmatched_.dsts[0].ToString(), "93.184.216.34:9999");
+  EXPECT_EQ(unmatched_.srcs[0].ToString(), "10.0.2.100:40000");
+  EXPECT_EQ(unmatched_.sizes[0], 100u);
+  EXPECT_EQ(unmatched_.dsts[1].ToString(), "[2001:db8:7::1]:7777");
+  EXPECT_EQ(unmatched_.srcs[1].ToString(), "[fd00::100]:40001");
+  EXPECT_EQ(unmatched_.sizes[1], 1200u);
+  EXPECT_EQ(udp_->counters().unmatched_handled, 2u);
+  EXPECT_TRUE(link_->sent.empty());  // no port unreachable
+}
+
+// The whole backend (Backend::Create with a UDP layer) wires its parts
+// into the same hooks: the UDP flow table behind the guest config
+// services, the ping forwarder, the DNS forwarder. Nothing is sent off
+// the machine: the guest only talks to the gateway address here.
+class FullBackendTest : public ::testing::Test {
+ protected:
+  FullBackendTest() {
+    link::LinkCapabilities caps;
+    caps.mtu = 1500;
+    caps.mac = *wire::MacAddress::Parse("02:00:00:00:00:02");
+    our_mac_ = caps.mac;
+    loop_ = *eventloop::EventLoop::Create();
+    link_ = std::make_unique<stack::FakeLink>(chunks_, caps);
+    stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
+                                            packets_);
+    nic_ = *stack_->AddNic(link_.get(), "guest0");
+    tcp::TcpLayerOptions to;
+    to.seed = 3;
+    tcp_ = std::make_unique<tcp::TcpLayer>(*stack_, chunks_, packets_,
+                                           notifier_, to);
+    udp_ = std::make_unique<udp::UdpLayer>(*stack_, chunks_, packets_,
+                                           notifier_, 7);
+    guest_mac_ = *wire::MacAddress::Parse("02:00:00:00:00:64");
+  }
+  ~FullBackendTest() override {
+    backend_.reset();
+    udp_.reset();
+    tcp_.reset();
+    stack_.reset();
+    link_.reset();
+  }
+  absl::Status Build(BackendConfig config) {
+    auto b = Backend::Create(config, *stack_, nic_, *tcp_, *udp_, *loop_,
+                             chunks_, packets_);
+    if (!b.ok()) return b.status();
+    backend_ = *std::move(b);
+    return absl::OkStatus();
+  }
+  static BackendConfig WithUpstream() {
+    BackendConfig c;
+    // Never asked in these tests: the forwarder only opens its socket.
+    c.policy.dns_upstreams = {*transport::SocketAddress::Parse("127.0.0.1:9")};
+    return c;
+  }
+  void SendUdp4(const wire::Ipv4Address& dst, uint16_t port) {
+    const wire::Ipv4Address src = A4("10.0.2.100");
+    for (auto& p : stack::testing::Ipv4Packets(
+             src, dst, kUdp, 1, Udp(40000, port, 20, &src, &dst, false),
+             1500)) {
+      link_->Inject(stack::testing::WithEthernet(guest_mac_, our_mac_, kIpv4,
+                                                 p),
+                    now_);
+    }
+  }
+
+  buffer::ChunkPool chunks_{256};
+  buffer::PacketPool packets_{256};
+  transport::Notifier notifier_;
+  std::unique_ptr<eventloop::EventLoop> loop_;
+  std::unique_ptr<stack::FakeLink> link_;
+  std::unique_ptr<stack::Stack> stack_;
+  std::unique_ptr<tcp::TcpLayer> tcp_;
+  std::unique_ptr<udp::UdpLayer> udp_;
+  std::unique_ptr<Backend> backend_;
+  stack::NicId nic_ = 0;
+  wire::MacAddress our_mac_, guest_mac_;
+  Instant now_ = absl::UnixEpoch() + absl::Seconds(1000);
+};
+
+TEST_F(FullBackendTest, NoDnsUpstreamIsAnError) {
+  BackendConfig c;
+  c.policy.resolv_conf = "/nonexistent/resolv.conf";
+  absl::Status s = Build(c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("--dns-upstream"), std::string::npos) << s;
+}
+
+TEST_F(FullBackendTest, OwnsEveryPartAndCountsThem) {
+  ASSERT_TRUE(Build(WithUpstream()).ok());
+  ASSERT_NE(backend_->udp_flows(), nullptr);
+  ASSERT_NE(backend_->ping(), nullptr);
+  ASSERT_NE(backend_->dns(), nullptr);
+  ASSERT_NE(backend_->guest_config(), nullptr);
+  // UDP to the gateway, port 9: past the guest config services (not a
+  // DHCP port) and the UDP layer (no socket), to the flow table, which
+  // never relays the stack's own address.
+  SendUdp4(A4("10.0.2.2"), 9);
+  EXPECT_EQ(backend_->udp_flows()->counters().refused_self, 1u);
+  EXPECT_EQ(udp_->counters().unmatched_handled, 0u);
+  const std::string text = backend_->FormatCounters();
+  for (const char* want :
+       {"backend.tcp_flows_opened 0\n", "backend.udp.refused.self 1\n",
+        "backend.udp.flows_open 0\n", "backend.ping.requests 0\n",
+        "backend.dns.queries.udp 0\n"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  }
+}
+
+TEST_F(FullBackendTest, DestroyingItGivesUdpBackToTheLayer) {
+  ASSERT_TRUE(Build(WithUpstream()).ok());
+  backend_.reset();
+  // The stack's protocol 17 handler is the UDP layer again, with no
+  // unmatched handler: port unreachable territory, counted as no_port.
+  const uint64_t before = udp_->counters().no_port;
+  SendUdp4(A4("10.0.2.2"), 9);
+  EXPECT_EQ(udp_->counters().no_port, before + 1);
+}
+
+}  // namespace
+}  // namespace netstack::backend
