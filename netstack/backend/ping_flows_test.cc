@@ -1,5 +1,6 @@
 // PingForwarder against the kernel's ping sockets. The test runs in a
-// network namespace of its own (unshare, as root) with only `lo`, so it
+// network namespace of its own (isolated_netns_test_env: unshare, as
+// root) with only `lo`, so it
 // can set net.ipv4.ping_group_range both ways and nothing leaves it. The
 // guest is the fixture's peer; the stack carries 127.0.0.1, ::1 and an
 // unroutable address as extra addresses so the guest's echoes to them
@@ -39,23 +40,6 @@ const IpAddress kLo6 = *IpAddress::Parse("::1");
 // Nothing routes there inside the test's namespace.
 const IpAddress kNowhere = *IpAddress::Parse("10.255.255.1");
 
-bool g_in_netns = false;
-
-class NetnsEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (unshare(CLONE_NEWNET) != 0) return;
-    const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    ifreq ifr{};
-    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-    ifr.ifr_flags = IFF_UP | IFF_LOOPBACK | IFF_RUNNING;
-    g_in_netns = ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
-    close(fd);
-  }
-};
-const auto* const kEnv =
-    ::testing::AddGlobalTestEnvironment(new NetnsEnvironment);
-
 void SetPingGroupRange(const char* range) {
   std::ofstream("/proc/sys/net/ipv4/ping_group_range") << range;
 }
@@ -71,7 +55,6 @@ class PingFlowsTest : public udp::testing::UdpFixture {
     LearnPeer();
   }
   void SetUp() override {
-    ASSERT_TRUE(g_in_netns) << "needs root for a network namespace";
     SetPingGroupRange("0 2147483647");
     PingOptions o;
     o.self_addresses = {IpAddress(our_ip4_), IpAddress(our_ip6_)};
