@@ -11,8 +11,10 @@ NETSTACKD = os.path.join(RUNFILES, WORKSPACE, "tools/netstackd/netstackd")
 
 
 def run(*args):
-    return subprocess.run([NETSTACKD, *args], capture_output=True, text=True,
-                          timeout=60)
+    # In a network namespace of its own (as root), so that a flag check
+    # that regressed would start the backend where it can reach nothing.
+    return subprocess.run(["unshare", "--net", NETSTACKD, *args],
+                          capture_output=True, text=True, timeout=60)
 
 
 class BackendCli(unittest.TestCase):
