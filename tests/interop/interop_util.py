@@ -363,9 +363,33 @@ def write_random_file(path, nbytes, seed):
     return h.hexdigest()
 
 
+# Dissectors the checks read, by port: never turned off.
+_KEEP_PROTOCOLS = {"http", "dns"}
+_NO_HEURISTICS = None
+
+
+def tshark_no_heuristics():
+    """tshark flags that turn off the protocols tshark would guess at from
+    a TCP or UDP payload (its heuristic dissectors). The tests send random
+    payloads; now and then one looks enough like, say, Thrift to be
+    "decoded" and reported malformed, which says nothing about our headers.
+    tshark 4.0 names heuristics only by protocol here, so the whole
+    protocol goes, except those in _KEEP_PROTOCOLS."""
+    global _NO_HEURISTICS
+    if _NO_HEURISTICS is None:
+        out = run("tshark", "-G", "heuristic-decodes", check=False).stdout
+        names = sorted({cols[1] for cols in (l.split("\t") for l in
+                                             out.splitlines())
+                        if len(cols) >= 3 and cols[0] in ("tcp", "udp")
+                        and cols[2] == "T"} - _KEEP_PROTOCOLS)
+        _NO_HEURISTICS = [a for n in names for a in ("--disable-protocol", n)]
+    return list(_NO_HEURISTICS)
+
+
 def tshark_lines(pcap, display_filter, fields, *options, timeout=600):
     cmd = ["tshark", "-n", "-r", pcap, "-o", "tcp.desegment_tcp_streams:FALSE",
-           *options, "-Y", display_filter, "-T", "fields"]
+           *tshark_no_heuristics(), *options, "-Y", display_filter, "-T",
+           "fields"]
     for f in fields:
         cmd += ["-e", f]
     out = run(*cmd, timeout=timeout, check=False).stdout

@@ -12,11 +12,69 @@ missing or unreadable counts as one failure; a target that Bazel marked as
 failed but whose XML lists no failing case (a crash, a timeout) counts as
 one failure too. A target that passed only on a retry is named as flaky
 (in the summary line and on stderr, with where its failed attempts' logs
-are); its cases count as their last attempt says.
+are); its cases count as their last attempt says. A target that failed on
+every attempt is a failure, never flaky.
+
+A Python unittest target has no XML of its own (Bazel writes one case for
+the whole target); its test.log is read instead: "Ran N tests" gives the
+cases, and each "FAIL:"/"ERROR:" block names a failing case with the last
+line of its traceback.
 """
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
+
+_RAN = re.compile(r"^Ran (\d+) tests? in ", re.M)
+_SKIPPED = re.compile(r"^(?:OK|FAILED) \(.*?skipped=(\d+)", re.M)
+_PROBLEM = re.compile(r"^(FAIL|ERROR): (\S+) \(([^)]*)\)$", re.M)
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Exit)\b")
+
+
+def unittest_result(log_path):
+    """(cases, skipped, [(case, message)]) from a unittest log, or None."""
+    try:
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    ran = _RAN.findall(text)
+    if len(ran) != 1:
+        return None
+    skipped = _SKIPPED.search(text)
+    problems = []
+    starts = list(_PROBLEM.finditer(text))
+    for n, m in enumerate(starts):
+        end = starts[n + 1].start() if n + 1 < len(starts) else _RAN.search(
+            text).start()
+        message = ""
+        for line in text[m.end():end].splitlines():
+            if _EXCEPTION.match(line):
+                message = line.strip()
+        problems.append((f"{m.group(3)}", message or m.group(1)))
+    return int(ran[0]), int(skipped.group(1)) if skipped else 0, problems
+
+
+def attempt_failures(log_path):
+    """The failing cases of one failed attempt: from its XML, else from its
+    unittest log."""
+    xml = log_path[:-len(".log")] + ".xml"
+    found = []
+    try:
+        for case in ET.parse(xml).iter("testcase"):
+            problem = case.find("failure")
+            if problem is None:
+                problem = case.find("error")
+            if problem is not None:
+                found.append((f"{case.get('classname', '')}."
+                              f"{case.get('name', '')}",
+                              (problem.get("message") or "").strip()))
+    except (ET.ParseError, OSError):
+        pass
+    result = unittest_result(log_path)
+    if result is not None and result[2]:
+        return result[2]
+    return found or [("(target)", "failed; see the log")]
 
 
 def main():
@@ -43,30 +101,49 @@ def main():
                     pass
             failed += 1
             continue
+        cases = list(tree.iter("testcase"))
+        final_failed = any(
+            int(suite.get("failures", 0)) + int(suite.get("errors", 0)) > 0
+            for suite in tree.iter("testsuite"))
         # A target that failed and then passed on a retry
         # (--flaky_test_attempts): Bazel keeps the failed attempts' logs.
         attempts = os.path.join(root, package, name, "test_attempts")
-        if os.path.isdir(attempts):
-            failed_attempts = sorted(
-                f for f in os.listdir(attempts) if f.endswith(".log"))
-            if failed_attempts:
+        failed_attempts = sorted(
+            f for f in os.listdir(attempts)
+            if f.endswith(".log")) if os.path.isdir(attempts) else []
+        if failed_attempts:
+            if final_failed:
+                print(f"{label}: FAILED {target} on all "
+                      f"{len(failed_attempts) + 1} attempts; the earlier "
+                      f"ones' logs: {attempts}", file=sys.stderr)
+            else:
                 flaky.append(target)
                 print(f"{label}: FLAKY {target}: passed after "
                       f"{len(failed_attempts)} failed attempt(s); their logs: "
                       f"{attempts}", file=sys.stderr)
-                for log in failed_attempts:
-                    xml = os.path.join(attempts, log[:-len(".log")] + ".xml")
-                    try:
-                        for case in ET.parse(xml).iter("testcase"):
-                            if (case.find("failure") is not None or
-                                    case.find("error") is not None):
-                                print(f"{label}:   {log}: "
-                                      f"{case.get('classname', '')}."
-                                      f"{case.get('name', '')} failed",
-                                      file=sys.stderr)
-                    except (ET.ParseError, OSError):
-                        pass
-        cases = list(tree.iter("testcase"))
+            for log in failed_attempts:
+                for case, message in attempt_failures(
+                        os.path.join(attempts, log)):
+                    print(f"{label}:   {log}: {case}: {message[:200]}",
+                          file=sys.stderr)
+        # Bazel's own XML for a non-gtest target: one case named after it.
+        # A unittest log says more.
+        if (len(cases) == 1 and cases[0].get("name") == f"{package}/{name}"):
+            result = unittest_result(
+                os.path.join(root, package, name, "test.log"))
+            if result is not None:
+                total, skips, problems = result
+                for case, message in problems:
+                    print(f"{label}: FAILED {target} {case}: {message[:200]}",
+                          file=sys.stderr)
+                failed += len(problems)
+                skipped += skips
+                passed += max(0, total - skips - len(problems))
+                if final_failed and not problems:
+                    print(f"{label}: FAILED {target}: exited with an error "
+                          f"after its {total} cases passed", file=sys.stderr)
+                    failed += 1
+                continue
         bad = 0
         for case in cases:
             problem = case.find("failure")
