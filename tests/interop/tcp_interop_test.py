@@ -257,7 +257,7 @@ class TcpInterop(unittest.TestCase):
     def check_pcap(self, ctx, our4, our6):
         bad = iu.tshark_lines(
             ctx.pcap, "_ws.malformed || _ws.expert.severity == 8388608",
-            ["frame.number", "_ws.col.Info"])
+            ["frame.number", "frame.protocols", "_ws.col.Info"])
         self.assertEqual(bad, [], f"{ctx.kind}: malformed frames or expert "
                          f"errors in {ctx.pcap}")
         # With host GSO the pcap holds TCP super-segments as handed to the
