@@ -31,13 +31,13 @@ import tempfile
 import time
 import unittest
 
+from tests.backend.backend_topology import H4, H6, BackendTopology
 from tests.interop import interop_util as iu
 
 HTTP_BYTES = iu.env_int("NST_BACKEND_HTTP_BYTES", 256 << 20)
 STREAM_BYTES = iu.env_int("NST_BACKEND_STREAM_BYTES", 16 << 20)
 TIMEOUT = iu.env_int("NST_TRANSFER_TIMEOUT", 120)
 
-H4, H6 = "198.51.100.1", "2001:db8:1::1"
 HTTP_PORT, ECHO_PORT, CLOSED_PORT, LOOP_PORT = 8080, 7007, 9, 8081
 UNROUTABLE4, UNROUTABLE6 = "203.0.113.9", "2001:db8:99::9"
 
@@ -55,66 +55,6 @@ except socket.timeout:
 except OSError as e:
     print(errno.errorcode.get(e.errno, str(e.errno)), time.monotonic() - t)
 """
-
-
-class BackendTopology:
-    def __init__(self):
-        tag = str(os.getpid())
-        self.h = f"nstbe-{tag}-h"
-        self.s = f"nstbe-{tag}-s"
-        self.g = f"nstbe-{tag}-g"
-        self.namespaces = []
-        self.procs = []
-
-    def add_ns(self, name):
-        iu.run("ip", "netns", "add", name)
-        self.namespaces.append(name)
-        iu.run("ip", "-n", name, "link", "set", "lo", "up")
-
-    def setup(self):
-        for ns in (self.h, self.s, self.g):
-            self.add_ns(ns)
-        iu.run("ip", "link", "add", "hveth", "netns", self.h, "type", "veth",
-               "peer", "name", "sveth", "netns", self.s)
-        iu.run("ip", "-n", self.h, "addr", "add", f"{H4}/24", "dev", "hveth")
-        iu.run("ip", "-n", self.h, "addr", "add", f"{H6}/64", "dev", "hveth",
-               "nodad")
-        iu.run("ip", "-n", self.h, "link", "set", "hveth", "up")
-        iu.run("ip", "-n", self.s, "link", "set", "sveth", "up")
-        iu.run("ip", "-n", self.g, "tuntap", "add", "dev", "nsttap", "mode",
-               "tap")
-
-    def configure_guest(self):
-        g = ["ip", "-n", self.g]
-        iu.run(*g, "addr", "add", "10.0.2.100/24", "dev", "nsttap")
-        iu.run(*g, "addr", "add", "fd00::100/64", "dev", "nsttap", "nodad")
-        iu.run(*g, "link", "set", "nsttap", "up")
-        iu.run(*g, "route", "add", "default", "via", "10.0.2.2")
-        # fd00::2 must be resolvable first: wait for the link-local DAD.
-        iu.wait_for(lambda: iu.run(*g, "-6", "route", "add", "default", "via",
-                                   "fd00::2", check=False).returncode == 0, 5)
-
-    def links(self, ns):
-        out = iu.run("ip", "-n", ns, "-o", "link", "show").stdout
-        return sorted(l.split(":")[1].strip().split("@")[0]
-                      for l in out.splitlines())
-
-    def in_ns(self, ns, *cmd):
-        return ["ip", "netns", "exec", ns, *cmd]
-
-    def spawn(self, ns, *cmd):
-        p = subprocess.Popen(self.in_ns(ns, *cmd), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-        self.procs.append(p)
-        return p
-
-    def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for ns in reversed(self.namespaces):
-            iu.run("ip", "netns", "del", ns, check=False)
 
 
 class BackendTcpTest(unittest.TestCase):
@@ -160,23 +100,7 @@ class BackendTcpTest(unittest.TestCase):
             subprocess.run(["rm", "-rf", d], check=False)
 
     def start_netstackd(self, *extra):
-        # Nothing may leave the machine: H holds only lo and its veth end,
-        # whose peer is alone in the sink namespace; H has no default route.
-        self.assertEqual(self.topo.links(self.topo.h), ["hveth", "lo"])
-        self.assertEqual(self.topo.links(self.topo.s), ["lo", "sveth"])
-        routes = iu.run("ip", "-n", self.topo.h, "route", "show", "default")
-        self.assertEqual(routes.stdout.strip(), "")
-        routes6 = iu.run("ip", "-n", self.topo.h, "-6", "route", "show",
-                         "default")
-        self.assertEqual(routes6.stdout.strip(), "")
-        nd = iu.Netstackd([])
-        nd.args = self.topo.in_ns(self.topo.h, iu.NETSTACKD, "--backend",
-                                  "--tap", "nsttap", "--netns", self.topo.g,
-                                  # H has no route to resolv.conf's servers.
-                                  "--dns-upstream", "127.0.0.1",
-                                  *extra)
-        nd.start()
-        return nd
+        return self.topo.netstackd(*extra)
 
     def guest(self, *cmd):
         return self.topo.in_ns(self.topo.g, *cmd)

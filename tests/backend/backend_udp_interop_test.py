@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """netstackd --backend is the whole backend: DHCP, SLAAC, UDP, ping and DNS.
 
-The topology of backend_tcp_interop_test (G the guest kernel on a TAP,
+The topology of backend_topology.py (G the guest kernel on a TAP,
 netstackd --backend in H, H's veth peer alone in a sink namespace S, no
 default route in H), but G has no static configuration at all:
   - G gets 10.0.2.100 from busybox udhcpc (router 10.0.2.2, DNS 10.0.2.3)
@@ -23,10 +23,9 @@ import tempfile
 import time
 import unittest
 
-from tests.backend.backend_tcp_interop_test import BackendTopology
+from tests.backend.backend_topology import H4, H6, BackendTopology
 from tests.interop import interop_util as iu
 
-H4, H6 = "198.51.100.1", "2001:db8:1::1"
 ECHO_PORT = 7008
 DNSMASQ = "127.0.0.53"
 TAP = "nsttap"
@@ -120,19 +119,11 @@ class BackendUdpTest(unittest.TestCase):
 
     def test_1_start_and_configure_guest(self):
         topo = self.topo
-        # Nothing may leave the machine: H holds only lo and its veth end,
-        # whose peer is alone in the sink namespace; H has no default route.
-        self.assertEqual(topo.links(topo.h), ["hveth", "lo"])
-        self.assertEqual(topo.links(topo.s), ["lo", "sveth"])
-        for fam in ("-4", "-6"):
-            r = iu.run("ip", "-n", topo.h, fam, "route", "show", "default")
-            self.assertEqual(r.stdout.strip(), "")
         # G has nothing but lo and the TAP, and no address on it.
         self.assertEqual(topo.links(topo.g), ["lo", TAP])
-        nd = iu.Netstackd([])
-        nd.args = topo.in_ns(topo.h, iu.NETSTACKD, "--backend", "--tap", TAP,
-                             "--netns", topo.g, "--dns-upstream", DNSMASQ)
-        type(self).nd = nd.start()
+        # netstackd() first asserts that nothing can leave the machine.
+        self.assertEqual(TAP, "nsttap")
+        type(self).nd = nd = topo.netstackd(dns_upstream=DNSMASQ)
         iu.run("ip", "-n", topo.g, "link", "set", TAP, "up")
 
         script = os.path.join(self.tmp, "udhcpc.sh")

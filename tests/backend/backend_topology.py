@@ -1,0 +1,105 @@
+"""The backend tests' topology: the Linux kernel as the guest, a namespace
+as the host.
+
+  G (the guest kernel) --TAP-- netstackd --backend (runs in H) -- host sockets in H
+  H ("the host"): lo and one veth end, whose peer lies in a sink namespace S
+  with nothing else. H's servers listen on its veth addresses and on its
+  loopback. H has no default route: nothing can leave the machine, and an
+  address outside H's networks is unroutable there.
+
+netstackd() asserts that before it starts netstackd. Namespace names carry
+the test's pid; close() removes them and kills what spawn() started, also
+after a failure. Needs root.
+"""
+import os
+import subprocess
+
+from tests.interop import interop_util as iu
+
+H4, H6 = "198.51.100.1", "2001:db8:1::1"
+G4, G6 = "10.0.2.100", "fd00::100"
+
+
+class BackendTopology:
+    def __init__(self):
+        tag = str(os.getpid())
+        self.h = f"nstbe-{tag}-h"
+        self.s = f"nstbe-{tag}-s"
+        self.g = f"nstbe-{tag}-g"
+        self.namespaces = []
+        self.procs = []
+
+    def add_ns(self, name):
+        iu.run("ip", "netns", "add", name)
+        self.namespaces.append(name)
+        iu.run("ip", "-n", name, "link", "set", "lo", "up")
+
+    def setup(self):
+        for ns in (self.h, self.s, self.g):
+            self.add_ns(ns)
+        iu.run("ip", "link", "add", "hveth", "netns", self.h, "type", "veth",
+               "peer", "name", "sveth", "netns", self.s)
+        iu.run("ip", "-n", self.h, "addr", "add", f"{H4}/24", "dev", "hveth")
+        iu.run("ip", "-n", self.h, "addr", "add", f"{H6}/64", "dev", "hveth",
+               "nodad")
+        iu.run("ip", "-n", self.h, "link", "set", "hveth", "up")
+        iu.run("ip", "-n", self.s, "link", "set", "sveth", "up")
+        iu.run("ip", "-n", self.g, "tuntap", "add", "dev", "nsttap", "mode",
+               "tap")
+
+    def configure_guest(self):
+        g = ["ip", "-n", self.g]
+        iu.run(*g, "addr", "add", "10.0.2.100/24", "dev", "nsttap")
+        iu.run(*g, "addr", "add", "fd00::100/64", "dev", "nsttap", "nodad")
+        iu.run(*g, "link", "set", "nsttap", "up")
+        iu.run(*g, "route", "add", "default", "via", "10.0.2.2")
+        # fd00::2 must be resolvable first: wait for the link-local DAD.
+        iu.wait_for(lambda: iu.run(*g, "-6", "route", "add", "default", "via",
+                                   "fd00::2", check=False).returncode == 0, 5)
+
+    def links(self, ns):
+        out = iu.run("ip", "-n", ns, "-o", "link", "show").stdout
+        return sorted(l.split(":")[1].strip().split("@")[0]
+                      for l in out.splitlines())
+
+    def in_ns(self, ns, *cmd):
+        return ["ip", "netns", "exec", ns, *cmd]
+
+    def spawn(self, ns, *cmd):
+        p = subprocess.Popen(self.in_ns(ns, *cmd), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for ns in reversed(self.namespaces):
+            iu.run("ip", "netns", "del", ns, check=False)
+
+    def assert_isolated(self):
+        """Nothing may leave the machine: H holds only lo and its veth end,
+        whose peer is alone in the sink namespace; H has no default route.
+        Raises AssertionError otherwise."""
+        links_h, links_s = self.links(self.h), self.links(self.s)
+        assert links_h == ["hveth", "lo"], f"H has links {links_h}"
+        assert links_s == ["lo", "sveth"], f"S has links {links_s}"
+        for family in ("-4", "-6"):
+            routes = iu.run("ip", "-n", self.h, family, "route", "show",
+                            "default").stdout.strip()
+            assert routes == "", f"H has a default route: {routes}"
+
+    def netstackd(self, *extra, dns_upstream="127.0.0.1"):
+        """netstackd --backend in H on G's TAP, started after the isolation
+        check. The caller closes it (nd.close())."""
+        self.assert_isolated()
+        nd = iu.Netstackd([])
+        nd.args = self.in_ns(self.h, iu.NETSTACKD, "--backend", "--tap",
+                             "nsttap", "--netns", self.g,
+                             # H has no route to resolv.conf's servers.
+                             "--dns-upstream", dns_upstream, *extra)
+        nd.start()
+        return nd
+
