@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -142,12 +143,14 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
   }
 
   const bool gso_rx = (offloads & kGsoOffloads) != 0;
-  // A frame must fit its slot after the pad, with one byte to spare: the
-  // kernel cuts a frame that does not fit the read buffer and returns the
-  // buffer's size without a flag, so a read that fills the slot may have
-  // been cut short.
-  constexpr uint32_t kMaxMtu =
-      buffer::kChunkSize - kRxPad - kEthernetOverhead - 1;
+  // A frame must fit its slot after the pad. The kernel cuts a frame that
+  // does not fit the read buffer and returns the buffer's size without a
+  // flag, so each read ends with one spare byte outside the slot: a read
+  // that reaches it was cut short. 65520, pasta's and slirp4netns's MTU,
+  // fills a chunk exactly with an untagged frame; near that size a frame
+  // with a VLAN tag no longer fits and is dropped as cut short.
+  constexpr uint32_t kUntaggedHeader = 14;
+  constexpr uint32_t kMaxMtu = buffer::kChunkSize - kRxPad - kUntaggedHeader;
   uint32_t mtu = options.mtu;
   if (mtu != 0) {
     if (mtu < 68 || mtu > kMaxMtu) {
@@ -173,9 +176,10 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
   }
 
   const uint32_t slot_size =
-      gso_rx ? buffer::kChunkSize : kRxPad + mtu + kEthernetOverhead + 1;
-  const uint32_t max_frame =
-      gso_rx ? buffer::kChunkSize - kRxPad - 1 : mtu + kEthernetOverhead;
+      gso_rx ? buffer::kChunkSize
+             : std::min<uint32_t>(buffer::kChunkSize,
+                                  kRxPad + mtu + kEthernetOverhead);
+  const uint32_t max_frame = slot_size - kRxPad;
 
   LinkCapabilities caps;
   caps.mtu = mtu;
@@ -262,11 +266,12 @@ size_t TapEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
 ssize_t TapEndpoint::ReadFrame(uint8_t* buf, size_t cap) {
   ssize_t n;
   do {
+    // The spare byte catches a frame larger than the slot (see Open).
+    iovec iov[3] = {{rx_vnet_, vnet_len_}, {buf, cap}, {&rx_spare_, 1}};
     if (vnet_len_ > 0) {
-      iovec iov[2] = {{rx_vnet_, vnet_len_}, {buf, cap}};
-      n = ::readv(fd_.get(), iov, 2);
+      n = ::readv(fd_.get(), iov, 3);
     } else {
-      n = ::read(fd_.get(), buf, cap);
+      n = ::readv(fd_.get(), iov + 1, 2);
     }
     ++stats_.rx_syscalls;
   } while (n < 0 && errno == EINTR);

@@ -135,6 +135,7 @@ class TapEndpoint final : public LinkEndpoint {
   // Receive scratch: the vnet header of the frame being read, and a frame
   // buffer for reads that have no chunk slot (pool exhausted).
   uint8_t rx_vnet_[kVnetHdrMrgLen] = {};
+  uint8_t rx_spare_ = 0;  // a read that reaches it was cut short
   std::unique_ptr<uint8_t[]> scratch_;
   std::vector<InboundFrame> frames_;  // rx_batch entries, reused
   // Transmit: the virtio-net header of the frame being written (zero but

@@ -76,8 +76,8 @@ ABSL_FLAG(std::string, gateway, "",
           "Default gateway (IPv4 or IPv6 address; on-link).");
 ABSL_FLAG(int, mtu, 0,
           "Link MTU (IP packet size); 0 = the link's own (with --backend: "
-          "65515, the largest a frame in one 64 KiB receive chunk allows; "
-          "slirp4netns uses 65520).");
+          "65520, as pasta and slirp4netns; a TAP takes at most 65520, the "
+          "frame and its alignment pad filling one 64 KiB receive chunk).");
 ABSL_FLAG(std::string, mac, "", "Our MAC address; default: the link's / derived.");
 ABSL_FLAG(std::string, pcap, "",
           "Write every frame in and out to this pcap file, as on the wire: "
@@ -173,7 +173,7 @@ struct Config {
   std::optional<backend::BackendConfig> backend;
 };
 
-constexpr int kBackendDefaultMtu = 65515;
+constexpr int kBackendDefaultMtu = 65520;
 
 absl::Status Usage(std::string message) {
   return absl::InvalidArgumentError(std::move(message));
@@ -220,8 +220,8 @@ absl::StatusOr<Config> ParseConfig() {
       return Usage(absl::StrCat("--net6: bad IPv6 prefix '",
                                 absl::GetFlag(FLAGS_net6), "'"));
     }
-    // slirp4netns and pasta use 65520; our links carry a frame in one
-    // 64 KiB receive chunk, so 65515 is the most a TAP takes today.
+    // 65520, as slirp4netns and pasta: the largest frame a TAP's 64 KiB
+    // receive chunk takes after its 2-byte alignment pad.
     const int mtu = absl::GetFlag(FLAGS_mtu) == 0 ? kBackendDefaultMtu
                                                   : absl::GetFlag(FLAGS_mtu);
     auto plan = backend::AddressPlan::ForNetworks(*net4, *net6,
