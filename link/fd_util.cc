@@ -114,6 +114,21 @@ absl::Status SetInterfaceMtu(int sock_fd, const std::string& ifname,
   return absl::OkStatus();
 }
 
+absl::Status SetInterfaceTxQueueLen(int sock_fd, const std::string& ifname,
+                                    uint32_t frames) {
+  if (absl::Status s = ValidateInterfaceName(ifname); !s.ok()) return s;
+  if (frames == 0 || frames > static_cast<uint32_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transmit queue length ", frames, " is out of range"));
+  }
+  ifreq ifr = NamedIfreq(ifname);
+  ifr.ifr_qlen = static_cast<int>(frames);
+  if (::ioctl(sock_fd, SIOCSIFTXQLEN, &ifr) < 0) {
+    return IfreqError(errno, "SIOCSIFTXQLEN", ifname);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<wire::MacAddress> InterfaceMac(int sock_fd,
                                               const std::string& ifname) {
   if (absl::Status s = ValidateInterfaceName(ifname); !s.ok()) return s;

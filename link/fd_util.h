@@ -63,6 +63,9 @@ absl::Status ValidateInterfaceName(const std::string& name);
 // so a socket opened with OpenInNetns() reaches that namespace's devices.
 absl::StatusOr<int> InterfaceIndex(int sock_fd, const std::string& ifname);
 absl::StatusOr<uint32_t> InterfaceMtu(int sock_fd, const std::string& ifname);
+// Sets the interface's transmit queue length in frames (SIOCSIFTXQLEN).
+absl::Status SetInterfaceTxQueueLen(int sock_fd, const std::string& ifname,
+                                    uint32_t frames);
 absl::Status SetInterfaceMtu(int sock_fd, const std::string& ifname,
                              uint32_t mtu);
 // The interface's hardware address; an error if it is not Ethernet.

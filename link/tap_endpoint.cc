@@ -175,6 +175,14 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
     }
   }
 
+  if (options.tx_queue_len != 0) {
+    if (absl::Status s =
+            SetInterfaceTxQueueLen(ctl.get(), ifname, options.tx_queue_len);
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(label, ": ", s.message()));
+    }
+  }
+
   const uint32_t slot_size =
       gso_rx ? buffer::kChunkSize
              : std::min<uint32_t>(buffer::kChunkSize,

@@ -81,6 +81,11 @@ struct TapOptions {
   // TUN_F_TSO4/6 or TUN_F_UFO/USO also 64 KiB super-frames, so receive
   // slots become whole chunks.
   unsigned offloads = 0;
+  // The TAP's transmit queue in frames: what the kernel side (a guest)
+  // sends waits there until we read it, and past it frames are dropped
+  // (the guest's tx_dropped). 0: leave it (1000 for a new TAP). Size it
+  // for the receive window we advertise in MTU-sized frames.
+  uint32_t tx_queue_len = 0;
   // Our Ethernet address. Default: DeriveLocalMac("tap:<netns>/<name>").
   // (The kernel side of the TAP has its own, different address.)
   std::optional<wire::MacAddress> mac;

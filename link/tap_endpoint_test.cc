@@ -384,6 +384,18 @@ TEST_F(TapTest, MtuOptionIsSetOnTheInterface) {
   EXPECT_EQ(ep_->Name(), absl::StrCat("tap:", kTap, "@", ns_->name()));
 }
 
+TEST_F(TapTest, TxQueueLenOptionIsSetOnTheInterface) {
+  TapOptions o;
+  o.tx_queue_len = 4155;
+  Open(o);
+  std::string out;
+  ASSERT_TRUE(ns_->Exec(absl::StrCat("cat /sys/class/net/", kTap,
+                                     "/tx_queue_len"),
+                        &out)
+                  .ok());
+  EXPECT_EQ(out, "4155\n");
+}
+
 TEST_F(TapTest, KernelPicksTheNameWhenNoneIsGiven) {
   TapOptions o;
   o.netns = ns_->name();

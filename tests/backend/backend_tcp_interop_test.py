@@ -116,10 +116,21 @@ class BackendTcpTest(unittest.TestCase):
         self.assertEqual(c.get("backend.tcp_host_fds_open"), 0, nd.log())
         return c
 
+    def tap_attr(self, name):
+        return iu.run(*self.guest("cat", f"/sys/class/net/nsttap/{name}"))\
+            .stdout.strip()
+
     def test_1_without_host_loopback(self):
         nd = type(self).nd = self.start_netstackd()
         self.topo.configure_guest()
         try:
+            with self.subTest(what="TAP setup"):
+                # Host GSO by default: a virtio-net header on every frame
+                # (IFF_VNET_HDR 0x4000), and the guest may send TSO frames.
+                self.assertTrue(int(self.tap_attr("tun_flags"), 16) & 0x4000)
+                self.assertEqual(self.tap_attr("mtu"), "65520")
+                # 6 MiB of 65534-byte frames is fewer than the default 1000.
+                self.assertEqual(self.tap_attr("tx_queue_len"), "1000")
             for addr in (H4, H6):
                 with self.subTest(addr=addr, what="http"):
                     url = f"http://{iu.url_host(addr)}:{HTTP_PORT}/blob.bin"
@@ -161,8 +172,13 @@ class BackendTcpTest(unittest.TestCase):
                          c["backend.tcp_end.connect_host_unreachable"], 2)
 
     def test_2_with_host_loopback(self):
-        nd = type(self).nd = self.start_netstackd("--host-loopback")
+        nd = type(self).nd = self.start_netstackd("--host-loopback",
+                                                  "--mtu", "1500")
         try:
+            # A receive window (6 MiB) of 1514-byte frames fits the TAP's
+            # queue, so a burst the window allows is not dropped there.
+            self.assertEqual(self.tap_attr("mtu"), "1500")
+            self.assertEqual(self.tap_attr("tx_queue_len"), "4156")
             r = iu.run(*self.guest("curl", "-sS", "-m", "10",
                                    f"http://10.0.2.2:{LOOP_PORT}/hello.txt"),
                        check=False)

@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
   if (!options.tap_name.empty()) {
     auto o = CommonOptions<link::TapOptions>(options);
     o.name = options.tap_name;
+    o.tx_queue_len = options.tap_tx_queue_len;
     auto ep = link::TapEndpoint::Open(o, chunks);
     if (!ep.ok()) return ep.status();
     return std::unique_ptr<link::LinkEndpoint>(std::move(*ep));

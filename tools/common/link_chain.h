@@ -34,6 +34,7 @@ struct HostLinkOptions {
   uint32_t mtu = 0;   // 0: the interface's (TAP: the endpoint's default)
   std::optional<wire::MacAddress> mac;
   uint32_t host_gso_max_size = 0;  // > 0: host GSO with this size
+  uint32_t tap_tx_queue_len = 0;   // > 0: TapOptions::tx_queue_len
 };
 
 // The decorators; each is left out when off.
