@@ -112,14 +112,75 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
   ifreq ifr;
   std::memset(&ifr, 0, sizeof(ifr));
   const bool vnet_hdr = options.vnet_hdr || options.host_gso;
-  const unsigned offloads =
-      options.offloads | (options.host_gso ? kHostGsoOffloads : 0u);
   ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
   std::memcpy(ifr.ifr_name, options.name.data(), options.name.size());
   if (absl::Status s = SetIff(tun.get(), ifr, options); !s.ok()) return s;
   std::string ifname(ifr.ifr_name, strnlen(ifr.ifr_name, IFNAMSIZ));
-  const std::string label = TapLabel(ifname, options.netns);
+  return Setup(std::move(tun), std::move(ifname), options.netns, ctl.get(),
+               options, pool);
+}
 
+absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::FromFd(
+    int fd, const TapOptions& options, buffer::ChunkPool& pool) {
+  UniqueFd tun(fd);
+  const std::string fd_label = absl::StrCat("TAP fd ", fd);
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  if (options.mtu == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        fd_label, ": an adopted TAP needs its MTU given (the interface may "
+                  "sit in a namespace we cannot reach to ask)"));
+  }
+  if (options.tx_queue_len != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        fd_label, ": the transmit queue of an adopted TAP is its owner's to "
+                  "set"));
+  }
+  ifreq ifr;
+  std::memset(&ifr, 0, sizeof(ifr));
+  if (::ioctl(tun.get(), TUNGETIFF, &ifr) < 0) {
+    return ErrnoStatus(errno, absl::StrCat(fd_label, " is not an attached "
+                                           "TUN/TAP device (TUNGETIFF)"));
+  }
+  std::string ifname(ifr.ifr_name, strnlen(ifr.ifr_name, IFNAMSIZ));
+  const std::string label = absl::StrCat(fd_label, " ('", ifname, "')");
+  if ((ifr.ifr_flags & (IFF_TUN | IFF_TAP)) != IFF_TAP) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, " is a TUN device; a TAP (Ethernet frames) is "
+                            "needed"));
+  }
+  if ((ifr.ifr_flags & IFF_NO_PI) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, " was opened without IFF_NO_PI: frames would carry a "
+               "packet-information prefix"));
+  }
+  const bool want_vnet = options.vnet_hdr || options.host_gso;
+  if (want_vnet && (ifr.ifr_flags & IFF_VNET_HDR) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, " was opened without IFF_VNET_HDR, which host GSO and "
+               "offloads need: open it with IFF_VNET_HDR, or turn GSO off"));
+  }
+  if (!want_vnet && (ifr.ifr_flags & IFF_VNET_HDR) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, " was opened with IFF_VNET_HDR: every frame carries a "
+               "virtio-net header, so ask for vnet_hdr or host GSO"));
+  }
+  const int flags = ::fcntl(tun.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(tun.get(), F_SETFL, flags | O_NONBLOCK) < 0) {
+    return ErrnoStatus(errno, absl::StrCat(label, ": O_NONBLOCK"));
+  }
+  return Setup(std::move(tun), std::move(ifname), absl::StrCat("fd ", fd),
+               /*ctl=*/-1, options, pool);
+}
+
+absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Setup(
+    UniqueFd tun, std::string ifname, std::string netns, int ctl,
+    const TapOptions& options, buffer::ChunkPool& pool) {
+  const std::string label = ctl >= 0 ? TapLabel(ifname, netns)
+                                     : absl::StrCat("TAP '", ifname, "' (",
+                                                    netns, ")");
+  const bool vnet_hdr = options.vnet_hdr || options.host_gso;
+  const unsigned offloads =
+      options.offloads | (options.host_gso ? kHostGsoOffloads : 0u);
   size_t vnet_len = 0;
   if (vnet_hdr) {
     int hdr_len = static_cast<int>(kVnetHdrMrgLen);
@@ -134,12 +195,14 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
         return ErrnoStatus(errno, absl::StrCat(label, ": TUNSETVNETLE"));
       }
     }
-    if (::ioctl(tun.get(), TUNSETOFFLOAD,
-                static_cast<unsigned long>(offloads)) < 0) {
-      return ErrnoStatus(errno, absl::StrCat(label, ": TUNSETOFFLOAD 0x",
-                                             absl::Hex(offloads)));
-    }
     vnet_len = kVnetHdrMrgLen;
+  }
+  // Also without a header (offloads 0): a persistent TAP keeps the
+  // offloads its last user set, and would go on sending TSO frames.
+  if (::ioctl(tun.get(), TUNSETOFFLOAD, static_cast<unsigned long>(offloads)) <
+      0) {
+    return ErrnoStatus(errno, absl::StrCat(label, ": TUNSETOFFLOAD 0x",
+                                           absl::Hex(offloads)));
   }
 
   const bool gso_rx = (offloads & kGsoOffloads) != 0;
@@ -158,11 +221,14 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
           absl::StrCat(label, ": MTU ", mtu, " is outside 68..", kMaxMtu,
                        " (a frame must fit one 64 KiB receive chunk)"));
     }
-    if (absl::Status s = SetInterfaceMtu(ctl.get(), ifname, mtu); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(label, ": ", s.message()));
+    // An adopted fd's interface is its owner's to configure (ctl < 0).
+    if (ctl >= 0) {
+      if (absl::Status s = SetInterfaceMtu(ctl, ifname, mtu); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(label, ": ", s.message()));
+      }
     }
   } else {
-    absl::StatusOr<uint32_t> got = InterfaceMtu(ctl.get(), ifname);
+    absl::StatusOr<uint32_t> got = InterfaceMtu(ctl, ifname);
     if (!got.ok()) {
       return absl::Status(got.status().code(),
                           absl::StrCat(label, ": ", got.status().message()));
@@ -177,7 +243,7 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
 
   if (options.tx_queue_len != 0) {
     if (absl::Status s =
-            SetInterfaceTxQueueLen(ctl.get(), ifname, options.tx_queue_len);
+            SetInterfaceTxQueueLen(ctl, ifname, options.tx_queue_len);
         !s.ok()) {
       return absl::Status(s.code(), absl::StrCat(label, ": ", s.message()));
     }
@@ -199,9 +265,9 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
   caps.mac =
       options.mac
           ? *options.mac
-          : DeriveLocalMac(absl::StrCat("tap:", options.netns, "/", ifname));
+          : DeriveLocalMac(absl::StrCat("tap:", netns, "/", ifname));
   return std::unique_ptr<TapEndpoint>(
-      new TapEndpoint(std::move(tun), std::move(ifname), options.netns, caps,
+      new TapEndpoint(std::move(tun), std::move(ifname), std::move(netns), caps,
                       vnet_len, max_frame, slot_size, options.rx_batch, pool));
 }
 

@@ -100,6 +100,15 @@ class TapEndpoint final : public LinkEndpoint {
   // does not exist", FailedPrecondition "TAP 'tap0' is busy".
   static absl::StatusOr<std::unique_ptr<TapEndpoint>> Open(
       const TapOptions& options, buffer::ChunkPool& pool);
+  // Takes `fd`, a TAP that a parent (libvirt, podman, a sandbox) opened
+  // and attached, with IFF_NO_PI; it is closed on every error. The fd's
+  // IFF_VNET_HDR must match what `options` asks for (vnet_hdr, host_gso).
+  // `options.mtu` is required and only sizes our slots: the interface,
+  // perhaps in a namespace we cannot reach, is its owner's to configure,
+  // so name, netns and tx_queue_len do not apply. Name() is
+  // "tap:<ifname>@fd <fd>".
+  static absl::StatusOr<std::unique_ptr<TapEndpoint>> FromFd(
+      int fd, const TapOptions& options, buffer::ChunkPool& pool);
 
   ~TapEndpoint() override = default;
 
@@ -119,6 +128,12 @@ class TapEndpoint final : public LinkEndpoint {
   uint32_t rx_slot_size() const { return slots_.slot_size(); }
 
  private:
+  // The rest of Open/FromFd, once `tun` is attached: the virtio-net header,
+  // offloads, MTU and queue (ioctls on `ctl`, a socket in the TAP's
+  // namespace; -1 for an adopted fd) and the receive slots.
+  static absl::StatusOr<std::unique_ptr<TapEndpoint>> Setup(
+      UniqueFd tun, std::string ifname, std::string netns, int ctl,
+      const TapOptions& options, buffer::ChunkPool& pool);
   TapEndpoint(UniqueFd fd, std::string ifname, std::string netns,
               const LinkCapabilities& caps, size_t vnet_len, uint32_t max_frame,
               uint32_t slot_size, size_t rx_batch, buffer::ChunkPool& pool);

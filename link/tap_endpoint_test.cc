@@ -3,7 +3,10 @@
 // other (10.201.1.2). Needs root.
 #include "link/tap_endpoint.h"
 
+#include <fcntl.h>
 #include <linux/if_tun.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "link/fd_test_util.h"
 #include "link/fd_util.h"
+#include "link/netns.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 
@@ -394,6 +398,112 @@ TEST_F(TapTest, TxQueueLenOptionIsSetOnTheInterface) {
                         &out)
                   .ok());
   EXPECT_EQ(out, "4155\n");
+}
+
+// A TAP fd as a parent (libvirt, podman) hands it over: opened and
+// attached in the namespace, blocking, with or without IFF_VNET_HDR.
+int ParentOpensTap(const std::string& netns, bool vnet_hdr) {
+  int fd = -1;
+  absl::Status s = RunInNetns(netns, [&]() -> absl::Status {
+    fd = ::open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    if (fd < 0) return absl::InternalError("open /dev/net/tun");
+    ifreq ifr{};
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
+    std::snprintf(ifr.ifr_name, IFNAMSIZ, "%s", kTap);
+    if (::ioctl(fd, TUNSETIFF, &ifr) < 0) {
+      return absl::InternalError("TUNSETIFF");
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return fd;
+}
+
+TEST_F(TapTest, AdoptedFdCarriesTrafficWithHostGso) {
+  TapOptions o;
+  o.host_gso = true;
+  o.mtu = 1500;
+  auto ep = TapEndpoint::FromFd(ParentOpensTap(ns_->name(), true), o,
+                                chunks_);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  ep_ = std::move(*ep);
+  ep_->Attach(&rx_);
+  EXPECT_EQ(ep_->interface_name(), kTap);
+  EXPECT_TRUE(ep_->Capabilities().vnet_hdr);
+  EXPECT_EQ(ep_->Capabilities().gso_max_size, 65535u);
+  ConfigureKernelSide();
+  AddStaticNeighbour();
+  UniqueFd sock = KernelSocket();
+  ASSERT_TRUE(
+      testing::SendUdp(sock.get(), kOurIp, kOurPort, Bytes("adopted")).ok());
+  EXPECT_TRUE(WaitForUdp(Bytes("adopted")).has_value());
+  // Made non-blocking: a read with nothing queued returns at once.
+  EXPECT_NE(::fcntl(ep_->ReadFd(), F_GETFL) & O_NONBLOCK, 0);
+}
+
+TEST_F(TapTest, AdoptedFdThatCannotServeIsRefusedWithTheReason) {
+  TapOptions gso;
+  gso.host_gso = true;
+  gso.mtu = 1500;
+  // No IFF_VNET_HDR, but host GSO asked for.
+  auto no_vnet = TapEndpoint::FromFd(ParentOpensTap(ns_->name(), false), gso,
+                                     chunks_);
+  ASSERT_FALSE(no_vnet.ok());
+  EXPECT_NE(no_vnet.status().message().find("IFF_VNET_HDR"),
+            std::string::npos)
+      << no_vnet.status();
+  // No MTU given.
+  TapOptions no_mtu;
+  auto unsized = TapEndpoint::FromFd(ParentOpensTap(ns_->name(), false),
+                                     no_mtu, chunks_);
+  ASSERT_FALSE(unsized.ok());
+  EXPECT_NE(unsized.status().message().find("MTU"), std::string::npos)
+      << unsized.status();
+  // Not a TAP at all.
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  ::close(pipe_fds[1]);
+  TapOptions plain;
+  plain.mtu = 1500;
+  auto pipe = TapEndpoint::FromFd(pipe_fds[0], plain, chunks_);
+  ASSERT_FALSE(pipe.ok());
+  EXPECT_NE(pipe.status().message().find("not an attached TUN/TAP"),
+            std::string::npos)
+      << pipe.status();
+  // Each refused fd was closed: the next fd number is the lowest again.
+  int probe = ::dup(0);
+  EXPECT_LE(probe, pipe_fds[0]);
+  ::close(probe);
+}
+
+// A persistent TAP keeps the offloads its last user set. Opened again
+// without a virtio-net header, it must not go on sending TSO frames that
+// we could not take (they would arrive as oversized frames).
+TEST_F(TapTest, StaleOffloadsOfAPersistentTapAreCleared) {
+  ASSERT_TRUE(ns_->Ip(absl::StrCat("tuntap add dev ", kTap, " mode tap")).ok());
+  auto tso = [&] {
+    std::string out;
+    EXPECT_TRUE(ns_->Exec(absl::StrCat("ethtool -k ", kTap), &out).ok());
+    return out.find("tcp-segmentation-offload: on") != std::string::npos;
+  };
+  TapOptions gso;
+  gso.host_gso = true;
+  Open(gso);
+  EXPECT_TRUE(tso());
+  ep_.reset();
+  EXPECT_TRUE(tso()) << "the kernel keeps a persistent TAP's offloads";
+  Open();  // no vnet_hdr
+  EXPECT_FALSE(tso());
+  ep_.reset();
+  // The same through an adopted fd.
+  Open(gso);
+  ep_.reset();
+  TapOptions plain;
+  plain.mtu = 1500;
+  auto ep = TapEndpoint::FromFd(ParentOpensTap(ns_->name(), false), plain,
+                                chunks_);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  EXPECT_FALSE(tso());
 }
 
 TEST_F(TapTest, KernelPicksTheNameWhenNoneIsGiven) {

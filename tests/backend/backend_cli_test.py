@@ -51,12 +51,36 @@ class BackendCli(unittest.TestCase):
         self.expect_usage(["--tap", "t0", "--addr", "10.0.0.2/24",
                            "--dns-upstream", "10.0.0.1"], "need --backend")
 
+    def test_bad_fd_flags(self):
+        self.expect_usage(["--backend", "--fd", "0"], "--fd needs --fd-type")
+        self.expect_usage(["--backend", "--fd", "0", "--fd-type", "vhost"],
+                          "--fd needs --fd-type tap or stream")
+        self.expect_usage(["--backend", "--fd-type", "tap", "--tap", "t0"],
+                          "--fd-type needs --fd N")
+        self.expect_usage(["--backend", "--fd", "0", "--tap", "t0",
+                           "--fd-type", "tap"], "exactly one of --tap")
+        self.expect_usage(["--backend", "--fd", "77", "--fd-type", "tap"],
+                          "--fd 77 is not open in this process")
+        self.expect_usage(["--backend", "--fd", "0", "--fd-type", "tap",
+                           "--netns", "x"], "--netns does not apply to --fd")
+        self.expect_usage(["--backend", "--fd", "0", "--fd-type", "stream",
+                           "--hostgso"], "--hostgso needs --packet or --tap")
+
+    def test_fd_that_is_not_a_tap_is_refused_at_start(self):
+        # stdin is a pipe here: open, but no TAP.
+        p = subprocess.run(["unshare", "--net", NETSTACKD, "--backend", "--fd",
+                            "0", "--fd-type", "tap", "--dns-upstream",
+                            "127.0.0.1"], input="", capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("TAP fd 0 is not an attached TUN/TAP device", p.stderr)
+
     def test_help_names_the_backend_flags(self):
         p = run("--help")
         out = p.stdout + p.stderr
         for flag in ("--backend", "--net", "--net6", "--host_loopback",
                      "--outbound_bind", "--max_tcp_flows", "--max_udp_flows",
-                     "--udp_timeout", "--dns_upstream"):
+                     "--udp_timeout", "--dns_upstream", "--fd", "--fd_type"):
             self.assertIn(flag, out)
         self.assertIn("netstackd --backend", out)
 

@@ -56,6 +56,20 @@ except OSError as e:
     print(errno.errorcode.get(e.errno, str(e.errno)), time.monotonic() - t)
 """
 
+# Run in G: opens the TAP as a parent (libvirt, podman) would, then becomes
+# netstackd in H with the fd inherited (argv: flags of the TAP, then
+# netstackd's command line).
+TAP_FD_PARENT = r"""
+import fcntl, os, struct, sys
+flags = int(sys.argv[1], 16)
+fd = os.open("/dev/net/tun", os.O_RDWR)
+fcntl.ioctl(fd, 0x400454CA, struct.pack("16sH", b"nsttap", flags))  # TUNSETIFF
+os.set_inheritable(fd, True)
+argv = [a.replace("{fd}", str(fd)) for a in sys.argv[2:]]
+os.execvp(argv[0], argv)
+"""
+IFF_TAP, IFF_NO_PI, IFF_VNET_HDR = 0x0002, 0x1000, 0x4000
+
 
 class BackendTcpTest(unittest.TestCase):
     @classmethod
@@ -183,6 +197,47 @@ class BackendTcpTest(unittest.TestCase):
                                    f"http://10.0.2.2:{LOOP_PORT}/hello.txt"),
                        check=False)
             self.assertEqual(r.stdout, "loopback only\n", r.stderr)
+        finally:
+            self.check_exit(nd)
+
+    def fd_netstackd(self, tap_flags, *extra):
+        """netstackd in H on a TAP fd that a parent in G opened."""
+        self.topo.assert_isolated()
+        nd = iu.Netstackd([])
+        nd.args = self.guest(
+            sys.executable, "-c", TAP_FD_PARENT, f"{tap_flags:x}",
+            *self.topo.in_ns(self.topo.h, iu.NETSTACKD, "--backend", "--fd",
+                             "{fd}", "--fd-type", "tap", "--dns-upstream",
+                             "127.0.0.1", *extra))
+        return nd
+
+    def test_3_tap_fd_from_a_parent(self):
+        # With IFF_VNET_HDR: host GSO, as on a TAP we open ourselves.
+        nd = type(self).nd = self.fd_netstackd(
+            IFF_TAP | IFF_NO_PI | IFF_VNET_HDR)
+        nd.start()
+        try:
+            self.assertIn("running on tap:nsttap@fd ", nd.log())
+            url = f"http://{H4}:{HTTP_PORT}/blob.bin"
+            r = iu.curl_download(self.guest(), url, TIMEOUT)
+            self.assertEqual(r.received, HTTP_BYTES, r.stderr)
+            self.assertEqual(r.received_sha.hexdigest(), self.sha)
+        finally:
+            self.check_exit(nd)
+        # Without it, host GSO cannot work: a clear refusal, exit 1.
+        nd = type(self).nd = self.fd_netstackd(IFF_TAP | IFF_NO_PI)
+        with self.assertRaises(AssertionError) as refused:
+            nd.start()
+        self.assertIn("without IFF_VNET_HDR", str(refused.exception))
+        self.assertEqual(nd.proc.wait(timeout=5), 1)
+        # ... unless GSO is turned off.
+        nd = type(self).nd = self.fd_netstackd(IFF_TAP | IFF_NO_PI, "--gso",
+                                               "0")
+        nd.start()
+        try:
+            r = iu.curl_download(
+                self.guest(), f"http://{H4}:{HTTP_PORT}/blob.bin", TIMEOUT)
+            self.assertEqual(r.received_sha.hexdigest(), self.sha, r.stderr)
         finally:
             self.check_exit(nd)
 

@@ -32,6 +32,17 @@ EndpointOptions CommonOptions(const HostLinkOptions& options) {
 
 absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
     const HostLinkOptions& options, buffer::ChunkPool& chunks) {
+  if (options.tap_fd >= 0) {
+    if (!options.packet_interface.empty() || !options.tap_name.empty()) {
+      return absl::InvalidArgumentError(
+          "a host link needs exactly one of an interface, a TAP name and a "
+          "TAP fd");
+    }
+    auto o = CommonOptions<link::TapOptions>(options);
+    auto ep = link::TapEndpoint::FromFd(options.tap_fd, o, chunks);
+    if (!ep.ok()) return ep.status();
+    return std::unique_ptr<link::LinkEndpoint>(std::move(*ep));
+  }
   if (options.packet_interface.empty() == options.tap_name.empty()) {
     return absl::InvalidArgumentError(
         "a host link needs exactly one of an interface and a TAP name");

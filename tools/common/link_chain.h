@@ -26,10 +26,12 @@
 
 namespace netstack::tools {
 
-// The host side: exactly one of `packet_interface` and `tap_name`.
+// The host side: exactly one of `packet_interface`, `tap_name` and
+// `tap_fd`.
 struct HostLinkOptions {
   std::string packet_interface;
   std::string tap_name;
+  int tap_fd = -1;  // a TAP a parent opened (TapEndpoint::FromFd); owned
   std::string netns;  // empty: ours
   uint32_t mtu = 0;   // 0: the interface's (TAP: the endpoint's default)
   std::optional<wire::MacAddress> mac;

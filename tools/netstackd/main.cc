@@ -17,6 +17,8 @@
 // with nothing left behind.
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cerrno>
@@ -65,6 +67,15 @@ ABSL_FLAG(std::string, unix, "",
           "netstackd listens there; QEMU connects with "
           "-netdev stream,id=n0,server=off,addr.type=unix,addr.path=PATH. "
           "\"@name\" is an abstract socket.");
+ABSL_FLAG(int, fd, -1,
+          "Use this inherited fd as the link, handed over by a parent "
+          "(libvirt, podman, a sandbox); --fd-type says what it is. A TAP fd "
+          "must have IFF_NO_PI, and IFF_VNET_HDR unless GSO is off (--gso 0); "
+          "its interface is the parent's to configure, so --mtu is required "
+          "in host mode.");
+ABSL_FLAG(std::string, fd_type, "",
+          "With --fd: 'tap' (a TAP device) or 'stream' (a connected stream "
+          "socket with QEMU's -netdev stream framing, as --unix).");
 ABSL_FLAG(bool, unix_connect, false,
           "With --unix: connect to PATH instead of listening on it.");
 ABSL_FLAG(std::string, netns, "",
@@ -171,6 +182,9 @@ struct Config {
   uint16_t http_port = 0;  // 0: no HTTP server
   uint16_t echo_port = 0;
   uint16_t discard_port = 0;
+  // --fd N: the inherited link fd, a TAP or a stream socket.
+  int fd = -1;
+  bool fd_is_tap = false;
   // --backend
   std::optional<backend::BackendConfig> backend;
 };
@@ -193,9 +207,33 @@ absl::StatusOr<Config> ParseConfig() {
   Config c;
   const int links = !absl::GetFlag(FLAGS_tap).empty() +
                     !absl::GetFlag(FLAGS_packet).empty() +
-                    !absl::GetFlag(FLAGS_unix).empty();
+                    !absl::GetFlag(FLAGS_unix).empty() +
+                    (absl::GetFlag(FLAGS_fd) != -1);
   if (links != 1) {
-    return Usage("exactly one of --tap, --packet or --unix is required");
+    return Usage("exactly one of --tap, --packet, --unix or --fd is required");
+  }
+  const std::string fd_type = absl::GetFlag(FLAGS_fd_type);
+  if (absl::GetFlag(FLAGS_fd) != -1) {
+    if (absl::GetFlag(FLAGS_fd) < 0) {
+      return Usage(absl::StrCat("--fd ", absl::GetFlag(FLAGS_fd),
+                                " is not a file descriptor"));
+    }
+    if (fd_type != "tap" && fd_type != "stream") {
+      return Usage(absl::StrCat("--fd needs --fd-type tap or stream (got '",
+                                fd_type, "')"));
+    }
+    if (!absl::GetFlag(FLAGS_netns).empty()) {
+      return Usage("--netns does not apply to --fd (the fd is already open "
+                   "where its parent made it)");
+    }
+    if (fcntl(absl::GetFlag(FLAGS_fd), F_GETFD) < 0) {
+      return Usage(absl::StrCat("--fd ", absl::GetFlag(FLAGS_fd),
+                                " is not open in this process"));
+    }
+    c.fd = absl::GetFlag(FLAGS_fd);
+    c.fd_is_tap = fd_type == "tap";
+  } else if (!fd_type.empty()) {
+    return Usage("--fd-type needs --fd N");
   }
   if (absl::GetFlag(FLAGS_unix_connect) && absl::GetFlag(FLAGS_unix).empty()) {
     return Usage("--unix_connect needs --unix PATH");
@@ -350,8 +388,10 @@ absl::StatusOr<Config> ParseConfig() {
   if (absl::GetFlag(FLAGS_swgso) && absl::GetFlag(FLAGS_hostgso)) {
     return Usage("--swgso and --hostgso exclude each other");
   }
-  if (absl::GetFlag(FLAGS_hostgso) && !absl::GetFlag(FLAGS_unix).empty()) {
-    return Usage("--hostgso needs --packet or --tap (a UNIX stream has no "
+  const bool stream_link = !absl::GetFlag(FLAGS_unix).empty() ||
+                           (c.fd >= 0 && !c.fd_is_tap);
+  if (absl::GetFlag(FLAGS_hostgso) && stream_link) {
+    return Usage("--hostgso needs --packet or --tap (a stream socket has no "
                  "kernel to segment)");
   }
   if (absl::GetFlag(FLAGS_swgso)) c.swgso = static_cast<uint32_t>(gso);
@@ -359,8 +399,9 @@ absl::StatusOr<Config> ParseConfig() {
   // A guest's TAP gets host GSO unless told otherwise: the guest kernel's
   // TSO frames arrive whole and our super-segments reach it whole, so a
   // guest at MTU 1500 moves 64 KiB at a time. --swgso or --gso 0 opt out.
-  if (c.backend && !absl::GetFlag(FLAGS_tap).empty() &&
-      !absl::GetFlag(FLAGS_swgso) && gso > 0) {
+  const bool tap_link = !absl::GetFlag(FLAGS_tap).empty() ||
+                        (c.fd >= 0 && c.fd_is_tap);
+  if (c.backend && tap_link && !absl::GetFlag(FLAGS_swgso) && gso > 0) {
     c.hostgso = static_cast<uint32_t>(gso);
   }
 
@@ -408,7 +449,7 @@ int Run(const Config& c) {
   buffer::ChunkPool chunks(1024);   // 64 MiB of payload chunks at most
   buffer::PacketPool packets(16384);
   std::unique_ptr<link::LinkEndpoint> host;
-  if (!absl::GetFlag(FLAGS_unix).empty()) {
+  if (!absl::GetFlag(FLAGS_unix).empty() || (c.fd >= 0 && !c.fd_is_tap)) {
     link::UnixStreamOptions o;
     o.path = absl::GetFlag(FLAGS_unix);
     o.mode = absl::GetFlag(FLAGS_unix_connect)
@@ -417,7 +458,9 @@ int Run(const Config& c) {
     o.mac = c.mac;
     if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
     if (c.backend) o.mtu = c.backend->plan.mtu;
-    auto us = link::UnixStreamEndpoint::Open(o, chunks);
+    auto us = c.fd >= 0
+                  ? link::UnixStreamEndpoint::FromConnectedFd(c.fd, o, chunks)
+                  : link::UnixStreamEndpoint::Open(o, chunks);
     if (!us.ok()) {
       std::fprintf(stderr, "netstackd: %s\n", std::string(us.status().message()).c_str());
       return 1;
@@ -426,7 +469,10 @@ int Run(const Config& c) {
   } else {
     HostLinkOptions o;
     o.tap_name = absl::GetFlag(FLAGS_tap);
-    if (o.tap_name.empty()) o.packet_interface = absl::GetFlag(FLAGS_packet);
+    o.tap_fd = c.fd;
+    if (o.tap_name.empty() && c.fd < 0) {
+      o.packet_interface = absl::GetFlag(FLAGS_packet);
+    }
     o.netns = absl::GetFlag(FLAGS_netns);
     o.mac = c.mac;
     o.mtu = c.backend ? c.backend->plan.mtu
@@ -469,7 +515,8 @@ int Run(const Config& c) {
   const int read_fd = chain->read_fd;
 
   stack::Stack st(stack::StackOptions{}, chunks, packets);
-  const std::string nic_name = !absl::GetFlag(FLAGS_tap).empty()
+  const std::string nic_name = c.fd >= 0 ? absl::StrCat("fd", c.fd)
+                               : !absl::GetFlag(FLAGS_tap).empty()
                                    ? absl::GetFlag(FLAGS_tap)
                                : !absl::GetFlag(FLAGS_packet).empty()
                                    ? absl::GetFlag(FLAGS_packet)
@@ -664,13 +711,15 @@ int Run(const Config& c) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs a netstack userspace TCP/IP stack on one link.\n"
-      "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH) [--netns NS] "
+      "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH | --fd N "
+      "--fd-type tap|stream) [--netns NS] "
       "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
       "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
       "--seed N --fault_queue_limit N --fault_ingress] "
       "[--swgso | --hostgso] [--gso N] "
       "[--http-root DIR [--http-port N]] [--echo-port N] [--discard-port N]\n"
-      "       netstackd --backend (--tap NAME --netns NS | --unix PATH) "
+      "       netstackd --backend (--tap NAME --netns NS | --unix PATH | "
+      "--fd N --fd-type tap|stream) "
       "[--net CIDR] [--net6 PREFIX] [--mtu N] [--host-loopback] "
       "[--outbound-bind IP] [--max-tcp-flows N] [--max-udp-flows N] "
       "[--udp-timeout D] [--dns-upstream ADDR[:PORT]]...\n"
