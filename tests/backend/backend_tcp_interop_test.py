@@ -14,7 +14,7 @@ end and S only lo and the other end. G is configured statically
 Shown, over IPv4 and IPv6:
   - curl in G downloads NST_BACKEND_HTTP_BYTES (default 256 MiB) from
     python3's http.server in H: sha256 equal;
-  - socat in G sends NST_BACKEND_STREAM_BYTES (default 16 MiB) to a socat
+  - socat in G sends NST_BACKEND_STREAM_BYTES (default 256 MiB) to a socat
     echo server in H and reads them back: sha256 equal;
   - a connect to a closed port of H fails with ECONNREFUSED in < 100 ms;
   - a connect to an address H has no route to fails with EHOSTUNREACH or
@@ -35,7 +35,7 @@ from tests.backend.backend_topology import H4, H6, BackendTopology
 from tests.interop import interop_util as iu
 
 HTTP_BYTES = iu.env_int("NST_BACKEND_HTTP_BYTES", 256 << 20)
-STREAM_BYTES = iu.env_int("NST_BACKEND_STREAM_BYTES", 16 << 20)
+STREAM_BYTES = iu.env_int("NST_BACKEND_STREAM_BYTES", 256 << 20)
 TIMEOUT = iu.env_int("NST_TRANSFER_TIMEOUT", 120)
 
 HTTP_PORT, ECHO_PORT, CLOSED_PORT, LOOP_PORT = 8080, 7007, 9, 8081
@@ -124,6 +124,19 @@ class BackendTcpTest(unittest.TestCase):
                                  str(port), str(timeout))).stdout.split()
         return out[0], float(out[1])
 
+    def stalled(self, nd, label, port):
+        """What a stuck transfer leaves to look at: netstackd's counters,
+        both kernels' view of the connection (ss), and where each socat
+        waits (wchan: sk_stream_wait_memory is a blocking write)."""
+        parts = [iu.diagnose(nd, None, label, port)]
+        for ns in (self.topo.g, self.topo.h):
+            parts.append(f"ss in {ns}:\n" + iu.run(*self.topo.in_ns(
+                ns, "ss", "-tnmieo", f"( sport = :{port} or dport = :{port} )"),
+                check=False).stdout)
+        parts.append(iu.run("ps", "-C", "socat,curl", "-o",
+                            "pid,stat,wchan:32,args", check=False).stdout)
+        return "\n".join(parts)
+
     def check_exit(self, nd):
         self.assertEqual(nd.stop(), 0, nd.log())
         c = nd.exit_counters()
@@ -149,20 +162,27 @@ class BackendTcpTest(unittest.TestCase):
                 with self.subTest(addr=addr, what="http"):
                     url = f"http://{iu.url_host(addr)}:{HTTP_PORT}/blob.bin"
                     t = time.monotonic()
-                    r = iu.curl_download(self.guest(), url, TIMEOUT)
+                    r = iu.curl_download(
+                        self.guest(), url, TIMEOUT,
+                        on_stall=lambda: self.stalled(nd, "curl", HTTP_PORT))
                     dt = time.monotonic() - t
-                    self.assertEqual(r.received, HTTP_BYTES, r.stderr)
+                    self.assertEqual(r.received, HTTP_BYTES,
+                                     r.stderr + r.stall_info)
                     self.assertEqual(r.received_sha.hexdigest(), self.sha)
                     print(f"curl {addr}: {HTTP_BYTES >> 20} MiB in {dt:.2f} s",
                           file=sys.stderr)
                 with self.subTest(addr=addr, what="echo"):
                     target = (f"TCP6:[{addr}]:{ECHO_PORT}" if ":" in addr
                               else f"TCP4:{addr}:{ECHO_PORT}")
-                    r = iu.socat_stream(self.guest(), target, STREAM_BYTES,
-                                        TIMEOUT, echo=True)
-                    self.assertEqual(r.received, STREAM_BYTES, r.stderr)
+                    r = iu.socat_stream(
+                        self.guest(), target, STREAM_BYTES, TIMEOUT, echo=True,
+                        on_stall=lambda: self.stalled(nd, "echo", ECHO_PORT))
+                    self.assertEqual(r.received, STREAM_BYTES,
+                                     r.stderr + r.stall_info)
                     self.assertEqual(r.received_sha.hexdigest(),
                                      r.sent_sha.hexdigest())
+                    print(f"socat echo {addr}: {STREAM_BYTES >> 20} MiB each "
+                          f"way in {r.seconds:.2f} s", file=sys.stderr)
                 with self.subTest(addr=addr, what="refused"):
                     what, dt = self.probe(addr, CLOSED_PORT)
                     self.assertEqual(what, "ECONNREFUSED")
