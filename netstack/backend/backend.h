@@ -188,6 +188,9 @@ class Backend : public tcp::SynHandler {
     return guest_config_.get();
   }
   size_t tcp_flow_count() const { return flows_.size(); }
+  // What the TCP flows hold between their two sockets now
+  // (TcpFlow::buffered_bytes, summed; walks the flows).
+  uint64_t tcp_buffered_bytes() const;
 
   // tcp::SynHandler
   bool OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) override;

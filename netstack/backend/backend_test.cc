@@ -227,6 +227,7 @@ TEST_F(BackendTest, RelaysBothWaysWithHalfCloseAfterTheBytes) {
   EXPECT_TRUE(got_up == up);
   EXPECT_TRUE(got_down == down);
   ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
+  EXPECT_EQ(backend_->tcp_buffered_bytes(), 0u);
   EXPECT_EQ(End(FlowEnd::kClosed), 1u);
   EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
   EXPECT_EQ(backend_->counters().tcp_bytes_guest_to_host, up.size());
@@ -261,6 +262,10 @@ TEST_F(BackendTest, HostThatDoesNotReadClosesTheGuestsWindow) {
   // The backend holds at most its pending bytes plus one receive window
   // of the guest's data: far less than what the guest wanted to send.
   EXPECT_LT(chunks_.stats().in_use * buffer::kChunkSize, 16u << 20);
+  // The counter says so: the pending bytes (at most 64 KiB here) and the
+  // guest socket's unread ones, within one receive window.
+  EXPECT_GT(backend_->tcp_buffered_bytes(), 0u);
+  EXPECT_LT(backend_->tcp_buffered_bytes(), 16u << 20);
   EXPECT_EQ(backend_->tcp_flow_count(), 1u);
   EXPECT_EQ(backend_->counters().tcp_flows_closed, 0u);
   close(host);
@@ -287,6 +292,9 @@ TEST_F(BackendTest, GuestThatDoesNotReadStopsTheHostReads) {
   // socket, unread.
   const uint64_t relayed = backend_->counters().tcp_bytes_host_to_guest;
   EXPECT_LE(relayed, (256u << 10) * 2 + buffer::kChunkSize);
+  // What the guest has not acked is held by the flow, and counted.
+  EXPECT_GT(backend_->tcp_buffered_bytes(), 0u);
+  EXPECT_LE(backend_->tcp_buffered_bytes(), relayed);
   EXPECT_LT(sent, data.size());
   // Held back, not given up on.
   EXPECT_EQ(backend_->tcp_flow_count(), 1u);

@@ -80,6 +80,13 @@ void TcpFlow::Start(const transport::SocketAddress& host, Instant now) {
   if (!backend_.loop_.Add(fd_, interest_, this).ok()) return ConnectDone(ENOMEM);
 }
 
+uint64_t TcpFlow::buffered_bytes() const {
+  uint64_t n = 0;
+  for (size_t i = pending_first_; i < pending_n_; ++i) n += pending_[i].size();
+  if (sock_ != nullptr) n += sock_->readable_bytes() + sock_->unsent_bytes();
+  return n;
+}
+
 void TcpFlow::ConnectDone(int error) {
   connect_error_ = error;
   phase_ = Phase::kConnectDone;
