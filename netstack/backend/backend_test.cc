@@ -127,7 +127,8 @@ class BackendTest : public ::testing::Test {
                             std::pair{backend_link_.get(), guest_link_.get()}}) {
       auto frames = std::move(from->sent);
       from->sent.clear();
-      if (!frames.empty()) to->Inject(frames, now);
+      // A silent guest: its link carries nothing either way.
+      if (!frames.empty() && !guest_silent_) to->Inject(frames, now);
     }
     ASSERT_TRUE(loop_->RunOnce(absl::Milliseconds(1)).ok());
     guest_notifier_.Dispatch();
@@ -174,6 +175,7 @@ class BackendTest : public ::testing::Test {
   transport::Notifier guest_notifier_, notifier_;
   std::unique_ptr<tcp::TcpLayer> guest_tcp_, tcp_;
   std::unique_ptr<Backend> backend_;
+  bool guest_silent_ = false;
 };
 
 std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
@@ -344,6 +346,48 @@ TEST_F(BackendTest, HostResetResetsTheGuest) {
   EXPECT_EQ(transport::ErrnoOf(err), ECONNRESET) << err;
   ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
   EXPECT_EQ(End(FlowEnd::kHostReset), 1u);
+}
+
+// The guest vanishes (its link goes down) while the host sends, and
+// while the flow is idle: with --tcp-guest-timeout the flow ends as
+// guest_error and the host socket gets a reset, within about twice the
+// timeout, not after the retransmission limit (or never, when idle).
+TEST_F(BackendTest, SilentGuestEndsTheFlowAfterTheGuestTimeout) {
+  for (const bool idle : {false, true}) {
+    SCOPED_TRACE(idle ? "idle" : "sending");
+    BackendConfig c = Loopback();
+    c.limits.tcp_guest_timeout = absl::Seconds(1);
+    Build(c);
+    guest_silent_ = false;
+    HostListener l;
+    auto s = Connect(l.port);
+    int host = -1;
+    ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+    ASSERT_TRUE(
+        RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; }));
+    guest_silent_ = true;
+    const Instant t0 = loop_->Now();
+    if (!idle) {
+      const auto data = Pattern(256 << 10, 5);
+      ASSERT_GT(send(host, data.data(), data.size(), MSG_NOSIGNAL), 0);
+    }
+    ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; },
+                         absl::Seconds(10)));
+    EXPECT_LT(loop_->Now() - t0, absl::Seconds(4));
+    EXPECT_EQ(End(FlowEnd::kGuestError), 1u);
+    EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
+    char b[16];
+    ssize_t n = 0;
+    int err = 0;
+    ASSERT_TRUE(RunUntil([&] {
+      n = recv(host, b, sizeof(b), MSG_DONTWAIT);
+      err = errno;
+      return n == 0 || (n < 0 && err != EAGAIN);
+    }));
+    EXPECT_EQ(n, -1);
+    EXPECT_EQ(err, ECONNRESET);
+    close(host);
+  }
 }
 
 TEST_F(BackendTest, RefusedConnectIsAResetForTheGuest) {

@@ -115,6 +115,11 @@ void TcpFlow::Accept(Instant now) {
   ++backend_.counters_.tcp_flows_established;
   sock_ = std::move(*s);
   sock_->SetNoDelay(true);  // the host's segmentation already decided
+  if (const Duration t = backend_.config_.limits.tcp_guest_timeout;
+      t > absl::ZeroDuration()) {
+    sock_->SetUserTimeout(t);
+    sock_->SetKeepalive(true, t, t / 4, 3);
+  }
   sock_->set_callback([this](uint32_t events) { OnGuestEvents(events); });
   phase_ = Phase::kRelaying;
   if (fd_ >= 0 && !backend_.loop_.IsRegistered(fd_)) {
