@@ -261,6 +261,12 @@ void Backend::Sweep(Instant now) {
   sweep_batch_.clear();
 }
 
+uint64_t Backend::tcp_buffered_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [tuple, flow] : flows_) n += flow->buffered_bytes();
+  return n;
+}
+
 std::string Backend::FormatCounters() const {
   const BackendCounters& c = counters_;
   std::string out = absl::StrCat(
@@ -275,7 +281,8 @@ std::string Backend::FormatCounters() const {
       "backend.tcp_refused_mapped_destination ",
       c.tcp_refused_mapped_destination, "\n",
       "backend.tcp_bytes_guest_to_host ", c.tcp_bytes_guest_to_host, "\n",
-      "backend.tcp_bytes_host_to_guest ", c.tcp_bytes_host_to_guest, "\n");
+      "backend.tcp_bytes_host_to_guest ", c.tcp_bytes_host_to_guest, "\n",
+      "backend.tcp_buffered_bytes ", tcp_buffered_bytes(), "\n");
   for (size_t i = 0; i < c.tcp_ends.size(); ++i) {
     absl::StrAppend(&out, "backend.tcp_end.",
                     FlowEndName(static_cast<FlowEnd>(i)), " ", c.tcp_ends[i],

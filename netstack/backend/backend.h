@@ -88,6 +88,14 @@ struct BackendLimits {
   // The guest-facing socket's send buffer: while it is full, the host
   // socket is not read.
   uint32_t host_to_guest_buffer = 1 << 20;
+  // A guest that acknowledges nothing for this long loses its TCP flow
+  // (guest_error; the host socket is reset): sent bytes unacked for it
+  // (TCP user timeout, RFC 5482), and, on a flow with nothing in flight,
+  // keepalive probes after it of idle, three of them a quarter of it
+  // apart (--tcp-guest-timeout). Zero: the TCP layer's retransmission
+  // limit only (about 15 minutes, as Linux's tcp_retries2), and an idle
+  // flow to a vanished guest stays until the host closes it.
+  Duration tcp_guest_timeout = absl::ZeroDuration();
   // UDP flows (host sockets) at once (--max-udp-flows); past it the
   // guest gets ICMP port unreachable.
   uint32_t max_udp_flows = 1024;
@@ -188,6 +196,9 @@ class Backend : public tcp::SynHandler {
     return guest_config_.get();
   }
   size_t tcp_flow_count() const { return flows_.size(); }
+  // What the TCP flows hold between their two sockets now
+  // (TcpFlow::buffered_bytes, summed; walks the flows).
+  uint64_t tcp_buffered_bytes() const;
 
   // tcp::SynHandler
   bool OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) override;

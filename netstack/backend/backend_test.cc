@@ -127,7 +127,8 @@ class BackendTest : public ::testing::Test {
                             std::pair{backend_link_.get(), guest_link_.get()}}) {
       auto frames = std::move(from->sent);
       from->sent.clear();
-      if (!frames.empty()) to->Inject(frames, now);
+      // A silent guest: its link carries nothing either way.
+      if (!frames.empty() && !guest_silent_) to->Inject(frames, now);
     }
     ASSERT_TRUE(loop_->RunOnce(absl::Milliseconds(1)).ok());
     guest_notifier_.Dispatch();
@@ -174,6 +175,7 @@ class BackendTest : public ::testing::Test {
   transport::Notifier guest_notifier_, notifier_;
   std::unique_ptr<tcp::TcpLayer> guest_tcp_, tcp_;
   std::unique_ptr<Backend> backend_;
+  bool guest_silent_ = false;
 };
 
 std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
@@ -227,6 +229,7 @@ TEST_F(BackendTest, RelaysBothWaysWithHalfCloseAfterTheBytes) {
   EXPECT_TRUE(got_up == up);
   EXPECT_TRUE(got_down == down);
   ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
+  EXPECT_EQ(backend_->tcp_buffered_bytes(), 0u);
   EXPECT_EQ(End(FlowEnd::kClosed), 1u);
   EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
   EXPECT_EQ(backend_->counters().tcp_bytes_guest_to_host, up.size());
@@ -261,6 +264,10 @@ TEST_F(BackendTest, HostThatDoesNotReadClosesTheGuestsWindow) {
   // The backend holds at most its pending bytes plus one receive window
   // of the guest's data: far less than what the guest wanted to send.
   EXPECT_LT(chunks_.stats().in_use * buffer::kChunkSize, 16u << 20);
+  // The counter says so: the pending bytes (at most 64 KiB here) and the
+  // guest socket's unread ones, within one receive window.
+  EXPECT_GT(backend_->tcp_buffered_bytes(), 0u);
+  EXPECT_LT(backend_->tcp_buffered_bytes(), 16u << 20);
   EXPECT_EQ(backend_->tcp_flow_count(), 1u);
   EXPECT_EQ(backend_->counters().tcp_flows_closed, 0u);
   close(host);
@@ -287,6 +294,9 @@ TEST_F(BackendTest, GuestThatDoesNotReadStopsTheHostReads) {
   // socket, unread.
   const uint64_t relayed = backend_->counters().tcp_bytes_host_to_guest;
   EXPECT_LE(relayed, (256u << 10) * 2 + buffer::kChunkSize);
+  // What the guest has not acked is held by the flow, and counted.
+  EXPECT_GT(backend_->tcp_buffered_bytes(), 0u);
+  EXPECT_LE(backend_->tcp_buffered_bytes(), relayed);
   EXPECT_LT(sent, data.size());
   // Held back, not given up on.
   EXPECT_EQ(backend_->tcp_flow_count(), 1u);
@@ -336,6 +346,48 @@ TEST_F(BackendTest, HostResetResetsTheGuest) {
   EXPECT_EQ(transport::ErrnoOf(err), ECONNRESET) << err;
   ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
   EXPECT_EQ(End(FlowEnd::kHostReset), 1u);
+}
+
+// The guest vanishes (its link goes down) while the host sends, and
+// while the flow is idle: with --tcp-guest-timeout the flow ends as
+// guest_error and the host socket gets a reset, within about twice the
+// timeout, not after the retransmission limit (or never, when idle).
+TEST_F(BackendTest, SilentGuestEndsTheFlowAfterTheGuestTimeout) {
+  for (const bool idle : {false, true}) {
+    SCOPED_TRACE(idle ? "idle" : "sending");
+    BackendConfig c = Loopback();
+    c.limits.tcp_guest_timeout = absl::Seconds(1);
+    Build(c);
+    guest_silent_ = false;
+    HostListener l;
+    auto s = Connect(l.port);
+    int host = -1;
+    ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+    ASSERT_TRUE(
+        RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; }));
+    guest_silent_ = true;
+    const Instant t0 = loop_->Now();
+    if (!idle) {
+      const auto data = Pattern(256 << 10, 5);
+      ASSERT_GT(send(host, data.data(), data.size(), MSG_NOSIGNAL), 0);
+    }
+    ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; },
+                         absl::Seconds(10)));
+    EXPECT_LT(loop_->Now() - t0, absl::Seconds(4));
+    EXPECT_EQ(End(FlowEnd::kGuestError), 1u);
+    EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
+    char b[16];
+    ssize_t n = 0;
+    int err = 0;
+    ASSERT_TRUE(RunUntil([&] {
+      n = recv(host, b, sizeof(b), MSG_DONTWAIT);
+      err = errno;
+      return n == 0 || (n < 0 && err != EAGAIN);
+    }));
+    EXPECT_EQ(n, -1);
+    EXPECT_EQ(err, ECONNRESET);
+    close(host);
+  }
 }
 
 TEST_F(BackendTest, RefusedConnectIsAResetForTheGuest) {

@@ -80,6 +80,13 @@ void TcpFlow::Start(const transport::SocketAddress& host, Instant now) {
   if (!backend_.loop_.Add(fd_, interest_, this).ok()) return ConnectDone(ENOMEM);
 }
 
+uint64_t TcpFlow::buffered_bytes() const {
+  uint64_t n = 0;
+  for (size_t i = pending_first_; i < pending_n_; ++i) n += pending_[i].size();
+  if (sock_ != nullptr) n += sock_->readable_bytes() + sock_->unsent_bytes();
+  return n;
+}
+
 void TcpFlow::ConnectDone(int error) {
   connect_error_ = error;
   phase_ = Phase::kConnectDone;
@@ -108,6 +115,11 @@ void TcpFlow::Accept(Instant now) {
   ++backend_.counters_.tcp_flows_established;
   sock_ = std::move(*s);
   sock_->SetNoDelay(true);  // the host's segmentation already decided
+  if (const Duration t = backend_.config_.limits.tcp_guest_timeout;
+      t > absl::ZeroDuration()) {
+    sock_->SetUserTimeout(t);
+    sock_->SetKeepalive(true, t, t / 4, 3);
+  }
   sock_->set_callback([this](uint32_t events) { OnGuestEvents(events); });
   phase_ = Phase::kRelaying;
   if (fd_ >= 0 && !backend_.loop_.IsRegistered(fd_)) {

@@ -51,6 +51,11 @@ class TcpFlow : public eventloop::Handler {
   // freed.
   bool Sweep(Instant now);
   bool ended() const { return phase_ == Phase::kEnded; }
+  // Bytes the flow holds between the two sockets: guest-to-host views
+  // the host socket has not taken, the guest socket's unread bytes and
+  // its send queue (unsent and unacked). Bounded by BackendLimits and
+  // the guest socket's receive window.
+  uint64_t buffered_bytes() const;
 
   // eventloop::Handler (the host socket).
   void OnReadable(Instant now) override;

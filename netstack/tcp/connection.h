@@ -338,6 +338,10 @@ class Connection {
   enum class RtxMode : uint8_t { kRto, kPersist, kTlp } rtx_mode_ =
       RtxMode::kRto;
   uint32_t persist_backoff_ = 0;
+  // Zero-window probes sent since the peer last said anything (Linux's
+  // icsk_probes_out): max_retransmits of them abort the connection.
+  uint32_t persist_unanswered_ = 0;
+  Instant persist_probe_at_ = absl::InfinitePast();
   eventloop::Timer delack_timer_;
   eventloop::Timer rack_timer_;
   eventloop::Timer keepalive_timer_;  // keepalive; orphaned FIN_WAIT_2

@@ -546,6 +546,17 @@ void Connection::OnPersistTimer(Instant now) {
     SendRst(now);
     return Fail(TimeoutError());
   }
+  // A peer that answers a probe (with its window still zero) is alive;
+  // one that answers none for max_retransmits probes is gone, as an RTO
+  // would have found out had it not closed its window first.
+  if (last_recv_ > persist_probe_at_) persist_unanswered_ = 0;
+  if (persist_unanswered_ >= options_.max_retransmits) {
+    ++layer_.counters_.connections_timed_out;
+    SendRst(now);
+    return Fail(TimeoutError());
+  }
+  ++persist_unanswered_;
+  persist_probe_at_ = now;
   if (first_unacked_at_ == kNever) first_unacked_at_ = now;
   ++stats_.zero_window_probes;
   SendProbe(now);

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "netstack/tcp/tcp_segment_harness.h"
+#include "netstack/transport/errors.h"
 
 namespace netstack::tcp {
 namespace {
@@ -127,6 +128,31 @@ TEST_P(SendTest, ZeroWindowProbesBackOffAndWindowOpeningResumes) {
                           Tcp(Seq(una_ + 1000 + mss_), PayloadLen(mss_)),
                           Tcp(Seq(una_ + 1000 + 2 * mss_),
                               PayloadLen(3000 - 2 * mss_))));
+}
+
+TEST_P(SendTest, UnansweredZeroWindowProbesGiveUp) {
+  // A peer that closed its window and then went silent (a guest whose
+  // reader stalled, then died) must not pin the connection forever:
+  // like Linux (tcp_probe_timer: tcp_retries2 probes without an answer),
+  // max_retransmits unanswered probes abort it.
+  ConnectionOptions co;
+  co.max_retransmits = 3;
+  Open(co);
+  EXPECT_THAT(Write(1000), SizeIs(1));
+  h().Advance(absl::Milliseconds(10));
+  h().peer.window = 0;
+  h().SendAck(una_ + 1000);
+  EXPECT_THAT(Write(3000), IsEmpty());
+  const Instant t0 = h().now();
+  // Probes at 200, 600, 1400 ms; one answer resets the count.
+  h().AdvanceTo(t0 + absl::Milliseconds(1400));
+  h().Take();
+  h().Send(h().Segment());
+  EXPECT_EQ(sock_->state(), TcpState::kEstablished);
+  // Then silence: three more probes, and the next expiry gives up.
+  h().AdvanceTo(t0 + absl::Seconds(300));
+  EXPECT_EQ(sock_->state(), TcpState::kClosed);
+  EXPECT_EQ(transport::ErrnoOf(sock_->TakeError()), ETIMEDOUT);
 }
 
 // As a sender: a peer's 16 MiB window (shift 9, field 32768) is filled

@@ -158,6 +158,12 @@ ABSL_FLAG(std::vector<std::string>, dns_upstream, {},
 ABSL_FLAG(absl::Duration, udp_timeout, absl::Seconds(180),
           "With --backend: a UDP flow idle this long (no datagram either "
           "way) is closed, and its host socket with it.");
+ABSL_FLAG(absl::Duration, tcp_guest_timeout, absl::ZeroDuration(),
+          "With --backend: a guest that acknowledges nothing for this long "
+          "loses its TCP flow (RST to the host socket, "
+          "backend.tcp_end.guest_error): data unacked that long, or an idle "
+          "flow's keepalive probes unanswered. 0 = the retransmission limit "
+          "only (about 15 minutes; an idle flow stays).");
 ABSL_FLAG(int, max_udp_flows, 1024,
           "With --backend: UDP flows at once; past it the guest gets ICMP "
           "port unreachable and backend.udp.refused.limit counts it.");
@@ -308,6 +314,14 @@ absl::StatusOr<Config> ParseConfig() {
                                 " is below 1s"));
     }
     b.limits.udp_idle_timeout = udp_timeout;
+    const absl::Duration guest_timeout = absl::GetFlag(FLAGS_tcp_guest_timeout);
+    if (guest_timeout != absl::ZeroDuration() &&
+        guest_timeout < absl::Seconds(1)) {
+      return Usage(absl::StrCat("--tcp-guest-timeout ",
+                                absl::FormatDuration(guest_timeout),
+                                " is below 1s (0 turns it off)"));
+    }
+    b.limits.tcp_guest_timeout = guest_timeout;
     for (const std::string& u : absl::GetFlag(FLAGS_dns_upstream)) {
       auto up = backend::ParseDnsUpstream(u);
       if (!up.ok()) {
