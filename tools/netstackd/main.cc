@@ -39,12 +39,14 @@
 #include "absl/time/time.h"
 #include "netstack/backend/backend.h"
 #include "netstack/backend/dns_config.h"
+#include "netstack/backend/ping_flows.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/notifier.h"
 #include "netstack/udp/udp_layer.h"
 #include "tools/common/cli.h"
 #include "tools/common/link_chain.h"
 #include "tools/common/stack_runtime.h"
+#include "tools/netstackd/fd_limit.h"
 #include "tools/netstackd/services/discard_service.h"
 #include "tools/netstackd/services/echo_service.h"
 #include "tools/netstackd/services/http_server.h"
@@ -460,6 +462,15 @@ class LinkHandler : public eventloop::Handler {
 };
 
 int Run(const Config& c) {
+  if (c.backend) {
+    // One host fd per flow: the limit must cover the flow limits.
+    FdBudget budget;
+    budget.tcp_flows = c.backend->limits.max_tcp_flows;
+    budget.udp_flows = c.backend->limits.max_udp_flows;
+    budget.ping_flows = backend::PingOptions{}.max_flows;
+    const std::string line = RaiseFdLimit(budget);
+    std::fputs(line.c_str(), stderr);
+  }
   buffer::ChunkPool chunks(1024);   // 64 MiB of payload chunks at most
   buffer::PacketPool packets(16384);
   std::unique_ptr<link::LinkEndpoint> host;

@@ -1,0 +1,110 @@
+#include "tools/netstackd/fd_limit.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace netstack::tools {
+namespace {
+
+constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
+
+uint64_t FromRlim(rlim_t v) {
+  return v == RLIM_INFINITY ? kUnlimited : static_cast<uint64_t>(v);
+}
+rlim_t ToRlim(uint64_t v) {
+  return v == kUnlimited ? RLIM_INFINITY : static_cast<rlim_t>(v);
+}
+
+std::string Number(uint64_t v) {
+  return v == kUnlimited ? "unlimited" : absl::StrCat(v);
+}
+
+// fs.nr_open: no RLIMIT_NOFILE goes past it (the kernel's default is
+// 1048576). Unreadable: assume that default.
+uint64_t NrOpen() {
+  uint64_t v = 1048576;
+  if (FILE* f = std::fopen("/proc/sys/fs/nr_open", "re")) {
+    unsigned long long n = 0;
+    if (std::fscanf(f, "%llu", &n) == 1 && n > 0) v = n;
+    std::fclose(f);
+  }
+  return v;
+}
+
+bool Get(FdLimits& out) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return false;
+  out = {FromRlim(r.rlim_cur), FromRlim(r.rlim_max)};
+  return true;
+}
+
+bool Set(const FdLimits& l) {
+  const rlimit r{ToRlim(l.soft), ToRlim(l.hard)};
+  return setrlimit(RLIMIT_NOFILE, &r) == 0;
+}
+
+}  // namespace
+
+FdLimits PlanFdLimits(FdLimits now, uint64_t need, bool may_raise_hard,
+                      uint64_t ceiling) {
+  FdLimits want = now;
+  if (may_raise_hard && now.hard < need) {
+    want.hard = std::max(now.hard, std::min(need, ceiling));
+  }
+  // The soft limit only goes up (a user who set it higher meant it), and
+  // never past the hard one.
+  want.soft = std::min(std::max(now.soft, need), want.hard);
+  return want;
+}
+
+std::string DescribeFdLimit(FdLimits before, FdLimits after,
+                            const FdBudget& budget) {
+  const std::string was =
+      before.soft == after.soft ? std::string("unchanged")
+                                : absl::StrCat("was ", Number(before.soft));
+  const std::string parts = absl::StrCat(
+      "--max-tcp-flows ", budget.tcp_flows, ", --max-udp-flows ",
+      budget.udp_flows, ", ", budget.ping_flows, " ping flows and ",
+      budget.others, " others");
+  if (after.soft >= budget.need()) {
+    return absl::StrCat("netstackd: fd limit ", Number(after.soft), " (", was,
+                        "; hard ", Number(after.hard), "): room for ", parts,
+                        "\n");
+  }
+  return absl::StrCat(
+      "netstackd: warning: fd limit ", Number(after.soft), " (", was,
+      "; hard ", Number(after.hard), ") is below the ", budget.need(),
+      " fds that ", parts,
+      " need: a flow past it gets RST (backend.tcp_end.connect_failed). "
+      "Raise the hard limit (ulimit -Hn ", budget.need(),
+      " where netstackd is started, LimitNOFILE= in a systemd unit, or run "
+      "it as root) or lower --max-tcp-flows.\n");
+}
+
+std::string RaiseFdLimit(const FdBudget& budget) {
+  FdLimits before;
+  if (!Get(before)) {
+    return absl::StrCat("netstackd: warning: getrlimit(RLIMIT_NOFILE): errno ",
+                        errno, "; the fd limit stays as it is\n");
+  }
+  const uint64_t need = budget.need();
+  const uint64_t ceiling = NrOpen();
+  FdLimits want = PlanFdLimits(before, need, /*may_raise_hard=*/true, ceiling);
+  // Raising the hard limit takes CAP_SYS_RESOURCE; without it, setrlimit
+  // fails (EPERM) and the soft limit goes as far as the hard one allows.
+  if (!Set(want)) {
+    want = PlanFdLimits(before, need, /*may_raise_hard=*/false, ceiling);
+    (void)Set(want);
+  }
+  FdLimits after = before;
+  (void)Get(after);
+  return DescribeFdLimit(before, after, budget);
+}
+
+}  // namespace netstack::tools

@@ -1,0 +1,99 @@
+#include "tools/netstackd/fd_limit.h"
+
+#include <sys/resource.h>
+
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace netstack::tools {
+namespace {
+
+constexpr uint64_t kNrOpen = 1048576;
+constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
+
+TEST(PlanFdLimits, RaisesTheSoftLimitToTheNeed) {
+  const FdLimits got = PlanFdLimits({1024, 524288}, 5440, false, kNrOpen);
+  EXPECT_EQ(got.soft, 5440u);
+  EXPECT_EQ(got.hard, 524288u);
+}
+
+TEST(PlanFdLimits, NeverLowersASoftLimitSetHigher) {
+  const FdLimits got = PlanFdLimits({65536, 524288}, 5440, true, kNrOpen);
+  EXPECT_EQ(got.soft, 65536u);
+  EXPECT_EQ(got.hard, 524288u);
+}
+
+TEST(PlanFdLimits, UnprivilegedStopsAtTheHardLimit) {
+  const FdLimits got = PlanFdLimits({1024, 4096}, 10384, false, kNrOpen);
+  EXPECT_EQ(got.soft, 4096u);
+  EXPECT_EQ(got.hard, 4096u);
+}
+
+TEST(PlanFdLimits, PrivilegedRaisesTheHardLimitUpToNrOpen) {
+  FdLimits got = PlanFdLimits({1024, 4096}, 10384, true, kNrOpen);
+  EXPECT_EQ(got.soft, 10384u);
+  EXPECT_EQ(got.hard, 10384u);
+  got = PlanFdLimits({1024, 4096}, 2000000, true, kNrOpen);
+  EXPECT_EQ(got.soft, kNrOpen);
+  EXPECT_EQ(got.hard, kNrOpen);
+}
+
+TEST(PlanFdLimits, UnlimitedHardLimit) {
+  const FdLimits got = PlanFdLimits({1024, kUnlimited}, 5440, true, kNrOpen);
+  EXPECT_EQ(got.soft, 5440u);
+  EXPECT_EQ(got.hard, kUnlimited);
+}
+
+TEST(PlanFdLimits, SoftAboveHardIsPulledDown) {
+  // Not something getrlimit returns, but the plan must stay valid.
+  const FdLimits got = PlanFdLimits({8192, 4096}, 100, false, kNrOpen);
+  EXPECT_LE(got.soft, got.hard);
+}
+
+TEST(DescribeFdLimit, EnoughSaysTheLimitAndWhatItIsFor) {
+  const FdBudget b{4096, 1024, 256, 64};
+  EXPECT_EQ(DescribeFdLimit({1024, 524288}, {5440, 524288}, b),
+            "netstackd: fd limit 5440 (was 1024; hard 524288): room for "
+            "--max-tcp-flows 4096, --max-udp-flows 1024, 256 ping flows and "
+            "64 others\n");
+}
+
+TEST(DescribeFdLimit, ShortNamesTheNumbersAndTheFixes) {
+  const FdBudget b{10000, 1024, 256, 64};
+  const std::string line = DescribeFdLimit({1024, 4096}, {4096, 4096}, b);
+  EXPECT_EQ(line.rfind("netstackd: warning: fd limit 4096 (was 1024; hard "
+                       "4096) is below the 11344 fds that --max-tcp-flows "
+                       "10000, ",
+                       0),
+            0u)
+      << line;
+  EXPECT_NE(line.find("ulimit -Hn 11344"), std::string::npos) << line;
+  EXPECT_NE(line.find("run it as root"), std::string::npos) << line;
+  EXPECT_NE(line.find("lower --max-tcp-flows"), std::string::npos) << line;
+  EXPECT_NE(line.find("backend.tcp_end.connect_failed"), std::string::npos);
+}
+
+// The real thing, in this process: the soft limit comes down to 64 (an
+// unprivileged change), RaiseFdLimit brings it back up to the need.
+TEST(RaiseFdLimit, RaisesThisProcessesSoftLimit) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 512) {
+    GTEST_SKIP() << "hard fd limit " << saved.rlim_max << " below 512";
+  }
+  rlimit low = saved;
+  low.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const FdBudget b{300, 100, 12, 64};  // 476
+  const std::string line = RaiseFdLimit(b);
+  rlimit now{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &now), 0);
+  EXPECT_EQ(now.rlim_cur, 476u);
+  EXPECT_EQ(now.rlim_max, saved.rlim_max);
+  EXPECT_EQ(line.rfind("netstackd: fd limit 476 (was 64; ", 0), 0u) << line;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+}
+
+}  // namespace
+}  // namespace netstack::tools
