@@ -48,6 +48,13 @@ PCAP = os.environ.get("NST_FAULTS_PCAP", "") == "1"
 HTTP_PORT, ECHO_PORT, UDP_PORT = 8080, 7007, 7008
 FAULTS = ["--loss", "0.01", "--reorder", "0.05", "--delay", "10ms",
           "--fault_ingress", "--seed", "13",
+          # Faults per wire packet: with host GSO (the backend's default on
+          # a TAP) the injector would drop and reorder whole 64 KiB
+          # super-frames. Also, host GSO receives every frame into a whole
+          # 64 KiB chunk, and out-of-order segments held by TCP then pin
+          # the pool until the TAP cannot receive (a known bug, see the
+          # issue notes); this test stalled on that.
+          "--swgso",
           # At 10 ms of delay a direction holds what it carries in 10 ms:
           # the default 1000 frames would overflow (counted) at a few
           # thousand frames per second.
