@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -169,7 +170,6 @@ def main():
                               f"{gbps:.2f} Gbit/s, {retr} retransmits{cpu}",
                               flush=True)
                 if a.perf:
-                    import threading
                     result = {}
                     t = threading.Thread(target=lambda: result.update(
                         r=iperf3(topo.g, H4, a.seconds + 2, reverse)))

@@ -11,6 +11,7 @@ import random
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import threading
@@ -30,6 +31,17 @@ def runfile(path):
 
 NETSTACKD = os.environ.get("NETSTACKD") or runfile("tools/netstackd/netstackd")
 PEER_CLIENT = runfile("tests/interop/peer_client.py")
+
+
+def checksum(data):
+    """The Internet checksum (RFC 1071) of `data`, for frames a test builds
+    or checks by hand."""
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
 
 
 def env_int(name, default):

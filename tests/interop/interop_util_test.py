@@ -12,24 +12,15 @@ import interop_util as iu
 ERRORS = "_ws.malformed || _ws.expert.severity == 8388608"
 
 
-def checksum(data):
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def udp_frame(payload, ip_total_length=None):
     src, dst = bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
     udp = struct.pack("!HHHH", 40000, 40001, 8 + len(payload), 0) + payload
     pseudo = src + dst + struct.pack("!BBH", 0, 17, len(udp))
-    udp = udp[:6] + struct.pack("!H", checksum(pseudo + udp)) + udp[8:]
+    udp = udp[:6] + struct.pack("!H", iu.checksum(pseudo + udp)) + udp[8:]
     total = ip_total_length if ip_total_length else 20 + len(udp)
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, total, 1, 0, 64, 17, 0, src,
                      dst)
-    ip = ip[:10] + struct.pack("!H", checksum(ip)) + ip[12:]
+    ip = ip[:10] + struct.pack("!H", iu.checksum(ip)) + ip[12:]
     return b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + ip + udp
 
 

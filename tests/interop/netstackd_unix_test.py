@@ -13,6 +13,8 @@ import tempfile
 import time
 import unittest
 
+from tests.interop import interop_util as iu
+
 RUNFILES = os.environ.get("TEST_SRCDIR", "")
 WORKSPACE = os.environ.get("TEST_WORKSPACE", "netstack")
 NETSTACKD = os.path.join(RUNFILES, WORKSPACE, "tools/netstackd/netstackd")
@@ -20,15 +22,6 @@ NETSTACKD = os.path.join(RUNFILES, WORKSPACE, "tools/netstackd/netstackd")
 PEER_MAC = bytes.fromhex("020000000001")
 PEER_IP = socket.inet_aton("10.9.0.1")
 STACK_IP = socket.inet_aton("10.9.0.2")
-
-
-def checksum(data):
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return (~s) & 0xFFFF
 
 
 def eth(dst, src, ethertype, payload):
@@ -44,13 +37,13 @@ def arp_request():
 def ipv4(proto, payload, ident):
     hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), ident, 0,
                       64, proto, 0, PEER_IP, STACK_IP)
-    hdr = hdr[:10] + struct.pack("!H", checksum(hdr)) + hdr[12:]
+    hdr = hdr[:10] + struct.pack("!H", iu.checksum(hdr)) + hdr[12:]
     return hdr + payload
 
 
 def echo_request(ident, seq, data):
     msg = struct.pack("!BBHHH", 8, 0, 0, ident, seq) + data
-    return msg[:2] + struct.pack("!H", checksum(msg)) + msg[4:]
+    return msg[:2] + struct.pack("!H", iu.checksum(msg)) + msg[4:]
 
 
 class UnixPeer:
@@ -107,11 +100,11 @@ class NetstackdUnix(unittest.TestCase):
                 self.assertEqual(f[0:6], PEER_MAC)
                 self.assertEqual(f[12:14], b"\x08\x00")
                 ip = f[14:]
-                self.assertEqual(checksum(ip[:20]), 0, "IP checksum")
+                self.assertEqual(iu.checksum(ip[:20]), 0, "IP checksum")
                 self.assertEqual(ip[12:16], STACK_IP)
                 self.assertEqual(ip[16:20], PEER_IP)
                 icmp = ip[20:struct.unpack("!H", ip[2:4])[0]]
-                self.assertEqual(checksum(icmp), 0, "ICMP checksum")
+                self.assertEqual(iu.checksum(icmp), 0, "ICMP checksum")
                 t, code, _, ident, s = struct.unpack("!BBHHH", icmp[:8])
                 self.assertEqual((t, code, ident, s), (0, 0, 0x77, seq))
                 self.assertEqual(icmp[8:], data)
