@@ -471,7 +471,9 @@ int Run(const Config& c) {
     const std::string line = RaiseFdLimit(budget);
     std::fputs(line.c_str(), stderr);
   }
-  buffer::ChunkPool chunks(1024);   // 64 MiB of payload chunks at most
+  // 64 MiB of payload chunks at most, an eighth of them kept for receiving
+  // (chunk.h: queued data never takes the chunks its acks need).
+  buffer::ChunkPool chunks(1024);
   buffer::PacketPool packets(16384);
   std::unique_ptr<link::LinkEndpoint> host;
   if (!absl::GetFlag(FLAGS_unix).empty() || (c.fd >= 0 && !c.fd_is_tap)) {
