@@ -24,10 +24,15 @@ ABSL_FLAG(bool, reverse, false,
 ABSL_FLAG(double, duration, 10, "Seconds of data transfer per measurement.");
 ABSL_FLAG(double, interval, 1, "Seconds between interval lines; 0 = none.");
 ABSL_FLAG(int, streams, 1, "Parallel data streams (iperf3 -P).");
+ABSL_FLAG(bool, exit_counters, true,
+          "Roles: print the stack's counters to stderr at exit (drops with "
+          "their reasons, link syscalls, GSO splits). The driver passes "
+          "false unless --verbose.");
 ABSL_FLAG(bool, verbose, false,
-          "Driver: after each measurement, also print the server role's "
-          "stderr (its stack's counters when netstack is the server, as in "
-          "receiver rows); the client's is always shown.");
+          "Driver: show netstack's counters for each measurement: the "
+          "client role's at its exit, and the server role's stderr after "
+          "the run (its counters when netstack serves, as in receiver "
+          "rows). Without it the driver prints progress and the table.");
 ABSL_FLAG(bool, json, false,
           "Print results as JSON on stdout; progress goes to stderr.");
 ABSL_FLAG(std::string, cc, "",

@@ -168,7 +168,8 @@ int RunServer(Net& net, const RoleConfig& c) {
     std::fprintf(stderr, "tcp_benchmark: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  if (std::string counters = net.FormatCounters(); !counters.empty()) {
+  if (std::string counters = net.FormatCounters();
+      absl::GetFlag(FLAGS_exit_counters) && !counters.empty()) {
     std::fprintf(stderr, "%s\n", counters.c_str());
   }
   return exit_status;
@@ -195,7 +196,8 @@ int RunClient(Net& net, const RoleConfig& c) {
   net.Linger(absl::Seconds(5));
   // The stack's counters (drops with their reasons, link syscalls, GSO
   // splits), whatever the outcome: they explain a slow or failed run.
-  if (std::string counters = net.FormatCounters(); !counters.empty()) {
+  if (std::string counters = net.FormatCounters();
+      absl::GetFlag(FLAGS_exit_counters) && !counters.empty()) {
     std::fprintf(stderr, "%s\n", counters.c_str());
   }
   if (!s.ok()) {

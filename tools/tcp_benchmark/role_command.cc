@@ -43,6 +43,9 @@ void AppendNetstackFlags(const Topology& topology, const MeasurementSpec& spec,
         "--latency=", absl::FormatDuration(absl::GetFlag(FLAGS_latency))));
   }
   argv.push_back(absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)));
+  // The driver's output is progress and the table; counters with
+  // --verbose.
+  if (!absl::GetFlag(FLAGS_verbose)) argv.push_back("--exit_counters=false");
   if (!absl::GetFlag(FLAGS_pcap).empty()) {
     const std::string path = absl::StrCat(
         absl::GetFlag(FLAGS_pcap), ".", spec.mode, ".", spec.mtu, ".",
