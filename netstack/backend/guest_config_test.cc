@@ -644,7 +644,8 @@ TEST_F(Dhcp6Test, HostileDhcp6IsDroppedAndCounted) {
 
 TEST_F(Dhcp6Test, WithoutServicesDhcpMulticastIsNotForUs) {
   InjectDhcp6(InfoRequest({}));
-  EXPECT_EQ(stack_.counters().drop(stack::DropReason::kIpv6NotForUs), 1u);
+  EXPECT_EQ(
+      stack_.counters().drop(stack::DropReason::kIpv6MulticastNotJoined), 1u);
 }
 
 }  // namespace

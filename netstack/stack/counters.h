@@ -27,6 +27,9 @@ namespace netstack::stack {
   X(kIpv4BadChecksum, "ipv4_bad_checksum")                            \
   X(kIpv4BadSource, "ipv4_bad_source")                                \
   X(kIpv4NotForUs, "ipv4_not_for_us")                                 \
+  /* multicast to a group we have not joined (a peer's mDNS, IGMP): */ \
+  /* normal on a shared link, not a fault */                            \
+  X(kIpv4MulticastNotJoined, "ipv4_multicast_not_joined")             \
   X(kIpv4LinkBroadcast, "ipv4_unicast_in_link_broadcast")             \
   X(kIpv4FragmentDropped, "ipv4_fragment_dropped")                    \
   X(kIpv4UnknownProtocol, "ipv4_unknown_protocol")                    \
@@ -38,6 +41,9 @@ namespace netstack::stack {
   X(kIpv6Malformed, "ipv6_malformed")                                 \
   X(kIpv6BadSource, "ipv6_bad_source")                                \
   X(kIpv6NotForUs, "ipv6_not_for_us")                                 \
+  /* multicast to a group we have not joined (a peer's MLD reports, */ \
+  /* router solicitations): normal on a shared link, not a fault */    \
+  X(kIpv6MulticastNotJoined, "ipv6_multicast_not_joined")             \
   X(kIpv6LinkMulticast, "ipv6_unicast_in_link_multicast")             \
   X(kIpv6ExtensionMalformed, "ipv6_extension_malformed")              \
   X(kIpv6UnrecognizedOption, "ipv6_unrecognized_option")              \

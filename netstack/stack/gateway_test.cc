@@ -125,6 +125,20 @@ const std::vector<uint8_t> kSegment(20, 0x5a);  // the recorder reads nothing
 // skipped host-mode half).
 class GatewayOnlyTest : public GatewayTest {};
 
+// A peer's multicast to groups we have not joined (mDNS, MLD reports) is
+// normal on a shared link: counted under a name that says so, apart from
+// unicast that is not for us.
+TEST_P(GatewayTest, MulticastToOtherGroupsIsCountedApart) {
+  const wire::MacAddress mdns_mac = *wire::MacAddress::Parse("01:00:5e:00:00:fb");
+  Send4(guest_.ip4, A4("224.0.0.251"), kUdp, kSegment, &mdns_mac);
+  Send6(guest_.ip6, A6("ff02::16"), kUdp, kSegment);
+  EXPECT_EQ(Drops(DropReason::kIpv4MulticastNotJoined), 1u);
+  EXPECT_EQ(Drops(DropReason::kIpv6MulticastNotJoined), 1u);
+  EXPECT_EQ(Drops(DropReason::kIpv4NotForUs), 0u);
+  EXPECT_EQ(Drops(DropReason::kIpv6NotForUs), 0u);
+  EXPECT_TRUE(udp_.dst4.empty());
+}
+
 TEST_P(GatewayTest, AnyDestinationReachesTheTransportOnlyInGatewayMode) {
   Send4(guest_.ip4, A4("93.184.216.34"), kTcp, kSegment);
   Send6(guest_.ip6, A6("2001:db8:7::1"), kTcp, kSegment);

@@ -207,7 +207,9 @@ void Stack::HandleIpv4(Nic& nic, const link::InboundFrame& frame,
       !(nic.gateway && GatewayForwards(nic, ip.dst))) {
     // We are a host, not a router (RFC 1122 3.3.4): no forwarding. A
     // gateway stands in for the destination (its transports decide).
-    return Drop(DropReason::kIpv4NotForUs);
+    return Drop((ip.dst.bytes[0] >> 4) == 0xe
+                    ? DropReason::kIpv4MulticastNotJoined
+                    : DropReason::kIpv4NotForUs);
   }
   if (link_multicast && !broadcast) {
     // A unicast datagram in a link-layer broadcast (RFC 1122 3.3.6).

@@ -149,7 +149,8 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
   }
   if (!AcceptsIpv6(nic, ip.dst) &&
       !(nic.gateway && GatewayForwards(nic, ip.dst))) {
-    return Drop(DropReason::kIpv6NotForUs);
+    return Drop(ip.dst.IsMulticast() ? DropReason::kIpv6MulticastNotJoined
+                                     : DropReason::kIpv6NotForUs);
   }
   if (link_multicast && !ip.dst.IsMulticast()) {
     return Drop(DropReason::kIpv6LinkMulticast);
