@@ -7,8 +7,12 @@ One echo server in H (scale_peer.py server) and one client in G
 (scale_peer.py client) hold every flow; both raise their own fd limits.
 
 Shown:
-  - with --max-tcp-flows raised to NST_SCALE_FLOWS + 64, netstackd raises
-    its fd limit and says so ("fd limit ... room for --max-tcp-flows N");
+  - started with a soft fd limit of 1024 and --max-tcp-flows raised to
+    NST_SCALE_FLOWS + 64, netstackd raises its soft limit to what the
+    flows need and says so ("fd limit N (was 1024; hard H): room for ...");
+  - with a hard limit of 4096 it may not raise (no CAP_SYS_RESOURCE), it
+    goes to 4096, warns with the numbers and the fixes, and the flows past
+    its fds get RST (ECONNREFUSED, backend.tcp_end.connect_failed);
   - NST_SCALE_FLOWS (default 10,000) flows from G to H, IPv4 and IPv6
     alternately, all connect (in waves, no retries); with all of them open,
     each sends a payload unique to it (64 to 600 bytes) and reads exactly
@@ -22,10 +26,12 @@ Shown:
     connect is refused with RST (ECONNREFUSED in under a second, counted
     as backend.tcp_refused_flow_limit) and the 4096 flows still echo.
 A round that does not complete names the flows that did not answer and
-dumps netstackd's counters. Needs root.
+dumps netstackd's counters. Needs root, prlimit and setpriv
+(util-linux).
 """
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -46,6 +52,27 @@ ECHO_PORT = 7010
 MAX_RSS_PER_FLOW_KIB = 64
 
 SCALE_PEER = iu.runfile("tests/backend/scale_peer.py")
+# netstackd started as from a shell with the common soft fd limit of 1024
+# (and this process's hard limit, or 4096) ...
+LOW_SOFT_FD_LIMIT = (
+    "prlimit", f"--nofile=1024:{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}")
+LOW_FD_LIMIT = ("prlimit", "--nofile=1024:4096")
+# ... and without the right to raise the hard one (CAP_SYS_RESOURCE; some
+# containers take it from root too).
+NO_SYS_RESOURCE = ("setpriv", "--bounding-set=-sys_resource",
+                   "--inh-caps=-sys_resource")
+# fd_limit.h's FdBudget beside the TCP flows: --max-udp-flows, ping
+# flows, others.
+OTHER_FDS = 1024 + 256 + 64
+
+
+def may_raise_hard_fd_limit():
+    """Whether this process holds CAP_SYS_RESOURCE (as netstackd would)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) & (1 << 24))
+    return False
 
 
 def log(msg):
@@ -67,6 +94,15 @@ class Proc:
 
     def fds(self):
         return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def fd_limits(self):
+        """(soft, hard) RLIMIT_NOFILE."""
+        with open(f"/proc/{self.pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    soft, hard = line.split()[3:5]
+                    return int(soft), int(hard)
+        raise AssertionError(f"no fd limit for pid {self.pid}")
 
     def comm(self):
         with open(f"/proc/{self.pid}/comm") as f:
@@ -113,6 +149,9 @@ class BackendScaleTest(unittest.TestCase):
     def setUpClass(cls):
         if os.geteuid() != 0:
             raise unittest.SkipTest("needs root")
+        for tool in ("prlimit", "setpriv"):
+            if not iu.have(tool):
+                raise unittest.SkipTest(f"needs {tool}")
         cls.topo = BackendTopology()
         cls.guest_configured = False
         try:
@@ -137,8 +176,8 @@ class BackendScaleTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.topo.close()
 
-    def start_netstackd(self, *extra):
-        nd = self.topo.netstackd(*extra)
+    def start_netstackd(self, *extra, wrap=()):
+        nd = self.topo.netstackd(*extra, wrap=wrap)
         self.addCleanup(nd.close)
         if not type(self).guest_configured:
             self.topo.configure_guest()
@@ -234,11 +273,19 @@ class BackendScaleTest(unittest.TestCase):
 
     def test_1_ten_thousand_flows(self):
         t_start = time.monotonic()
-        nd, proc = self.start_netstackd("--max-tcp-flows", str(FLOWS + 64))
-        self.assertRegex(nd.log(), rf"netstackd: fd limit \d+ \([^)]*\): room "
-                         rf"for --max-tcp-flows {FLOWS + 64},")
-        fd_line = [l for l in nd.log().splitlines() if "fd limit" in l][0]
-        log(fd_line)
+        max_flows = FLOWS + 64
+        need = max_flows + OTHER_FDS
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard < need and not may_raise_hard_fd_limit():
+            self.skipTest(f"the hard fd limit {hard} is below the {need} "
+                          f"that {max_flows} flows need, and netstackd may "
+                          "not raise it here (no CAP_SYS_RESOURCE)")
+        nd, proc = self.start_netstackd("--max-tcp-flows", str(max_flows),
+                                        wrap=LOW_SOFT_FD_LIMIT)
+        self.assertRegex(nd.log(), rf"netstackd: fd limit {need} \(was 1024; "
+                         rf"hard \d+\): room for --max-tcp-flows {max_flows},")
+        self.assertEqual(proc.fd_limits()[0], need)
+        log([l for l in nd.log().splitlines() if "fd limit" in l][0])
         time.sleep(0.5)  # let startup settle before the baseline
         rss_base, fds_base = proc.rss_kib(), proc.fds()
         client = self.client()
@@ -246,6 +293,9 @@ class BackendScaleTest(unittest.TestCase):
         t = time.monotonic()
         self.open_flows(nd, client, FLOWS)
         t_open = time.monotonic() - t
+        log(f"netstackd with {FLOWS} flows connected, none used yet: VmRSS "
+            f"{proc.rss_kib()} KiB (base {rss_base}), fds {proc.fds()} "
+            f"(base {fds_base})")
         t = time.monotonic()
         r1 = self.echo_round(nd, client, 1, FLOWS)
         r2 = self.echo_round(nd, client, 2, FLOWS)
@@ -302,6 +352,36 @@ class BackendScaleTest(unittest.TestCase):
         self.assertEqual(proc.fds(), fds_base)
         c = self.check_exit(nd)
         self.assertEqual(c["backend.tcp_end.closed"], DEFAULT_LIMIT)
+
+    def test_3_fd_limit_too_low(self):
+        # The hard limit (4096) below what --max-tcp-flows needs, and no
+        # right to raise it: netstackd goes as far as it may and says so.
+        nd, proc = self.start_netstackd("--max-tcp-flows", str(FLOWS),
+                                        wrap=LOW_FD_LIMIT + NO_SYS_RESOURCE)
+        need = FLOWS + OTHER_FDS
+        self.assertIn(f"netstackd: warning: fd limit 4096 (was 1024; hard "
+                      f"4096) is below the {need} fds that --max-tcp-flows "
+                      f"{FLOWS},", nd.log())
+        self.assertIn("a flow past it gets RST (backend.tcp_end."
+                      "connect_failed)", nd.log())
+        self.assertEqual(proc.fd_limits(), (4096, 4096))
+        log([l for l in nd.log().splitlines() if "fd limit" in l][0])
+        # And so it is: the flows past the fds are refused, not hung.
+        fds_base = proc.fds()
+        tries = 4096 + 200
+        client = self.client()
+        r = client.ask(f"open {tries} {WAVE} 20", timeout=tries / WAVE * 25)
+        refused = r["failed"].get("ECONNREFUSED", 0)
+        log(f"{tries} connects at fd limit 4096: {r['open']} open, "
+            f"failed {r['failed']}")
+        self.assertEqual(r["open"] + refused, tries, r)
+        self.assertEqual(r["open"], 4096 - fds_base, r)
+        c = nd.counters()
+        self.assertEqual(c["backend.tcp_end.connect_failed"], refused)
+        self.assertEqual(client.ask("close", 30)["closed"], r["open"])
+        self.wait_closed(nd)
+        self.assertEqual(proc.fds(), fds_base)
+        self.check_exit(nd)
 
 
 if __name__ == "__main__":
