@@ -94,6 +94,7 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const ChildOptions& options) {
   ChildProcess child;
   child.argv_ = options.argv;
   child.echo_stderr_ = options.echo_stderr;
+  child.keep_stderr_ = options.keep_stderr;
   {
     BlockInterrupts block;
     const pid_t pid = fork();
@@ -122,12 +123,14 @@ ChildProcess::ChildProcess(ChildProcess&& other) noexcept
       stdout_fd_(std::exchange(other.stdout_fd_, -1)),
       stderr_fd_(std::exchange(other.stderr_fd_, -1)),
       echo_stderr_(other.echo_stderr_),
+      keep_stderr_(other.keep_stderr_),
       reaped_(other.reaped_),
       exit_(other.exit_),
       argv_(std::move(other.argv_)),
       stdout_(std::move(other.stdout_)),
       stderr_partial_(std::move(other.stderr_partial_)),
-      stderr_lines_(std::move(other.stderr_lines_)) {}
+      stderr_lines_(std::move(other.stderr_lines_)),
+      stderr_all_(std::move(other.stderr_all_)) {}
 
 ChildProcess::~ChildProcess() {
   if (pid_ > 0 && !reaped_) {
@@ -168,6 +171,7 @@ void ChildProcess::Consume(int fd, const char* data, size_t len) {
     return;
   }
   if (echo_stderr_) fwrite(data, 1, len, stderr);
+  if (keep_stderr_) stderr_all_.append(data, len);
   stderr_partial_.append(data, len);
   size_t newline;
   while ((newline = stderr_partial_.find('\n')) != std::string::npos) {

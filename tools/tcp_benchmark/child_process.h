@@ -28,6 +28,8 @@ struct ChildOptions {
   // Copy each stderr line to the driver's stderr as it arrives (the
   // client's interval lines).
   bool echo_stderr = false;
+  // Keep all of stderr (stderr_text()), not only its tail.
+  bool keep_stderr = false;
 };
 
 // How a child ended, with the CPU time wait4() accounted to it.
@@ -53,6 +55,8 @@ class ChildProcess {
   bool stderr_contains(std::string_view needle) const;
   // The last stderr lines, for error messages.
   std::string StderrTail() const;
+  // All of stderr, with ChildOptions::keep_stderr (else empty).
+  const std::string& stderr_text() const { return stderr_all_; }
   // The command line, quoted for error messages.
   std::string CommandLine() const;
 
@@ -76,12 +80,14 @@ class ChildProcess {
   int stdout_fd_ = -1;
   int stderr_fd_ = -1;
   bool echo_stderr_ = false;
+  bool keep_stderr_ = false;
   bool reaped_ = false;
   ChildExit exit_;
   std::vector<std::string> argv_;
   std::string stdout_;
   std::string stderr_partial_;
   std::deque<std::string> stderr_lines_;
+  std::string stderr_all_;
 };
 
 // Waits up to `timeout` for output from any of `children` (a signal cuts

@@ -97,6 +97,22 @@ class DriverTest(unittest.TestCase):
         self.assertIsNone(rows[0]["ratio_to_kernel"])
         self.assertGreater(rows[0]["gbps"], 0)
 
+    def test_verbose_shows_a_netstack_receivers_counters(self):
+        # A receiver row: netstack is the server, whose stderr (and so its
+        # stack's counters) the driver shows only with --verbose.
+        for verbose in (False, True):
+            rc, out, err = self.run_driver(
+                "--server", "--modes=off", "--kernel_baseline=false",
+                "--duration=1", "--json", f"--verbose={str(verbose).lower()}")
+            self.assertEqual(rc, 0, err[-3000:])
+            self.assertEqual(json.loads(out)[0]["netstack_role"], "receiver")
+            if verbose:
+                self.assertIn("-- the server's stderr (netstack):", err)
+                self.assertRegex(err, r"(?m)^tcp: segments_in=\d+")
+                self.assertRegex(err, r"(?m)^link\.\S+\.rx_dropped \d+$")
+            else:
+                self.assertNotIn("the server's stderr", err)
+
     def test_a_failing_role_fails_the_run_and_says_why(self):
         rc, out, err = self.run_driver("--modes=off",
                                        "--kernel_baseline=false",

@@ -24,6 +24,10 @@ ABSL_FLAG(bool, reverse, false,
 ABSL_FLAG(double, duration, 10, "Seconds of data transfer per measurement.");
 ABSL_FLAG(double, interval, 1, "Seconds between interval lines; 0 = none.");
 ABSL_FLAG(int, streams, 1, "Parallel data streams (iperf3 -P).");
+ABSL_FLAG(bool, verbose, false,
+          "Driver: after each measurement, also print the server role's "
+          "stderr (its stack's counters when netstack is the server, as in "
+          "receiver rows); the client's is always shown.");
 ABSL_FLAG(bool, json, false,
           "Print results as JSON on stdout; progress goes to stderr.");
 ABSL_FLAG(std::string, cc, "",

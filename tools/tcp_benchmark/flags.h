@@ -24,6 +24,7 @@ ABSL_DECLARE_FLAG(double, duration);
 ABSL_DECLARE_FLAG(double, interval);
 ABSL_DECLARE_FLAG(int, streams);
 ABSL_DECLARE_FLAG(bool, json);
+ABSL_DECLARE_FLAG(bool, verbose);
 ABSL_DECLARE_FLAG(std::string, cc);
 ABSL_DECLARE_FLAG(bool, sack);
 ABSL_DECLARE_FLAG(std::string, recv_mode);

@@ -4,10 +4,12 @@
 #include <memory>
 #include <string>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "tools/tcp_benchmark/child_process.h"
+#include "tools/tcp_benchmark/flags.h"
 #include "tools/tcp_benchmark/interrupt.h"
 #include "tools/tcp_benchmark/role_command.h"
 
@@ -25,10 +27,12 @@ std::string RoleFailure(const char* role, const ChildProcess& child,
 }
 
 absl::StatusOr<ChildProcess> StartRole(const RoleCommand& command,
-                                       bool echo_stderr) {
+                                       bool echo_stderr,
+                                       bool keep_stderr = false) {
   return ChildProcess::Start({.argv = command.argv,
                               .netns = command.netns,
-                              .echo_stderr = echo_stderr});
+                              .echo_stderr = echo_stderr,
+                              .keep_stderr = keep_stderr});
 }
 
 // Pumps the server's output until it says it listens. Error: what went
@@ -127,8 +131,14 @@ Measurement RunMeasurement(const std::string& self, const TopologyNames& names,
     m.error = "interrupted";
     return m;
   }
+  // The client's stderr (its interval lines and, for netstack, its
+  // counters) is shown as it comes; the server's only with --verbose,
+  // after the run, so that a netstack receiver's counters explain its
+  // row too.
+  const bool verbose = absl::GetFlag(FLAGS_verbose);
   absl::StatusOr<ChildProcess> server =
-      StartRole(ServerCommand(self, **topology, spec), /*echo_stderr=*/false);
+      StartRole(ServerCommand(self, **topology, spec), /*echo_stderr=*/false,
+                /*keep_stderr=*/verbose);
   if (!server.ok()) {
     m.error = absl::StrCat("server: ", server.status().message());
     return m;
@@ -142,6 +152,11 @@ Measurement RunMeasurement(const std::string& self, const TopologyNames& names,
     return m;
   }
   RunPair(*server, *client, m);
+  if (verbose) {
+    std::fprintf(stderr, "-- the server's stderr (%s):\n%s",
+                 spec.netstack_is_client ? "the kernel" : "netstack",
+                 server->stderr_text().c_str());
+  }
   return m;
 }
 
