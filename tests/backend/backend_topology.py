@@ -91,12 +91,14 @@ class BackendTopology:
                             "default").stdout.strip()
             assert routes == "", f"H has a default route: {routes}"
 
-    def netstackd(self, *extra, dns_upstream="127.0.0.1"):
+    def netstackd(self, *extra, dns_upstream="127.0.0.1", wrap=()):
         """netstackd --backend in H on G's TAP, started after the isolation
-        check. The caller closes it (nd.close())."""
+        check. `wrap` is a command that execs its arguments (prlimit,
+        setpriv), to start netstackd with other limits or capabilities.
+        The caller closes it (nd.close())."""
         self.assert_isolated()
         nd = iu.Netstackd([])
-        nd.args = self.in_ns(self.h, iu.NETSTACKD, "--backend", "--tap",
+        nd.args = self.in_ns(self.h, *wrap, iu.NETSTACKD, "--backend", "--tap",
                              "nsttap", "--netns", self.g,
                              # H has no route to resolv.conf's servers.
                              "--dns-upstream", dns_upstream, *extra)
