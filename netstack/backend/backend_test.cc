@@ -15,6 +15,9 @@
 #include <functional>
 #include <memory>
 #include <vector>
+#include <utility>
+#include <set>
+#include <optional>
 
 #include "gtest/gtest.h"
 #include "netstack/buffer/chunk.h"
@@ -132,6 +135,9 @@ class BackendTest : public ::testing::Test {
                             std::pair{backend_link_.get(), guest_link_.get()}}) {
       auto frames = std::move(from->sent);
       from->sent.clear();
+      if (from == guest_link_.get() && drop_guest_frame_) {
+        std::erase_if(frames, drop_guest_frame_);
+      }
       // A silent guest: its link carries nothing either way.
       if (!frames.empty() && !guest_silent_) to->Inject(frames, now);
     }
@@ -181,7 +187,25 @@ class BackendTest : public ::testing::Test {
   std::unique_ptr<tcp::TcpLayer> guest_tcp_, tcp_;
   std::unique_ptr<Backend> backend_;
   bool guest_silent_ = false;
+  // Frames from the guest this returns true for are lost.
+  std::function<bool(const std::vector<uint8_t>&)> drop_guest_frame_;
 };
+
+// The TCP source port and payload length of an IPv4 frame, or nullopt.
+std::optional<std::pair<uint16_t, size_t>> TcpPayload(
+    const std::vector<uint8_t>& f) {
+  if (f.size() < 14 + 20 + 20 || f[12] != 0x08 || f[13] != 0x00) {
+    return std::nullopt;
+  }
+  const size_t ihl = size_t{f[14] & 0x0fu} * 4;
+  if (f[14 + 9] != 6 || f.size() < 14 + ihl + 20) return std::nullopt;
+  const size_t total = size_t{f[16]} << 8 | f[17];
+  const uint8_t* tcp = f.data() + 14 + ihl;
+  const size_t doff = size_t{tcp[12] >> 4} * 4;
+  if (total < ihl + doff) return std::nullopt;
+  return std::pair{static_cast<uint16_t>(tcp[0] << 8 | tcp[1]),
+                   total - ihl - doff};
+}
 
 std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
@@ -550,6 +574,70 @@ TEST_F(BackendTest, RepliesInFlightShareChunks) {
     }
     return got == 10u * kFlows;
   }));
+  for (int fd : hosts) close(fd);
+}
+
+// A lossy guest with many flows, each with a segment held beyond a hole,
+// on a link that receives every frame into a whole 64 KiB chunk (a TAP
+// with host GSO). Each held segment pinned its chunk until the hole
+// filled: a few hundred such flows took the pool from everyone. They are
+// copied into the TCP layer's shared arena instead.
+TEST_F(BackendTest, SegmentsHeldBeyondHolesShareChunks) {
+  Build(Loopback());
+  backend_link_->set_rx_slot_size(buffer::kChunkSize);
+  HostListener l;
+  ASSERT_EQ(listen(l.fd, 512), 0);
+  constexpr int kFlows = 300;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
+  std::vector<int> hosts;
+  for (int i = 0; i < kFlows; ++i) {
+    guests.push_back(Connect(l.port));
+    guests.back()->SetNoDelay(true);
+  }
+  ASSERT_TRUE(RunUntil([&] {
+    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
+    return hosts.size() == kFlows;
+  }));
+  ASSERT_TRUE(RunUntil([&] {
+    for (auto& g : guests) {
+      if (g->state() != tcp::TcpState::kEstablished) return false;
+    }
+    return true;
+  }));
+  RunUntil([] { return false; }, absl::Milliseconds(50));
+  const size_t idle = pool_->stats().in_use;
+  // Each flow's first data segment is lost; its second waits beyond the
+  // hole.
+  std::set<uint16_t> lost;
+  drop_guest_frame_ = [&](const std::vector<uint8_t>& f) {
+    auto t = TcpPayload(f);
+    return t && t->second > 0 && lost.insert(t->first).second;
+  };
+  const std::vector<uint8_t> a(100, 'a'), b(100, 'b');
+  for (auto& g : guests) ASSERT_EQ(*g->Write(a), a.size());
+  Turn();
+  for (auto& g : guests) ASSERT_EQ(*g->Write(b), b.size());
+  Turn();
+  Turn();
+  ASSERT_EQ(lost.size(), static_cast<size_t>(kFlows));
+  EXPECT_LE(pool_->stats().in_use, idle + 3)
+      << "chunks in use with " << kFlows << " segments beyond holes";
+  // The guests resend the lost segments; every host gets a then b.
+  std::vector<std::vector<uint8_t>> got(kFlows);
+  std::vector<uint8_t> buf(512);
+  const bool done = RunUntil([&] {
+    bool all = true;
+    for (int i = 0; i < kFlows; ++i) {
+      const ssize_t n = recv(hosts[i], buf.data(), buf.size(), MSG_DONTWAIT);
+      if (n > 0) got[i].insert(got[i].end(), buf.begin(), buf.begin() + n);
+      all = all && got[i].size() == 200;
+    }
+    return all;
+  }, absl::Seconds(30));
+  ASSERT_TRUE(done);
+  std::vector<uint8_t> want = a;
+  want.insert(want.end(), b.begin(), b.end());
+  for (int i = 0; i < kFlows; ++i) EXPECT_TRUE(got[i] == want) << i;
   for (int fd : hosts) close(fd);
 }
 

@@ -48,6 +48,7 @@ class FakeLink : public link::LinkEndpoint {
       buffer::ChunkRef c = chunks_.Allocate();
       if (!c || f.size() > buffer::kChunkSize) continue;
       if (!f.empty()) std::memcpy(c->mutable_data().data(), f.data(), f.size());
+      if (rx_slot_size_ != 0) c->set_slot_size(rx_slot_size_);
       link::InboundFrame in;
       in.frame = buffer::PayloadView(std::move(c), 0,
                                      static_cast<uint32_t>(f.size()));
@@ -70,6 +71,9 @@ class FakeLink : public link::LinkEndpoint {
   link::LinkStats Stats() const override { return stats_; }
   std::string Name() const override { return "fake"; }
   void set_record(bool record) { record_ = record; }
+  // Injected frames say they were received into slots of this size (a
+  // TAP with host GSO: a whole chunk each), which TCP charges.
+  void set_rx_slot_size(uint32_t bytes) { rx_slot_size_ = bytes; }
 
   std::vector<std::vector<uint8_t>> sent;
 
@@ -79,6 +83,7 @@ class FakeLink : public link::LinkEndpoint {
   link::LinkReceiver* receiver_ = nullptr;
   link::LinkStats stats_;
   bool record_ = true;
+  uint32_t rx_slot_size_ = 0;
 };
 
 }  // namespace netstack::stack

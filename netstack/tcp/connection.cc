@@ -793,7 +793,8 @@ std::optional<DropReason> Connection::ProcessData(Segment& seg,
   }
   // What the queue may pin: twice the buffer, as Linux's rcvbuf is about
   // twice the window it offers (docs/TCP.md "Receive memory").
-  rcvq_.SetMemory(&layer_.chunks_, 2 * size_t{rcv_buf_});
+  rcvq_.SetMemory(&layer_.chunks_, &layer_.compact_arena_,
+                  2 * size_t{rcv_buf_});
   const bool in_order = seq <= rcvq_.rcv_nxt();
   const ReceiveQueue::InsertResult res = rcvq_.Insert(seq, std::move(data));
   for (uint32_t i = 0; i < res.pruned; ++i) {

@@ -29,8 +29,6 @@ void ReceiveQueue::Reset(SeqNum rcv_nxt) {
   rcv_nxt_ = rcv_nxt;
   recent_set_ = false;
   rotate_after_ = rcv_nxt;
-  compact_.Reset();
-  compact_fill_ = 0;
   compact_last_ = nullptr;
 }
 
@@ -104,6 +102,21 @@ ReceiveQueue::InsertResult ReceiveQueue::Insert(SeqNum seq,
   }
   if (data.empty()) return res;
   uint32_t slot = data.chunk() ? data.chunk()->slot_size() : 0;
+  if (seq != rcv_nxt_ && arena_ != nullptr && slot > 0 &&
+      Wasteful(size_t{slot} + kViewOverhead, data.size())) {
+    // Out of order, a few bytes in a big receive slot (a TAP with host
+    // GSO receives every frame into a whole chunk): it may wait for the
+    // hole for a while, so hold a compact copy in the shared arena and
+    // let the slot go at once. Across thousands of flows, each with a
+    // segment beyond a hole, that is the difference between a few chunks
+    // and a chunk per flow. Loss recovery, not the fast path.
+    buffer::PayloadView copy = CopyCompact(data.bytes());
+    if (!copy.empty()) {
+      data = std::move(copy);
+      slot = 0;
+      ++collapsed_;
+    }
+  }
   if (!MakeRoom(seq, data, slot, &res)) {
     res.dropped = true;
     return res;
@@ -233,7 +246,7 @@ bool ReceiveQueue::MakeRoom(SeqNum seq, buffer::PayloadView& data,
   Collapse();
   if (!OverLimit(charge)) return true;
   // The segment itself is wasteful: hold a compact copy of it instead.
-  if (pool_ != nullptr && Wasteful(charge, len)) {
+  if (arena_ != nullptr && Wasteful(charge, len)) {
     buffer::PayloadView copy = CopyCompact(data.bytes());
     if (!copy.empty()) {
       data = std::move(copy);
@@ -249,24 +262,11 @@ bool ReceiveQueue::MakeRoom(SeqNum seq, buffer::PayloadView& data,
 
 buffer::PayloadView ReceiveQueue::CopyCompact(std::span<const uint8_t> bytes) {
   const uint32_t n = static_cast<uint32_t>(bytes.size());
-  if (pool_ == nullptr || n == 0 || n > buffer::kChunkSize) return {};
-  if (compact_ && compact_->refs() == 1) {
-    compact_fill_ = 0;  // no view left in it: start over
-    compact_last_ = nullptr;
-  }
-  if (!compact_ || buffer::kChunkSize - compact_fill_ < n) {
-    buffer::ChunkRef fresh = pool_->Allocate();
-    if (!fresh) return {};
-    compact_ = std::move(fresh);
-    compact_fill_ = 0;
-    compact_last_ = nullptr;
-  }
-  // Nothing views [compact_fill_, kChunkSize): the queue hands out views
-  // of compact chunks only up to the fill mark.
-  std::memcpy(compact_->unshared_tail(compact_fill_).data(), bytes.data(), n);
-  buffer::PayloadView v(compact_, compact_fill_, n);
-  compact_fill_ += n;
-  return v;
+  if (arena_ == nullptr || n == 0 || n > buffer::kChunkSize) return {};
+  const auto room = arena_->Room(n);
+  if (room.empty()) return {};
+  std::memcpy(room.data(), bytes.data(), n);
+  return arena_->Commit(n);
 }
 
 void ReceiveQueue::Collapse() {
@@ -274,17 +274,19 @@ void ReceiveQueue::Collapse() {
     Piece& p = wasteful_.front();
     p.waste.unlink();
     const uint32_t n = p.view.size();
-    const uint32_t at = compact_fill_;
-    const buffer::Chunk* before = compact_.get();
-    buffer::PayloadView copy = CopyCompact(p.view.bytes());
-    if (copy.empty()) {
+    const auto room =
+        arena_ != nullptr ? arena_->Room(n) : std::span<uint8_t>();
+    if (room.empty()) {
       wasteful_.push_front(p);  // no chunk: prune instead, retry later
       return;
     }
-    ++collapsed_;
     Piece* q = compact_last_;
-    if (q != nullptr && compact_.get() == before && q->end() == p.seq &&
-        q->view.offset() + q->view.size() == at) {
+    const bool extend =
+        q != nullptr && q->end() == p.seq && arena_->Continues(q->view);
+    std::memcpy(room.data(), p.view.bytes().data(), n);
+    buffer::PayloadView copy = arena_->Commit(n);
+    ++collapsed_;
+    if (extend) {
       // The data just before p is the last compact copy: extend that
       // view, so contiguous data becomes one view. Equal sequence
       // numbers mean the same list (runs are maximal, and the ready list
@@ -322,14 +324,6 @@ uint32_t ReceiveQueue::PruneAbove(SeqNum seq, size_t extra) {
   return pruned;
 }
 
-void ReceiveQueue::ReleaseCompactIfIdle() {
-  if (compact_ && ready_.empty() && runs_.empty()) {
-    compact_.Reset();
-    compact_fill_ = 0;
-    compact_last_ = nullptr;
-  }
-}
-
 // --- reading ---
 
 size_t ReceiveQueue::Read(std::span<uint8_t> out) {
@@ -349,7 +343,6 @@ size_t ReceiveQueue::Read(std::span<uint8_t> out) {
     }
   }
   ready_bytes_ -= n;
-  ReleaseCompactIfIdle();
   return n;
 }
 
@@ -374,14 +367,12 @@ size_t ReceiveQueue::ReadViews(std::span<buffer::PayloadView> out,
   }
   ready_bytes_ -= n;
   *views = k;
-  ReleaseCompactIfIdle();
   return n;
 }
 
 void ReceiveQueue::DiscardReady() {
   while (!ready_.empty()) FreePiece(&ready_.front());
   ready_bytes_ = 0;
-  ReleaseCompactIfIdle();
 }
 
 // --- SACK ---

@@ -12,10 +12,12 @@
 // pins, as Linux charges skb truesize to sk_rmem_alloc: its receive slot
 // (Chunk::slot_size) if larger than its bytes, plus kViewOverhead for the
 // queue's own node. Over the limit the queue first collapses wasteful
-// views (copies them into compact chunks of its own, so that contiguous
-// data becomes one view: tcp_collapse), then prunes out-of-order data from
-// the highest sequence down (tcp_prune_ofo_queue), then refuses the
-// segment.
+// views (copies them into the layer's shared compact arena, so that
+// contiguous data becomes one view: tcp_collapse), then prunes
+// out-of-order data from the highest sequence down (tcp_prune_ofo_queue),
+// then refuses the segment. An out-of-order segment of a few bytes in a
+// big receive slot is copied at once, whatever the limit: it may wait
+// long for its hole, and the slot is a whole chunk of the link's.
 #ifndef NETSTACK_TCP_RECEIVE_QUEUE_H_
 #define NETSTACK_TCP_RECEIVE_QUEUE_H_
 
@@ -27,6 +29,7 @@
 #include "boost/intrusive/list.hpp"
 #include "boost/intrusive/set.hpp"
 #include "netstack/buffer/chunk.h"
+#include "netstack/buffer/chunk_arena.h"
 #include "netstack/buffer/payload_view.h"
 #include "netstack/tcp/seqnum.h"
 #include "netstack/wire/tcp.h"
@@ -46,10 +49,15 @@ class ReceiveQueue {
 
   void Reset(SeqNum rcv_nxt);
 
-  // Where compact chunks come from (collapsing), and the most the held
-  // views may be charged. Without a pool the queue never collapses.
-  void SetMemory(buffer::ChunkPool* pool, size_t limit) {
+  // The pool the received views come from (its pressure halves the
+  // limit), the arena compact copies go into (shared by the layer's
+  // queues, so a queue holding a few copied bytes pins no chunk of its
+  // own), and the most the held views may be charged. Without an arena
+  // the queue never collapses.
+  void SetMemory(buffer::ChunkPool* pool, buffer::ChunkArena* arena,
+                 size_t limit) {
     pool_ = pool;
+    arena_ = arena;
     limit_ = limit;
   }
 
@@ -163,13 +171,12 @@ class ReceiveQueue {
   bool OverLimit(size_t extra) const { return charge_ + extra > Limit(); }
   // Copies every wasteful view into compact chunks.
   void Collapse();
-  // Copies `n` bytes into the compact tail; the view of them, or an empty
-  // view if no chunk could be had.
+  // Copies `bytes` into the arena; the view of them, or an empty view if
+  // no chunk could be had (only the pool's receive reserve left).
   buffer::PayloadView CopyCompact(std::span<const uint8_t> bytes);
   // Removes out-of-order views from the top while over the limit and
   // above `seq`.
   uint32_t PruneAbove(SeqNum seq, size_t extra);
-  void ReleaseCompactIfIdle();
 
   PieceList ready_;
   size_t ready_bytes_ = 0;
@@ -186,9 +193,10 @@ class ReceiveQueue {
   size_t limit_ = 0;  // 0: no limit
   size_t charge_ = 0;
   WasteList wasteful_;  // views worth copying, oldest first
-  buffer::ChunkRef compact_;
-  uint32_t compact_fill_ = 0;
-  Piece* compact_last_ = nullptr;  // the view ending at compact_fill_
+  buffer::ChunkArena* arena_ = nullptr;
+  // The piece whose view is this queue's last compact copy (extended
+  // when the next copy follows it in the arena).
+  Piece* compact_last_ = nullptr;
   uint64_t collapsed_ = 0;
 
   PieceList free_pieces_;

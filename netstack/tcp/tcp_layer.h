@@ -215,6 +215,9 @@ class TcpLayer : public stack::TransportHandler {
   // shared, so thousands of connections with a short reply in flight
   // share chunks rather than pinning one each.
   buffer::ChunkArena send_arena_{chunks_};
+  // Where receive queues put compact copies (receive_queue.h), shared for
+  // the same reason.
+  buffer::ChunkArena compact_arena_{chunks_};
   buffer::PacketPool& packets_;
   transport::Notifier& notifier_;
   TcpLayerOptions options_;
