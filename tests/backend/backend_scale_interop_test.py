@@ -60,6 +60,9 @@ SCALE_PEER = iu.runfile("tests/backend/scale_peer.py")
 LOW_SOFT_FD_LIMIT = (
     "prlimit", f"--nofile=1024:{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}")
 LOW_FD_LIMIT = ("prlimit", "--nofile=1024:4096")
+# netstackd built with ASan/UBSan (--config=asan).
+with open(iu.NETSTACKD, "rb") as _f:
+    SANITIZED = b"__asan_init" in _f.read()
 # ... and without the right to raise the hard one (CAP_SYS_RESOURCE; some
 # containers take it from root too).
 NO_SYS_RESOURCE = ("setpriv", "--bounding-set=-sys_resource",
@@ -341,7 +344,10 @@ class BackendScaleTest(unittest.TestCase):
         log(f"second batch of {FLOWS} in {time.monotonic() - t:.1f} s: VmRSS "
             f"all open {rss_again} KiB, {growth:+.2f} KiB per flow on the "
             f"first; fds after close {proc.fds()}")
-        self.assertLess(growth, 1.0)
+        # ASan keeps freed memory in quarantine instead of reusing it, so
+        # there a second batch costs about what the first did; a leak
+        # would still show as more.
+        self.assertLess(growth, MAX_RSS_PER_FLOW_KIB if SANITIZED else 1.0)
         self.assertEqual(proc.fds(), fds_base)
         c = self.check_exit(nd)
         self.assertEqual(c["backend.tcp_flows_opened"], 2 * FLOWS)
@@ -375,6 +381,11 @@ class BackendScaleTest(unittest.TestCase):
     def test_3_fd_limit_too_low(self):
         # The hard limit (4096) below what --max-tcp-flows needs, and no
         # right to raise it: netstackd goes as far as it may and says so.
+        if SANITIZED:
+            # UBSan's vptr check probes memory through a pipe: with every
+            # fd taken it reports each virtual call as a bad object. The
+            # default build runs this case.
+            self.skipTest("a sanitizer build needs free fds of its own")
         nd, proc = self.start_netstackd("--max-tcp-flows", str(FLOWS),
                                         wrap=LOW_FD_LIMIT + NO_SYS_RESOURCE)
         need = FLOWS + OTHER_FDS
