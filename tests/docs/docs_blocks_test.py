@@ -307,9 +307,10 @@ def block_script(block, logdir):
         cmd.append(text)
         if text.rstrip().endswith("\\"):
             continue
-        joined = substitute("\n".join(cmd), subs)
+        original = "\n".join(cmd)
+        joined = substitute(original, subs)
         cmd = []
-        if is_server(joined):
+        if is_server(original):
             log = os.path.join(logdir, f"server{nbg}.log")
             nbg += 1
             body = joined.split(" #")[0].rstrip()
