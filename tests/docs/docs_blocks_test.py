@@ -64,9 +64,8 @@ def doc_files():
 
 
 def rel(path):
-    return os.path.relpath(os.path.realpath(path),
-                           os.path.realpath(RUNFILES)) if os.path.isabs(
-                               path) else path
+    """README.md, docs/X.md: runfiles are symlinks, so no realpath."""
+    return os.path.relpath(path, RUNFILES)
 
 
 # --- parsing ---------------------------------------------------------------
@@ -149,13 +148,16 @@ def marker_problems(blocks):
     return out
 
 
-def logical_commands(lines):
-    """Joins backslash continuations: [[(line number, token), ...], ...],
-    stopping each at a comment."""
+def logical_commands(lines, shell=True):
+    """Joins backslash continuations (outside shell, a usage synopsis: an
+    indented line continues the one before): [[(line number, token), ...],
+    ...], stopping each at a comment."""
     cmds, cur = [], []
-    for n, text in lines:
+    for i, (n, text) in enumerate(lines):
         cont = text.rstrip().endswith("\\")
-        body = text.rstrip()[:-1] if cont else text
+        if not shell:
+            cont = i + 1 < len(lines) and lines[i + 1][1][:1].isspace()
+        body = text.rstrip()[:-1] if text.rstrip().endswith("\\") else text
         for tok in body.split():
             if tok.startswith("#"):
                 break
@@ -177,7 +179,7 @@ def invocations(block):
     tools in the block: `bazel run ... //tools/X -- ARGS` or a path or name
     whose last part is the tool's name."""
     found = []
-    for cmd in logical_commands(block.lines):
+    for cmd in logical_commands(block.lines, block.is_shell):
         toks = [t for _, t in cmd]
         i = 0
         while i < len(cmd):
@@ -577,7 +579,7 @@ class RunBlocks(unittest.TestCase):
                 t0 = time.time()
                 SCENARIOS[name](b)
                 ran += 1
-                print(f"ran {b.where()} ({name}) in {time.time() - t0:.1f} s",
+                print(f"\nran {b.where()} ({name}) in {time.time() - t0:.1f} s",
                       file=sys.stderr)
         self.assertEqual(ran, len(SCENARIOS))
 
