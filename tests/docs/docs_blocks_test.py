@@ -568,6 +568,35 @@ class Flags(unittest.TestCase):
         self.assertEqual(checked, 6)
 
 
+class Runner(unittest.TestCase):
+    """What makes a run block fail: a command's exit status, a server that
+    does not start, a command that never ends (the README's old
+    `ping 10.9.0.2 && curl ...`, whose ping had no -c)."""
+
+    def run_text(self, body, timeout=30):
+        b = parse_blocks("<!-- doc-test: run x -->\n```sh\n" + body +
+                         "\n```\n", "X.md")[0]
+        s = Scenario()
+        try:
+            ns = s.ns("NS_X", "runner")
+            return s.run(b, ns, timeout=timeout)
+        finally:
+            s.close()
+
+    def test_a_failing_command_fails_the_block(self):
+        with self.assertRaisesRegex(AssertionError, "X.md:2: exit status 1"):
+            self.run_text("true\nfalse\ntrue")
+
+    def test_a_server_that_does_not_start_fails_the_block(self):
+        with self.assertRaisesRegex(AssertionError, "server exited early"):
+            self.run_text("bazel run //tools/netstackd -- --packet lo "
+                          "--addr 10.9.0.2/24 --echo_port2 7")
+
+    def test_a_command_that_never_ends_fails_the_block(self):
+        with self.assertRaisesRegex(AssertionError, "X.md:2: timed out"):
+            self.run_text("ping 127.0.0.1 && echo never", timeout=3)
+
+
 class RunBlocks(unittest.TestCase):
     def test_run_blocks(self):
         ran = 0
