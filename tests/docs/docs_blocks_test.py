@@ -545,7 +545,9 @@ class Flags(unittest.TestCase):
         # netstackd (or a typo in the doc) would leave it.
         with open(os.path.join(RUNFILES, "README.md")) as f:
             text = f.read()
-        self.assertIn("--echo-port 7", text)
+        self.assertTrue("--echo-port 7" in text,
+                        "README.md no longer has `--echo-port 7`: pick "
+                        "another flag to rename here")
         line = text[:text.index("--echo-port 7")].count("\n") + 1
         renamed = text.replace("--echo-port 7", "--echo_port2 7")
         problems, _ = flag_problems(parse_blocks(renamed, "README.md"))
