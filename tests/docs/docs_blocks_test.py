@@ -250,6 +250,53 @@ def flag_problems(blocks):
     return out, checked
 
 
+def source_root():
+    """The source tree: the runfiles are symlinks into it (the test runs
+    locally, tags local and no-sandbox)."""
+    root = os.path.dirname(os.path.realpath(os.path.join(RUNFILES,
+                                                         "README.md")))
+    assert os.path.exists(os.path.join(root, "WORKSPACE")), root
+    return root
+
+
+_PATH = re.compile(r"^(?:bench|tools|tests|docs|link|netstack|third_party|"
+                   r"\.ci)/[\w./-]*$")
+_LABEL = re.compile(r"^//([\w/-]*)(?::([\w.-]+))?$")
+
+
+def reference_problems(blocks, root):
+    """(problems, number checked): every repository path (bench/x.sh,
+    tools/dev/main) a block names exists, and every Bazel label's package
+    has a BUILD.bazel declaring the target."""
+    out, checked = [], 0
+    for b in blocks:
+        if b.lang in ("cpp", "c++", "c", "python", "py"):
+            continue
+        for n, text in b.lines:
+            for tok in text.split():
+                if tok.startswith("#"):
+                    break
+                tok = tok.split("=", 1)[-1].strip("()[],;'\"`")
+                if _PATH.match(tok):
+                    checked += 1
+                    if not os.path.exists(os.path.join(root, tok)):
+                        out.append(f"{b.file}:{n}: no {tok} in the tree")
+                    continue
+                m = _LABEL.match(tok)
+                if not m or tok.endswith("...") or not m.group(1):
+                    continue
+                checked += 1
+                build = os.path.join(root, m.group(1), "BUILD.bazel")
+                target = m.group(2) or m.group(1).rsplit("/", 1)[-1]
+                if not os.path.exists(build):
+                    out.append(f"{b.file}:{n}: no package //{m.group(1)}")
+                    continue
+                with open(build) as f:
+                    if f'name = "{target}"' not in f.read():
+                        out.append(f"{b.file}:{n}: no target {tok}")
+    return out, checked
+
+
 def all_blocks():
     blocks = []
     for path in doc_files():
@@ -562,6 +609,24 @@ class Flags(unittest.TestCase):
         self.assertEqual(problems, [], "\n".join(problems))
         self.assertGreater(checked, 20)
 
+    def test_every_path_and_label_in_the_docs_exists(self):
+        problems, checked = reference_problems(all_blocks(), source_root())
+        self.assertEqual(problems, [], "\n".join(problems))
+        self.assertGreater(checked, 20)
+
+    def test_a_renamed_script_or_target_fails_with_file_and_line(self):
+        text = ("<!-- doc-test: illustrative: x -->\n```sh\n"
+                "bench/no_such_script.sh /tmp/x && bench/callgrind_tx.sh\n"
+                "bazel build --config=opt //bench:no_such_benchmark "
+                "//tools/netstackd //no/such:pkg //...\n```\n")
+        problems, checked = reference_problems(parse_blocks(text, "X.md"),
+                                               source_root())
+        self.assertEqual(problems, [
+            "X.md:3: no bench/no_such_script.sh in the tree",
+            "X.md:4: no target //bench:no_such_benchmark",
+            "X.md:4: no package //no/such"])
+        self.assertEqual(checked, 5)
+
     def test_a_renamed_flag_fails_with_file_and_line(self):
         # README's netstackd block with --echo-port renamed, as a rename in
         # netstackd (or a typo in the doc) would leave it.
@@ -644,9 +709,10 @@ def summary():
     run = [b for b in shell if b.kind == "run"]
     ill = [b for b in shell if b.kind == "illustrative"]
     _, checked = flag_problems(blocks)
+    _, refs = reference_problems(blocks, source_root())
     lines = [f"doc blocks: {len(blocks)} fenced, {len(shell)} shell; "
              f"{len(run)} run, {len(ill)} illustrative; {checked} tool flags "
-             "checked against --help"]
+             f"checked against --help; {refs} paths and labels checked"]
     for b in run:
         lines.append(f"  run          {b.where()}: {b.marker.split(';')[0][4:]}")
     for b in ill:
