@@ -11,7 +11,9 @@ A block marked run is executed by the scenario NAME below, in namespaces
 this test makes (names carry the pid; removed in `finally`), after the
 substitutions its marker lists (whole words; NEW may name a shell variable
 the scenario sets) and one that holds for every block:
-`bazel run [OPTIONS] //tools/X --` becomes the built tools/X binary.
+`bazel run [OPTIONS] //tools/X --`, bazel-bin/tools/X/X and
+bazel-out/k8-*/bin/tools/X/X become the tools/X binary this test depends
+on (the build under test, whatever its configuration).
 A command that serves until stopped (netstackd, splice_proxy,
 tcp_benchmark --role=server) runs in the background; the block waits for
 its start line, and the scenario stops it afterwards. Every other command's
@@ -19,7 +21,8 @@ exit status counts (the block runs under `set -euo pipefail`).
 
 Every block, run or illustrative, also has its invocations of our tools
 checked: each flag must be one the tool's --help lists, so a renamed flag
-fails here even in a block nobody runs. Needs root (namespaces).
+fails here even in a block nobody runs; and every repository path
+(bench/x.sh) and Bazel label it names must exist. Needs root (namespaces).
 """
 import dataclasses
 import glob
@@ -438,11 +441,10 @@ class Scenario:
         return "\n".join(parts)
 
     def stop_servers(self):
-        """SIGTERM to the block's servers; their exit statuses."""
-        codes = []
+        """SIGTERM to the block's servers (SIGKILL after 10 s)."""
         pids_path = os.path.join(self.logdir, "pids")
         if not os.path.exists(pids_path):
-            return codes
+            return
         with open(pids_path) as f:
             pids = [int(x) for x in f.read().split()]
         for pid in pids:
@@ -464,7 +466,6 @@ class Scenario:
                 except ProcessLookupError:
                     pass
         os.unlink(pids_path)
-        return codes
 
     def close(self):
         self.stop_servers()
