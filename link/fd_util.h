@@ -118,6 +118,9 @@ struct FdEndpointStats {
   uint64_t rx_checksum_verified = 0;
   uint64_t rx_gso = 0;              // GSO/GRO super-frames (vnet header)
   uint64_t rx_vlan_reinserted = 0;  // AF_PACKET: tag from auxdata
+  // AF_PACKET: frames larger than their slot, completed in a spill chunk
+  // (PacketOptions::accept_oversized).
+  uint64_t rx_spilled = 0;
   // Transmit.
   uint64_t tx_oversize = 0;  // larger than MTU (or gso_max_size) + L2
   uint64_t tx_gso = 0;       // GSO super-frames handed to the kernel whole

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -97,6 +98,7 @@ struct PacketEndpoint::Config {
   size_t vnet_len = 0;
   uint32_t max_frame = 0;
   size_t rx_batch = 0;
+  bool spill = false;
   int rcvbuf = 0;
   int sndbuf = 0;
 };
@@ -175,6 +177,7 @@ absl::StatusOr<std::unique_ptr<PacketEndpoint>> PacketEndpoint::Open(
     config.max_frame = mtu + kEthernetOverhead;
   }
   config.rx_batch = options.rx_batch;
+  config.spill = options.accept_oversized && config.max_frame < kMaxFrame;
 
   absl::StatusOr<int> rcvbuf = SetBufferSize(
       fd.get(), SO_RCVBUFFORCE, SO_RCVBUF, options.rcvbuf_bytes, "SO_RCVBUF");
@@ -231,11 +234,26 @@ PacketEndpoint::PacketEndpoint(UniqueFd fd, const Config& config,
       rx_hdrs_(config.rx_batch),
       rx_msgs_(config.rx_batch),
       scratch_(new uint8_t[slots_.slot_size()]),
+      pool_(pool),
+      spill_(config.spill),
+      spills_(config.spill ? config.rx_batch : 0),
+      spill_armed_(config.rx_batch, 0),
       frames_(config.rx_batch),
       tx_hdrs_(kMaxTxBatch),
       tx_iov_(kMaxTxBatch * kTxIovPerPacket),
       tx_vnet_(config.vnet_len > 0 ? kMaxTxBatch : 0),
       tx_verdicts_(kMaxTxInspect) {}
+
+LinkStats PacketEndpoint::Stats() const {
+  tpacket_stats st{};
+  socklen_t len = sizeof(st);
+  if (::getsockopt(fd_.get(), SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0) {
+    kernel_drops_ += st.tp_drops;
+  }
+  LinkStats s = stats_;
+  s.rx_dropped += kernel_drops_;
+  return s;
+}
 
 std::string PacketEndpoint::Name() const {
   if (netns_.empty()) return absl::StrCat("packet:", ifname_);
@@ -360,6 +378,21 @@ void PacketEndpoint::OnReadable(Instant now) {
     size_t iovcnt = 0;
     if (vnet_len_ > 0) m.iov[iovcnt++] = iovec{m.vnet, vnet_len_};
     m.iov[iovcnt++] = iovec{buf, cap};
+    spill_armed_[i] = 0;
+    if (spill_ && i < prepared) {
+      if (!spills_[i]) {
+        spills_[i] = pool_.Allocate();
+        if (spills_[i]) spills_[i]->set_slot_size(buffer::kChunkSize);
+      }
+      if (spills_[i]) {
+        // The frame's first `cap` bytes land in the slot; the rest goes
+        // here, after room to copy those in front of it.
+        uint8_t* base = spills_[i]->mutable_data().data();
+        m.iov[iovcnt++] = iovec{base + kRxPad + cap,
+                                buffer::kChunkSize - kRxPad - cap};
+        spill_armed_[i] = 1;
+      }
+    }
     mmsghdr& h = rx_hdrs_[i];
     std::memset(&h, 0, sizeof(h));
     h.msg_hdr.msg_name = &m.addr;
@@ -403,9 +436,26 @@ bool PacketEndpoint::TakeFrame(size_t msg, size_t slot, bool have_slot,
   }
   const size_t n = h.msg_len;
   size_t len = n >= vnet_len_ ? n - vnet_len_ : 0;
-  if ((h.msg_hdr.msg_flags & MSG_TRUNC) != 0 || len > max_frame_) {
+  const size_t cap = slots_.slot_size() - kRxPad;
+  const bool spilled = len > cap && spill_armed_[msg] != 0;
+  if ((h.msg_hdr.msg_flags & MSG_TRUNC) != 0 ||
+      (len > max_frame_ && !spilled)) {
     ++fd_stats_.rx_truncated;
     ++stats_.rx_dropped;
+    if (!warned_oversized_) {
+      warned_oversized_ = true;
+      std::fprintf(stderr,
+                   "netstack: %s: dropped a %zu-byte frame larger than the "
+                   "%u-byte receive slot (a peer's TSO/GSO or GRO "
+                   "super-frame?), counted in rx_dropped. Accept oversized "
+                   "frames (the default), use host GSO, or turn the peer's "
+                   "offloads off (ethtool -K DEV tso off gso off gro off)."
+                   "\n",
+                   Name().c_str(), (h.msg_hdr.msg_flags & MSG_TRUNC) != 0
+                                       ? static_cast<size_t>(n)
+                                       : len,
+                   max_frame_);
+    }
     return false;
   }
   if (len < kMinFrameLen) {
@@ -430,13 +480,22 @@ bool PacketEndpoint::TakeFrame(size_t msg, size_t slot, bool have_slot,
     }
   }
 
+  uint8_t* frame = slots_.Slot(slot) + kRxPad;
+  if (spilled) {
+    // Make the frame contiguous in the spill chunk: the slot's part (one
+    // MTU at most) in front of what the kernel wrote there.
+    frame = spills_[msg]->mutable_data().data() + kRxPad;
+    std::memcpy(frame, slots_.Slot(slot) + kRxPad, cap);
+    ++fd_stats_.rx_spilled;
+  }
+  const uint32_t limit =
+      spilled ? buffer::kChunkSize - kRxPad : max_frame_;
   uint32_t offset = kRxPad;
   if (have_aux && (aux.tp_status & TP_STATUS_VLAN_VALID) != 0 &&
-      len + kVlanTagLen <= max_frame_) {
+      len + kVlanTagLen <= limit) {
     // The kernel took the 802.1Q tag out of the frame (VLAN acceleration);
     // put it back between the addresses and the EtherType, as it was on
     // the wire.
-    uint8_t* frame = slots_.Slot(slot) + kRxPad;
     uint8_t* tagged = frame - kVlanTagLen;
     std::memmove(tagged, frame, 12);
     const uint16_t tpid = (aux.tp_status & TP_STATUS_VLAN_TPID_VALID) != 0
@@ -458,9 +517,12 @@ bool PacketEndpoint::TakeFrame(size_t msg, size_t slot, bool have_slot,
   fd_stats_.rx_checksum_partial += info.checksum_partial;
   fd_stats_.rx_checksum_verified += info.checksum_verified;
   fd_stats_.rx_gso += info.gso;
-  frames_[kept] =
-      InboundFrame{slots_.View(slot, offset, static_cast<uint32_t>(len)),
-                   info.checksum_verified, info.checksum_partial};
+  buffer::PayloadView view =
+      spilled ? buffer::PayloadView(std::move(spills_[msg]), offset,
+                                    static_cast<uint32_t>(len))
+              : slots_.View(slot, offset, static_cast<uint32_t>(len));
+  frames_[kept] = InboundFrame{std::move(view), info.checksum_verified,
+                               info.checksum_partial};
   ++stats_.rx_frames;
   stats_.rx_bytes += len;
   return true;

@@ -111,6 +111,17 @@ struct PacketOptions {
   // VLAN, or 65536 with host_gso. Up to 65536 for GSO/GRO super-frames
   // (then one per chunk; the frame itself may use 65530 bytes of it).
   uint32_t rx_frame_size = 0;
+  // Frames larger than a slot: a kernel peer on a veth sends TSO/GSO
+  // super-frames whole (valid IP packets with a partial checksum), and
+  // its GRO hands us merged ones. Each message of a receive batch then
+  // has a second iovec into a spill chunk of its own; a frame that
+  // overflows its slot is completed there (the slot's part, at most one
+  // MTU, is copied in front of the rest) and delivered as one view.
+  // Frames that fit their slot are untouched. Costs rx_batch chunks of
+  // the pool (4 MiB at the default batch), whose pages only big frames
+  // touch. Off: such frames are dropped (rx_truncated, and one line on
+  // stderr the first time).
+  bool accept_oversized = true;
 };
 
 class PacketEndpoint final : public LinkEndpoint {
@@ -132,10 +143,15 @@ class PacketEndpoint final : public LinkEndpoint {
   size_t Transmit(buffer::PacketChain& chain, Instant now) override;
   int ReadFd() const override { return fd_.get(); }
   void OnReadable(Instant now) override;
-  LinkStats Stats() const override { return stats_; }
+  // rx_dropped includes the frames the kernel dropped because the
+  // socket's receive buffer was full (PACKET_STATISTICS, read here).
+  LinkStats Stats() const override;
   std::string Name() const override;
 
   const FdEndpointStats& fd_stats() const { return fd_stats_; }
+  // Frames the kernel dropped, the receive buffer full, up to the last
+  // Stats() call.
+  uint64_t kernel_drops() const { return kernel_drops_; }
   const std::string& interface_name() const { return ifname_; }
   int interface_index() const { return ifindex_; }
   uint32_t rx_slot_size() const { return slots_.slot_size(); }
@@ -188,11 +204,18 @@ class PacketEndpoint final : public LinkEndpoint {
     sockaddr_ll addr;
     alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(tpacket_auxdata))];
     uint8_t vnet[kVnetHdrLen];
-    iovec iov[2];
+    iovec iov[3];  // vnet header, slot, spill
   };
   std::vector<mmsghdr> rx_hdrs_;
   std::vector<RxMsg> rx_msgs_;
   std::unique_ptr<uint8_t[]> scratch_;  // frames with no slot are dropped
+  // accept_oversized: a spill chunk per message (empty: none yet, or the
+  // last one went out with its frame) and whether this batch gave it one.
+  buffer::ChunkPool& pool_;
+  const bool spill_;
+  std::vector<buffer::ChunkRef> spills_;
+  std::vector<uint8_t> spill_armed_;
+  bool warned_oversized_ = false;
   std::vector<InboundFrame> frames_;
 
   // Transmit: mmsghdrs and their iovecs, for up to kMaxTxBatch packets.
@@ -211,6 +234,8 @@ class PacketEndpoint final : public LinkEndpoint {
 
   LinkStats stats_;
   FdEndpointStats fd_stats_;
+  // PACKET_STATISTICS resets on every read: the sum so far.
+  mutable uint64_t kernel_drops_ = 0;
 };
 
 }  // namespace netstack::link

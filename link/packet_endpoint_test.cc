@@ -367,12 +367,26 @@ TEST_F(PacketTest, VnetHeaderGivesTheSameChecksumStory) {
 
 // The peer kernel's GSO super-frames cross a veth whole (here UDP GSO,
 // UDP_SEGMENT): MTU-sized slots cannot hold them, big slots can.
-TEST_F(PacketTest, PeerGsoSuperFramesNeedBigSlots) {
-  for (const uint32_t frame_size : {0u, 65536u}) {
-    SCOPED_TRACE(absl::StrCat("rx_frame_size ", frame_size));
+// A kernel peer's GSO super-frame (UDP_SEGMENT here; TSO is the same
+// on a veth) crosses whole. MTU-sized slots take it through a spill chunk
+// by default; 64 KiB slots take it directly; with oversized frames
+// refused it is dropped and counted.
+TEST_F(PacketTest, PeerGsoSuperFramesAreAcceptedByDefault) {
+  struct Case {
+    const char* name;
+    uint32_t frame_size;
+    bool accept_oversized;
+    bool vnet_hdr;
+  };
+  for (const Case c : {Case{"default", 0, true, false},
+                       Case{"default+vnet", 0, true, true},
+                       Case{"64k slots", 65536, true, true},
+                       Case{"refused", 0, false, false}}) {
+    SCOPED_TRACE(c.name);
     PacketOptions o;
-    o.rx_frame_size = frame_size;
-    o.vnet_hdr = true;
+    o.rx_frame_size = c.frame_size;
+    o.accept_oversized = c.accept_oversized;
+    o.vnet_hdr = c.vnet_hdr;
     Open(o);
     AddStaticNeighbour();
     UniqueFd sock = KernelSocket();
@@ -380,20 +394,36 @@ TEST_F(PacketTest, PeerGsoSuperFramesNeedBigSlots) {
     ASSERT_EQ(::setsockopt(sock.get(), SOL_UDP, UDP_SEGMENT, &segment,
                            sizeof(segment)),
               0);
+    std::vector<uint8_t> payload(10000);
+    for (size_t i = 0; i < payload.size(); ++i) payload[i] = i * 7 + 1;
+    // A small datagram first and after: the slots around the spill still
+    // deliver their own frames.
     ASSERT_TRUE(testing::SendUdp(sock.get(), kOurIp, kOurPort,
-                                 std::vector<uint8_t>(10000, 'g'))
+                                 std::vector<uint8_t>(10, 'a'))
+                    .ok());
+    ASSERT_TRUE(testing::SendUdp(sock.get(), kOurIp, kOurPort, payload).ok());
+    ASSERT_TRUE(testing::SendUdp(sock.get(), kOurIp, kOurPort,
+                                 std::vector<uint8_t>(10, 'b'))
                     .ok());
     rx_.frames.clear();
     Drain();
-    if (frame_size == 0) {
+    if (!c.accept_oversized) {
       EXPECT_EQ(ep_->fd_stats().rx_truncated, 1u);
-      EXPECT_TRUE(rx_.frames.empty());
+      ASSERT_EQ(rx_.frames.size(), 2u);
+      EXPECT_EQ(ep_->Stats().rx_dropped, 1u);
     } else {
-      ASSERT_EQ(rx_.frames.size(), 1u);
-      EXPECT_GT(rx_.frames[0].bytes.size(), 10000u);
-      EXPECT_EQ(ep_->fd_stats().rx_gso, 1u);
-      std::printf("UDP GSO over veth: one frame of %zu bytes, partial=%d\n",
-                  rx_.frames[0].bytes.size(), rx_.frames[0].checksum_partial);
+      ASSERT_EQ(rx_.frames.size(), 3u);
+      const auto& big = rx_.frames[1].bytes;
+      ASSERT_EQ(big.size(), 14u + 20 + 8 + payload.size());
+      // Every byte in place, across the slot/spill seam.
+      EXPECT_TRUE(std::equal(payload.begin(), payload.end(),
+                             big.begin() + 42));
+      EXPECT_TRUE(rx_.frames[1].checksum_partial);
+      EXPECT_EQ(rx_.frames[0].bytes.size(), 14u + 20 + 8 + 10);
+      EXPECT_EQ(rx_.frames[2].bytes.size(), 14u + 20 + 8 + 10);
+      EXPECT_EQ(ep_->fd_stats().rx_truncated, 0u);
+      EXPECT_EQ(ep_->fd_stats().rx_spilled, c.frame_size == 0 ? 1u : 0u);
+      EXPECT_EQ(ep_->Stats().rx_dropped, 0u);
     }
     ep_.reset();
   }

@@ -56,7 +56,10 @@ struct SnifferOptions {
 
 class SnifferEndpoint final : public LinkEndpoint {
  public:
-  static constexpr int kSnapLen = 65535;
+  // A GSO super-frame is up to 65,535 bytes of IP packet plus its
+  // Ethernet header (and a 64 KiB TAP frame): tcpdump's default snap
+  // length records them whole.
+  static constexpr int kSnapLen = 262144;
 
   // Wraps `inner` (owned) and creates (truncates) the pcap file at `path`.
   // Errors: InvalidArgument if `inner` is null or the flush interval is

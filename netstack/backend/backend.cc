@@ -259,6 +259,17 @@ void Backend::Sweep(Instant now) {
     if (it->second->Sweep(now)) flows_.erase(it);
   }
   sweep_batch_.clear();
+  // Chunks are freed only by what a turn did (acks, ended flows), so this
+  // is the place to look again. A flow that finds no room re-queues.
+  if (!chunk_waiters_.empty() &&
+      host_arena_.HasRoom(TcpFlow::kMinRecvRoom)) {
+    chunk_waiters_batch_.swap(chunk_waiters_);
+    for (const transport::FourTuple& t : chunk_waiters_batch_) {
+      auto it = flows_.find(t);
+      if (it != flows_.end()) it->second->ChunkAvailable();
+    }
+    chunk_waiters_batch_.clear();
+  }
 }
 
 uint64_t Backend::tcp_buffered_bytes() const {
@@ -282,6 +293,8 @@ std::string Backend::FormatCounters() const {
       c.tcp_refused_mapped_destination, "\n",
       "backend.tcp_bytes_guest_to_host ", c.tcp_bytes_guest_to_host, "\n",
       "backend.tcp_bytes_host_to_guest ", c.tcp_bytes_host_to_guest, "\n",
+      "backend.tcp_chunk_waits ", c.tcp_chunk_waits, "\n",
+      "backend.tcp_chunk_waiting ", chunk_waiters_.size(), "\n",
       "backend.tcp_buffered_bytes ", tcp_buffered_bytes(), "\n");
   for (size_t i = 0; i < c.tcp_ends.size(); ++i) {
     absl::StrAppend(&out, "backend.tcp_end.",

@@ -31,6 +31,7 @@
 #include "netstack/backend/ping_flows.h"
 #include "netstack/backend/udp_flows.h"
 #include "netstack/buffer/chunk.h"
+#include "netstack/buffer/chunk_arena.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/eventloop/event_loop.h"
 #include "netstack/stack/route_table.h"
@@ -148,6 +149,10 @@ struct BackendCounters {
   // 127.0.0.1, say). The guest has IPv4 for that.
   uint64_t tcp_refused_mapped_destination = 0;
   uint64_t tcp_bytes_guest_to_host = 0;
+  // A flow had host-to-guest bytes to read and no chunk to read them
+  // into (only the pool's receive reserve was left): it stopped reading
+  // the host until the guest's acknowledgements freed chunks.
+  uint64_t tcp_chunk_waits = 0;
   uint64_t tcp_bytes_host_to_guest = 0;
   uint64_t tcp_host_fds_open = 0;  // now
   std::array<uint64_t, static_cast<size_t>(FlowEnd::kCount)> tcp_ends{};
@@ -214,20 +219,30 @@ class Backend : public tcp::SynHandler {
       const transport::SocketAddress& dst);
   // A flow has something for Sweep to do.
   void MarkForSweep(const transport::FourTuple& t) { sweep_.push_back(t); }
+  // A flow waits for room in host_arena_; Sweep resumes it when there is.
+  void WaitForChunk(const transport::FourTuple& t) {
+    chunk_waiters_.push_back(t);
+  }
 
   BackendConfig config_;
   stack::Stack& stack_;
   stack::NicId nic_;
   tcp::TcpLayer& tcp_;
   eventloop::EventLoop& loop_;
-  // Host-to-guest bytes are received into these chunks.
+  // Host-to-guest bytes are received into these chunks: the flows share
+  // one arena, so a flow with a short reply in flight does not pin a
+  // 64 KiB chunk of its own (chunk_arena.h).
   buffer::ChunkPool& chunks_;
+  buffer::ChunkArena host_arena_{chunks_};
   BackendCounters counters_;
   absl::flat_hash_map<transport::FourTuple, std::unique_ptr<TcpFlow>> flows_;
   // Flows with work for Sweep, by tuple (a flow freed meanwhile is not
   // touched); two vectors swapped, so no allocation per turn.
   std::vector<transport::FourTuple> sweep_;
   std::vector<transport::FourTuple> sweep_batch_;
+  // Flows waiting for host_arena_ to have room, oldest first.
+  std::vector<transport::FourTuple> chunk_waiters_;
+  std::vector<transport::FourTuple> chunk_waiters_batch_;
   // The full backend's other parts (see the second Create). Destroyed
   // first, the guest configuration services before the rest: they hand
   // the stack's UDP handler back to the UDP layer.

@@ -63,8 +63,12 @@ class BackendTest : public ::testing::Test {
  protected:
   void SetUp() override { Build(BackendConfig{}); }
 
-  void Build(BackendConfig config) {
+  // `backend_chunks`: the size of the backend side's chunk pool (its link
+  // receives every frame into a whole chunk, as the TAP does with host
+  // GSO).
+  void Build(BackendConfig config, size_t backend_chunks = 16384) {
     Reset();
+    pool_ = std::make_unique<buffer::ChunkPool>(backend_chunks);
     loop_ = *eventloop::EventLoop::Create();
     link::LinkCapabilities gcaps;
     gcaps.mtu = 1500;
@@ -72,7 +76,7 @@ class BackendTest : public ::testing::Test {
     link::LinkCapabilities bcaps = gcaps;
     bcaps.mac = *wire::MacAddress::Parse("02:00:00:00:00:02");
     guest_link_ = std::make_unique<stack::FakeLink>(guest_chunks_, gcaps);
-    backend_link_ = std::make_unique<stack::FakeLink>(chunks_, bcaps);
+    backend_link_ = std::make_unique<stack::FakeLink>(*pool_, bcaps);
     guest_ = std::make_unique<stack::Stack>(stack::StackOptions{},
                                             guest_chunks_, guest_packets_);
     const stack::NicId gnic = *guest_->AddNic(guest_link_.get(), "g");
@@ -94,14 +98,14 @@ class BackendTest : public ::testing::Test {
     go.seed = 7;
     guest_tcp_ = std::make_unique<tcp::TcpLayer>(
         *guest_, guest_chunks_, guest_packets_, guest_notifier_, go);
-    stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
+    stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, *pool_,
                                             packets_);
     const stack::NicId nic = *stack_->AddNic(backend_link_.get(), "b");
     tcp::TcpLayerOptions bo;
     bo.seed = 9;
-    tcp_ = std::make_unique<tcp::TcpLayer>(*stack_, chunks_, packets_,
+    tcp_ = std::make_unique<tcp::TcpLayer>(*stack_, *pool_, packets_,
                                            notifier_, bo);
-    auto b = Backend::Create(config, *stack_, nic, *tcp_, *loop_, chunks_);
+    auto b = Backend::Create(config, *stack_, nic, *tcp_, *loop_, *pool_);
     ASSERT_TRUE(b.ok()) << b.status();
     backend_ = std::move(*b);
   }
@@ -117,6 +121,7 @@ class BackendTest : public ::testing::Test {
     backend_link_.reset();
     guest_link_.reset();
     loop_.reset();
+    pool_.reset();
   }
 
   // One turn of everything: frames both ways, the host sockets, the
@@ -167,7 +172,7 @@ class BackendTest : public ::testing::Test {
 
   buffer::ChunkPool guest_chunks_{16384};
   buffer::PacketPool guest_packets_{16384};
-  buffer::ChunkPool chunks_{16384};
+  std::unique_ptr<buffer::ChunkPool> pool_;  // the backend side's (Build)
   buffer::PacketPool packets_{16384};
   std::unique_ptr<eventloop::EventLoop> loop_;
   std::unique_ptr<stack::FakeLink> guest_link_, backend_link_;
@@ -263,7 +268,7 @@ TEST_F(BackendTest, HostThatDoesNotReadClosesTheGuestsWindow) {
   EXPECT_GT(s->unsent_bytes(), 0u);
   // The backend holds at most its pending bytes plus one receive window
   // of the guest's data: far less than what the guest wanted to send.
-  EXPECT_LT(chunks_.stats().in_use * buffer::kChunkSize, 16u << 20);
+  EXPECT_LT(pool_->stats().in_use * buffer::kChunkSize, 16u << 20);
   // The counter says so: the pending bytes (at most 64 KiB here) and the
   // guest socket's unread ones, within one receive window.
   EXPECT_GT(backend_->tcp_buffered_bytes(), 0u);
@@ -498,7 +503,108 @@ TEST_F(BackendTest, IdleFlowsPinNoChunks) {
   RunUntil([] { return false; }, absl::Milliseconds(300));  // acks
   EXPECT_EQ(backend_->tcp_flow_count(), static_cast<size_t>(kFlows));
   // Nothing in flight, nothing queued: no chunk held for the flows.
-  EXPECT_LE(chunks_.stats().in_use, 2u);
+  EXPECT_LE(pool_->stats().in_use, 2u);
+  for (int fd : hosts) close(fd);
+}
+
+// Hundreds of flows, each with a short reply the guest has not acked yet
+// (a gateway in front of a busy guest): they share the backend's chunks.
+// Each used to pin a 64 KiB chunk of its own, so a thousand such flows
+// took all of netstackd's pool.
+TEST_F(BackendTest, RepliesInFlightShareChunks) {
+  Build(Loopback());
+  HostListener l;
+  ASSERT_EQ(listen(l.fd, 512), 0);
+  constexpr int kFlows = 300;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
+  std::vector<int> hosts;
+  for (int i = 0; i < kFlows; ++i) guests.push_back(Connect(l.port));
+  ASSERT_TRUE(RunUntil([&] {
+    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
+    return hosts.size() == kFlows;
+  }));
+  ASSERT_TRUE(RunUntil([&] {
+    for (auto& g : guests) {
+      if (g->state() != tcp::TcpState::kEstablished) return false;
+    }
+    return true;
+  }));
+  RunUntil([] { return false; }, absl::Milliseconds(50));
+  const size_t idle = pool_->stats().in_use;
+  guest_silent_ = true;  // no acks: every reply stays in flight
+  for (int fd : hosts) ASSERT_EQ(send(fd, "0123456789", 10, MSG_NOSIGNAL), 10);
+  RunUntil([&] {
+    return backend_->counters().tcp_bytes_host_to_guest == 10u * kFlows;
+  }, absl::Seconds(2));
+  ASSERT_EQ(backend_->counters().tcp_bytes_host_to_guest, 10u * kFlows);
+  // 3,000 bytes in flight: one chunk, give or take the arenas' own.
+  EXPECT_LE(pool_->stats().in_use, idle + 2)
+      << "chunks in use with " << kFlows << " short replies in flight";
+  guest_silent_ = false;
+  size_t got = 0;
+  std::vector<uint8_t> buf(64);
+  EXPECT_TRUE(RunUntil([&] {
+    for (auto& g : guests) {
+      auto r = g->Read(buf);
+      if (r.ok()) got += *r;
+    }
+    return got == 10u * kFlows;
+  }));
+  for (int fd : hosts) close(fd);
+}
+
+// Bulk replies bigger than the backend's whole chunk pool: the flows'
+// queued bytes must leave the pool's receive reserve to the link, which
+// receives the guest's acks into it, and only those acks free chunks.
+// Without the reserve the link dropped every ack (no chunk to receive
+// into) and no flow moved again.
+TEST_F(BackendTest, BulkRepliesLargerThanThePoolDoNotDeadlock) {
+  Build(Loopback(), /*backend_chunks=*/64);  // 4 MiB
+  HostListener l;
+  constexpr int kFlows = 8;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
+  std::vector<int> hosts;
+  for (int i = 0; i < kFlows; ++i) guests.push_back(Connect(l.port));
+  ASSERT_TRUE(RunUntil([&] {
+    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
+    return hosts.size() == kFlows;
+  }));
+  std::vector<std::vector<uint8_t>> data, got(kFlows);
+  for (int i = 0; i < kFlows; ++i) {
+    data.push_back(Pattern(2 << 20, static_cast<uint8_t>(i)));
+  }
+  std::vector<size_t> sent(kFlows, 0);
+  std::vector<uint8_t> buf(1 << 16);
+  const bool done = RunUntil([&] {
+    bool all = true;
+    for (int i = 0; i < kFlows; ++i) {
+      if (sent[i] < data[i].size()) {
+        const ssize_t n = send(hosts[i], data[i].data() + sent[i],
+                               data[i].size() - sent[i],
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) sent[i] += static_cast<size_t>(n);
+      }
+      for (;;) {
+        auto r = guests[i]->Read(buf);
+        if (!r.ok() || *r == 0) break;
+        got[i].insert(got[i].end(), buf.begin(), buf.begin() + *r);
+      }
+      all = all && got[i].size() == data[i].size();
+    }
+    return all;
+  }, absl::Seconds(30));
+  size_t total = 0;
+  for (int i = 0; i < kFlows; ++i) total += got[i].size();
+  ASSERT_TRUE(done) << total << " of " << kFlows * (2u << 20)
+                    << " bytes reached the guest; chunks in use "
+                    << pool_->stats().in_use
+                    << ", allocations refused at the limit "
+                    << pool_->stats().exhausted;
+  for (int i = 0; i < kFlows; ++i) EXPECT_TRUE(got[i] == data[i]) << i;
+  // The pressure was real, and the flows waited rather than failed.
+  EXPECT_GT(backend_->counters().tcp_chunk_waits, 0u);
+  EXPECT_GT(pool_->stats().queue_refused, 0u);
+  EXPECT_EQ(backend_->counters().tcp_flows_closed, 0u);
   for (int fd : hosts) close(fd);
 }
 

@@ -294,27 +294,29 @@ bool TcpFlow::PumpHostToGuest() {
         sock_->unsent_bytes() >= limit) {
       return true;  // the guest's side is full: leave the host unread
     }
-    if (!fill_ || fill_at_ + kMinRecvRoom > buffer::kChunkSize) {
-      fill_ = backend_.chunks_.Allocate();
-      fill_at_ = 0;
-      if (!fill_) {
-        backend_.MarkForSweep(tuple_);  // retry at the next turn
-        return true;
+    const auto room = backend_.host_arena_.Room(kMinRecvRoom);
+    if (room.empty()) {
+      // Only the pool's receive reserve is left. Reading on would take
+      // the chunks the guest's acks must be received into, and only
+      // those acks free chunks: leave the host unread until they do.
+      if (!waiting_for_chunk_) {
+        waiting_for_chunk_ = true;
+        ++backend_.counters_.tcp_chunk_waits;
+        backend_.WaitForChunk(tuple_);
       }
+      return true;
     }
-    // The tail past fill_at_ is covered by no view yet (the views given
-    // to the socket end at fill_at_).
-    const auto tail = fill_->unshared_tail(fill_at_);
-    const size_t want = std::min<size_t>(tail.size(), limit - sock_->unsent_bytes());
-    const ssize_t n = recv(fd_, tail.data(), want, MSG_DONTWAIT);
+    waiting_for_chunk_ = false;  // (still listed: ChunkAvailable is harmless)
+    const size_t want =
+        std::min<size_t>(room.size(), limit - sock_->unsent_bytes());
+    const ssize_t n = recv(fd_, room.data(), want, MSG_DONTWAIT);
     if (n > 0) {
-      if (!sock_->WriteView(buffer::PayloadView(fill_, fill_at_,
-                                                static_cast<uint32_t>(n)))
+      if (!sock_->WriteView(
+                    backend_.host_arena_.Commit(static_cast<uint32_t>(n)))
                .ok()) {
         End(FlowEnd::kGuestError, true, true);
         return false;
       }
-      fill_at_ += static_cast<uint32_t>(n);
       backend_.counters_.tcp_bytes_host_to_guest += static_cast<uint64_t>(n);
       continue;
     }
@@ -326,19 +328,17 @@ bool TcpFlow::PumpHostToGuest() {
       return true;
     }
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      // Idle for now: let go of the chunk (the views in the send queue
-      // keep what they need until the guest acks), so an idle flow pins
-      // no 64 KiB chunk of the shared pool.
-      fill_ = buffer::ChunkRef();
-      fill_at_ = 0;
-      return true;
-    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
     End(errno == ECONNRESET ? FlowEnd::kHostReset : FlowEnd::kHostError,
         false, /*guest_reset=*/true);
     return false;
   }
   return true;
+}
+
+void TcpFlow::ChunkAvailable() {
+  waiting_for_chunk_ = false;
+  Pump();
 }
 
 void TcpFlow::MaybeFinish() {
@@ -365,7 +365,6 @@ void TcpFlow::End(FlowEnd why, bool host_abortive, bool guest_reset) {
   }
   for (auto& v : pending_) v = buffer::PayloadView();
   pending_first_ = pending_n_ = 0;
-  fill_ = buffer::ChunkRef();
   backend_.MarkForSweep(tuple_);
 }
 
@@ -386,7 +385,8 @@ void TcpFlow::UpdateInterest() {
   uint32_t want = 0;
   // Read the host while the guest's side has room; watch for room on the
   // host while guest bytes wait for it.
-  if (!host_eof_ && sock_ != nullptr && (sock_->Events() & ev::kWritable) &&
+  if (!host_eof_ && !waiting_for_chunk_ && sock_ != nullptr &&
+      (sock_->Events() & ev::kWritable) &&
       sock_->unsent_bytes() < backend_.config_.limits.host_to_guest_buffer) {
     want |= eventloop::EventLoop::kReadable;
   }

@@ -8,11 +8,13 @@
 //     unreachable, or silence for a timeout).
 //   relaying: bytes both ways, without a user-space copy. Guest to host:
 //     the netstack socket's receive views go out in one sendmsg with an
-//     iovec each. Host to guest: recv into the unshared tail of a pooled
-//     chunk, written into the netstack socket as a view. Each direction
+//     iovec each. Host to guest: recv into the backend's shared chunk
+//     arena, written into the netstack socket as a view. Each direction
 //     holds a bounded amount: while the host socket is full the flow
 //     reads no more from the guest (its window closes); while the guest
-//     socket's send queue is full the host socket is not read.
+//     socket's send queue is full the host socket is not read; while the
+//     arena has no room (only the chunk pool's receive reserve is left)
+//     the host socket is not read either, until acks free chunks.
 //   ended: the reason is counted; the host fd is closed exactly once
 //     (abortively, SO_LINGER 0, when the guest reset); the Backend frees
 //     the flow at its next Sweep.
@@ -62,11 +64,14 @@ class TcpFlow : public eventloop::Handler {
   void OnWritable(Instant now) override;
   void OnError(Instant now, uint32_t epoll_events) override;
 
+  // The backend's arena has room again (Backend::WaitForChunk).
+  void ChunkAvailable();
+  // recv() into the arena's chunk only while this much of it is left.
+  static constexpr uint32_t kMinRecvRoom = 4096;
+
  private:
   enum class Phase : uint8_t { kConnecting, kConnectDone, kRelaying, kEnded };
   static constexpr size_t kMaxViews = 64;
-  // recv() into a chunk only while this much of its tail is left.
-  static constexpr uint32_t kMinRecvRoom = 4096;
 
   void ConnectDone(int error);
   void Accept(Instant now);
@@ -95,9 +100,7 @@ class TcpFlow : public eventloop::Handler {
   size_t pending_first_ = 0;
   size_t pending_n_ = 0;
   bool host_full_ = false;  // the last sendmsg was short or EAGAIN
-  // The chunk host-to-guest bytes are received into, and its fill level.
-  buffer::ChunkRef fill_;
-  uint32_t fill_at_ = 0;
+  bool waiting_for_chunk_ = false;  // on the backend's chunk_waiters_
   bool guest_eof_ = false;      // the guest's FIN was read
   bool host_wr_shut_ = false;   // ... and relayed (shutdown SHUT_WR)
   bool host_eof_ = false;       // the host's EOF was read and relayed

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "netstack/buffer/chunk.h"
+#include "netstack/buffer/chunk_arena.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/buffer/payload_view.h"
 #include "netstack/buffer/prependable.h"
@@ -151,6 +152,88 @@ TEST_F(BufferTest, ChunkPoolIsBoundedAndRecycles) {
   EXPECT_EQ(chunks_.stats().created, 8u);
   EXPECT_NE(again.get(), nullptr);
   (void)first;
+}
+
+TEST_F(BufferTest, QueuedDataLeavesTheReceiveReserve) {
+  chunks_.set_receive_reserve(2);
+  std::vector<ChunkRef> held;
+  for (int i = 0; i < 6; ++i) {
+    held.push_back(chunks_.AllocateForQueue());
+    ASSERT_TRUE(held.back());
+  }
+  // Two chunks are left, and they are the reserve.
+  EXPECT_FALSE(chunks_.CanAllocateForQueue());
+  EXPECT_FALSE(chunks_.AllocateForQueue());
+  EXPECT_EQ(chunks_.stats().queue_refused, 1u);
+  held.push_back(chunks_.Allocate());  // a link's receive still gets one
+  held.push_back(chunks_.Allocate());
+  EXPECT_TRUE(held[6] && held[7]);
+  EXPECT_FALSE(chunks_.Allocate());
+  held.clear();
+  EXPECT_TRUE(chunks_.CanAllocateForQueue());
+}
+
+TEST_F(BufferTest, DefaultReserveIsAnEighthOfThePool) {
+  EXPECT_EQ(chunks_.receive_reserve(), 1u);
+  ChunkPool big(1024);
+  EXPECT_EQ(big.receive_reserve(), 128u);
+}
+
+// Many writers with a few bytes each pin one chunk between them, not one
+// chunk each.
+TEST_F(BufferTest, ArenaPacksManyWritersIntoOneChunk) {
+  ChunkArena arena(chunks_);
+  std::vector<PayloadView> views;
+  for (int i = 0; i < 500; ++i) {
+    auto room = arena.Room(100);
+    ASSERT_GE(room.size(), 100u);
+    std::memset(room.data(), i & 0xff, 100);
+    views.push_back(arena.Commit(100));
+  }
+  EXPECT_EQ(chunks_.stats().in_use, 1u);
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_EQ(views[i].size(), 100u);
+    EXPECT_EQ(views[i].bytes()[0], i & 0xff);
+    EXPECT_EQ(views[i].bytes()[99], i & 0xff);
+  }
+  // A write that does not fit the rest takes a fresh chunk; the old one
+  // lives on in its views.
+  auto room = arena.Room(kChunkSize);
+  ASSERT_EQ(room.size(), kChunkSize);
+  PayloadView big = arena.Commit(kChunkSize);
+  EXPECT_EQ(chunks_.stats().in_use, 2u);
+  EXPECT_NE(big.chunk().get(), views[0].chunk().get());
+  views.clear();
+  EXPECT_EQ(chunks_.stats().in_use, 1u);
+  big = PayloadView();
+  arena.Release();
+}
+
+TEST_F(BufferTest, ArenaReusesItsChunkOnceNoViewIsLeft) {
+  ChunkArena arena(chunks_);
+  (void)arena.Room(10);
+  PayloadView a = arena.Commit(10);
+  EXPECT_TRUE(arena.Continues(a));
+  const Chunk* chunk = a.chunk().get();
+  a = PayloadView();
+  auto room = arena.Room(kChunkSize);  // all of it again, same chunk
+  EXPECT_EQ(room.size(), kChunkSize);
+  PayloadView b = arena.Commit(1);
+  EXPECT_EQ(b.chunk().get(), chunk);
+  EXPECT_EQ(b.offset(), 0u);
+  EXPECT_EQ(chunks_.stats().allocations, 1u);
+}
+
+TEST_F(BufferTest, ArenaRespectsTheReceiveReserve) {
+  chunks_.set_receive_reserve(7);
+  ChunkArena arena(chunks_);
+  ASSERT_FALSE(arena.Room(kChunkSize).empty());
+  PayloadView a = arena.Commit(kChunkSize);
+  EXPECT_TRUE(arena.Room(1).empty());  // only the reserve is left
+  EXPECT_EQ(chunks_.stats().queue_refused, 1u);
+  a = PayloadView();
+  EXPECT_FALSE(arena.Room(1).empty());  // its own chunk is free again
+  arena.Release();
 }
 
 TEST_F(BufferTest, PacketHoldsHeadersAndPayload) {

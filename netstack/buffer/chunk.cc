@@ -4,7 +4,8 @@
 
 namespace netstack::buffer {
 
-ChunkPool::ChunkPool(size_t max_chunks) : max_chunks_(max_chunks) {}
+ChunkPool::ChunkPool(size_t max_chunks)
+    : max_chunks_(max_chunks), receive_reserve_(max_chunks / 8) {}
 
 ChunkPool::~ChunkPool() {
   NETSTACK_DCHECK(stats_.in_use == 0);
@@ -38,6 +39,14 @@ ChunkRef ChunkPool::Allocate() {
   ++stats_.in_use;
   ++stats_.allocations;
   return ChunkRef(c);
+}
+
+ChunkRef ChunkPool::AllocateForQueue() {
+  if (!CanAllocateForQueue()) {
+    ++stats_.queue_refused;
+    return ChunkRef();
+  }
+  return Allocate();
 }
 
 void ChunkPool::Release(Chunk* c) {

@@ -114,6 +114,15 @@ class ChunkRef {
 // Memory is bounded: at most `max_chunks` exist at once. A chunk is
 // allocated from the heap the first time the free list is empty and then
 // recycled, so a warmed-up pool does not allocate.
+//
+// The receive reserve: bytes queued for a peer (a TCP send queue, a
+// relay's host-to-guest data) are freed only when the peer acknowledges
+// them, and the acknowledgement needs a chunk to be received into. If
+// queued data could take the last chunk, a link would drop the very
+// frames that free the pool: a deadlock that only a timeout ends. So
+// AllocateForQueue refuses while no more than `receive_reserve` chunks are
+// left, and those stay for Allocate (links, the stack's own replies).
+// The default reserve is an eighth of the pool.
 class ChunkPool {
  public:
   struct Stats {
@@ -122,6 +131,8 @@ class ChunkPool {
     size_t created = 0;    // heap allocations ever made
     uint64_t allocations = 0;  // successful Allocate() calls
     uint64_t exhausted = 0;    // Allocate() calls refused at the limit
+    // AllocateForQueue() calls refused because only the reserve was left.
+    uint64_t queue_refused = 0;
   };
 
   explicit ChunkPool(size_t max_chunks);
@@ -132,6 +143,15 @@ class ChunkPool {
 
   // A fresh chunk with one reference, or an empty ref at the limit.
   [[nodiscard]] ChunkRef Allocate();
+  // The same for bytes that will wait for a peer's acknowledgement: an
+  // empty ref while only the receive reserve is left.
+  [[nodiscard]] ChunkRef AllocateForQueue();
+  // Whether AllocateForQueue would succeed now.
+  bool CanAllocateForQueue() const {
+    return max_chunks_ - stats_.in_use > receive_reserve_;
+  }
+  void set_receive_reserve(size_t chunks) { receive_reserve_ = chunks; }
+  size_t receive_reserve() const { return receive_reserve_; }
   // Creates chunks up to `count` in total now, so later Allocate() calls do
   // not touch the heap.
   void Reserve(size_t count);
@@ -148,6 +168,7 @@ class ChunkPool {
                                            &Chunk::free_hook_>>;
   FreeList free_;
   const size_t max_chunks_;
+  size_t receive_reserve_;
   Stats stats_;
 };
 

@@ -392,6 +392,15 @@ std::string Stack::FormatCounters() const {
   const auto& r = reassembler_.stats();
   absl::StrAppend(&out, "reassembly.bytes_held ", r.bytes_held, "\n",
                   "reassembly.peak_bytes_held ", r.peak_bytes_held, "\n");
+  // The payload chunks (chunk.h): what is held now, and the allocations
+  // refused, at the limit (a link drops the frame: rx_dropped) or because
+  // only the receive reserve was left (queued data waits).
+  const auto& c = chunks_.stats();
+  absl::StrAppend(&out, "chunks.in_use ", c.in_use, "\n",
+                  "chunks.max ", chunks_.max_chunks(), "\n",
+                  "chunks.receive_reserve ", chunks_.receive_reserve(), "\n",
+                  "chunks.exhausted ", c.exhausted, "\n",
+                  "chunks.queue_refused ", c.queue_refused, "\n");
   for (const auto& nic : nics_) {
     const link::LinkStats s = nic->link->Stats();
     absl::StrAppend(&out, "link.", nic->name, ".rx_frames ", s.rx_frames,

@@ -43,14 +43,14 @@ bool Connection::writable() const {
 size_t Connection::Write(std::span<const uint8_t> data) {
   if (!writable()) return 0;
   const size_t room = options_.send_buffer - sendq_.size();
-  const size_t n = sendq_.Append(data, room, layer_.chunks_);
+  const size_t n = sendq_.Append(data, room, layer_.send_arena_);
   if (n > 0) MarkOutput();
   return n;
 }
 
 bool Connection::WriteView(buffer::PayloadView view) {
   if (!writable()) return false;
-  sendq_.AppendView(std::move(view), layer_.chunks_);
+  sendq_.AppendView(std::move(view), layer_.send_arena_);
   MarkOutput();
   return true;
 }

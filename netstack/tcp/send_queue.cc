@@ -6,35 +6,28 @@
 namespace netstack::tcp {
 
 size_t SendQueue::Append(std::span<const uint8_t> data, size_t limit,
-                         buffer::ChunkPool& pool) {
+                         buffer::ChunkArena& arena) {
+  // A write shorter than this is not split across two chunks: it takes a
+  // fresh one rather than the last few bytes of the current one.
+  constexpr size_t kMinPiece = 1024;
   size_t taken = 0;
   const size_t want = std::min(data.size(), limit);
   while (taken < want) {
-    if (!tail_chunk_ || tail_used_ == buffer::kChunkSize) {
-      tail_chunk_ = pool.Allocate();
-      tail_used_ = 0;
-      if (!tail_chunk_) break;
-    }
-    const uint32_t n = static_cast<uint32_t>(
-        std::min<size_t>(want - taken, buffer::kChunkSize - tail_used_));
-    std::memcpy(tail_chunk_->unshared_tail(tail_used_).data(),
-                data.data() + taken, n);
-    // Extend the last view when it ends where this write starts.
-    if (!views_.empty()) {
+    const auto room = arena.Room(
+        static_cast<uint32_t>(std::min(want - taken, kMinPiece)));
+    if (room.empty()) break;
+    const uint32_t n =
+        static_cast<uint32_t>(std::min(want - taken, room.size()));
+    std::memcpy(room.data(), data.data() + taken, n);
+    const bool extend = !views_.empty() && arena.Continues(views_.back().view);
+    buffer::PayloadView v = arena.Commit(n);
+    if (extend) {
       Entry& last = views_.back();
-      if (last.view.chunk().get() == tail_chunk_.get() &&
-          last.view.offset() + last.view.size() == tail_used_) {
-        last.view = buffer::PayloadView(tail_chunk_, last.view.offset(),
-                                        last.view.size() + n);
-        tail_used_ += n;
-        taken += n;
-        size_ += n;
-        continue;
-      }
+      last.view = buffer::PayloadView(v.chunk(), last.view.offset(),
+                                      last.view.size() + n);
+    } else {
+      views_.push_back(Entry{end(), std::move(v)});
     }
-    views_.push_back(Entry{end(), buffer::PayloadView(tail_chunk_, tail_used_,
-                                                      n)});
-    tail_used_ += n;
     taken += n;
     size_ += n;
   }
@@ -42,7 +35,7 @@ size_t SendQueue::Append(std::span<const uint8_t> data, size_t limit,
 }
 
 void SendQueue::AppendView(buffer::PayloadView view,
-                           buffer::ChunkPool& pool) {
+                           buffer::ChunkArena& arena) {
   if (view.empty()) return;
   if (!views_.empty()) {
     Entry& last = views_.back();
@@ -57,7 +50,7 @@ void SendQueue::AppendView(buffer::PayloadView view,
     }
   }
   if (view.size() <= kCoalesceMax) {
-    const size_t n = Append(view.bytes(), view.size(), pool);
+    const size_t n = Append(view.bytes(), view.size(), arena);
     if (n == view.size()) return;
     // The pool ran dry part-way: keep the rest as a view.
     view.TrimFront(static_cast<uint32_t>(n));
@@ -117,13 +110,6 @@ void SendQueue::ReleaseTo(SeqNum seq) {
     break;
   }
   if (views_.empty() && seq > head_) head_ = seq;  // the FIN
-  if (views_.empty()) {
-    // Everything is acknowledged: an idle connection pins no chunk (a
-    // gateway holds thousands of them). The next small write takes a
-    // fresh one.
-    tail_chunk_ = buffer::ChunkRef();
-    tail_used_ = 0;
-  }
 }
 
 }  // namespace netstack::tcp

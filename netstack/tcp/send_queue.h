@@ -12,6 +12,7 @@
 
 #include "netstack/base/ring.h"
 #include "netstack/buffer/chunk.h"
+#include "netstack/buffer/chunk_arena.h"
 #include "netstack/buffer/payload_view.h"
 #include "netstack/tcp/seqnum.h"
 
@@ -25,24 +26,25 @@ class SendQueue {
     views_.shrink_to_fit();
     head_ = head;
     size_ = 0;
-    tail_chunk_ = buffer::ChunkRef();
   }
 
   SeqNum head() const { return head_; }
   SeqNum end() const { return head_ + static_cast<uint32_t>(size_); }
   size_t size() const { return size_; }
 
-  // Copies up to `limit` bytes of `data` into chunks from `pool`, filling
-  // the last chunk's free tail first (consecutive small writes become one
-  // view). Returns the bytes taken (less on pool exhaustion).
+  // Copies up to `limit` bytes of `data` into the layer's shared arena
+  // (chunk_arena.h: a connection with a few unacknowledged bytes does not
+  // pin a chunk of its own). Consecutive writes that land next to each
+  // other become one view. Returns the bytes taken (less when the arena's
+  // pool refuses: only its receive reserve is left).
   size_t Append(std::span<const uint8_t> data, size_t limit,
-                buffer::ChunkPool& pool);
+                buffer::ChunkArena& arena);
   // Appends a view as is (zero copy). A view that continues the last one
   // in the same chunk extends it. A small view (at most kCoalesceMax
-  // bytes) is copied into the tail chunk's free space instead, when there
-  // is room: a packet holds at most 16 views, and a one-byte view would
-  // pin a whole chunk for as long as it is unacknowledged.
-  void AppendView(buffer::PayloadView view, buffer::ChunkPool& pool);
+  // bytes) is copied into the arena instead, when it has room: a packet
+  // holds at most 16 views, and a one-byte view would pin a whole chunk
+  // for as long as it is unacknowledged.
+  void AppendView(buffer::PayloadView view, buffer::ChunkArena& arena);
   static constexpr uint32_t kCoalesceMax = 512;
 
   // Views covering [seq, seq + len), at most out.size() of them; returns
@@ -65,9 +67,6 @@ class SendQueue {
   Ring<Entry> views_;
   SeqNum head_;
   size_t size_ = 0;
-  // The chunk Append writes into and the offset of its free tail.
-  buffer::ChunkRef tail_chunk_;
-  uint32_t tail_used_ = 0;
 };
 
 }  // namespace netstack::tcp

@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "netstack/base/time.h"
 #include "netstack/buffer/chunk.h"
+#include "netstack/buffer/chunk_arena.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/eventloop/timer_wheel.h"
 #include "netstack/stack/stack.h"
@@ -210,6 +211,10 @@ class TcpLayer : public stack::TransportHandler {
 
   stack::Stack& stack_;
   buffer::ChunkPool& chunks_;
+  // Where every connection's written bytes are copied (send_queue.h):
+  // shared, so thousands of connections with a short reply in flight
+  // share chunks rather than pinning one each.
+  buffer::ChunkArena send_arena_{chunks_};
   buffer::PacketPool& packets_;
   transport::Notifier& notifier_;
   TcpLayerOptions options_;

@@ -60,6 +60,11 @@ class NetstackdCli(unittest.TestCase):
         self.expect_failure(["--tap", "t0", "--unix_connect",
                              "--addr", "10.0.0.2/24"], 2,
                             "--unix_connect needs --unix")
+        # A GSO size without a GSO mode would do nothing.
+        for gso in (["--gso", "1000"], ["--gso=1000"]):
+            self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",
+                                 *gso], 2, "--gso 1000 needs --swgso or "
+                                           "--hostgso")
 
     def test_bad_service_flags(self):
         base = ["--tap", "t0", "--addr", "10.0.0.2/24"]
@@ -122,14 +127,23 @@ class NetstackdCli(unittest.TestCase):
         with open(log, "w") as f:
             proc = subprocess.Popen(
                 [NETSTACKD, "--tap", "nstcli1", "--netns", self.ns,
-                 "--addr", "10.0.0.2/24", "--pcap", pcap],
+                 "--addr", "10.0.0.2/24", "--addr6", "fd00:5::2/64",
+                 "--echo-port", "7", "--swgso", "--gso", "30000",
+                 "--pcap", pcap],
                 stdout=f, stderr=f)
         try:
             deadline = time.time() + 10
-            while "running on" not in open(log).read():
+            while "netstackd: GSO:" not in open(log).read():
                 self.assertIsNone(proc.poll(), open(log).read())
                 self.assertLess(time.time(), deadline, "did not start")
                 time.sleep(0.05)
+            # The start lines say what runs where.
+            start = open(log).read()
+            self.assertIn("-> tap:nstcli1@", start)
+            self.assertIn("netstackd: addresses: 10.0.0.2/24 fd00:5::2/64\n",
+                          start)
+            self.assertIn("netstackd: services: echo tcp+udp/7\n", start)
+            self.assertIn("netstackd: GSO: software, 30000 bytes\n", start)
             # A second daemon on the same TAP: busy.
             p = run(NETSTACKD, "--tap", "nstcli1", "--netns", self.ns,
                     "--addr", "10.0.0.3/24", check=False)

@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "netstack/backend/backend.h"
 #include "netstack/backend/dns_config.h"
@@ -210,6 +211,10 @@ uint32_t BackendTapQueueLen(uint32_t mtu) {
 absl::Status Usage(std::string message) {
   return absl::InvalidArgumentError(std::move(message));
 }
+
+// Whether --gso was on the command line (this Abseil's flag reflection
+// keeps IsSpecifiedOnCommandLine private).
+bool gso_given = false;
 
 absl::StatusOr<Config> ParseConfig() {
   Config c;
@@ -404,6 +409,17 @@ absl::StatusOr<Config> ParseConfig() {
   if (absl::GetFlag(FLAGS_swgso) && absl::GetFlag(FLAGS_hostgso)) {
     return Usage("--swgso and --hostgso exclude each other");
   }
+  const bool tap_link = !absl::GetFlag(FLAGS_tap).empty() ||
+                        (c.fd >= 0 && c.fd_is_tap);
+  if (gso_given &&
+      !absl::GetFlag(FLAGS_swgso) && !absl::GetFlag(FLAGS_hostgso) &&
+      !(c.backend && tap_link)) {
+    // It sizes the super-segments of a GSO mode; alone it would do
+    // nothing, silently.
+    return Usage(absl::StrCat("--gso ", gso,
+                              " needs --swgso or --hostgso (or --backend on "
+                              "a TAP, where host GSO is the default)"));
+  }
   const bool stream_link = !absl::GetFlag(FLAGS_unix).empty() ||
                            (c.fd >= 0 && !c.fd_is_tap);
   if (absl::GetFlag(FLAGS_hostgso) && stream_link) {
@@ -415,8 +431,6 @@ absl::StatusOr<Config> ParseConfig() {
   // A guest's TAP gets host GSO unless told otherwise: the guest kernel's
   // TSO frames arrive whole and our super-segments reach it whole, so a
   // guest at MTU 1500 moves 64 KiB at a time. --swgso or --gso 0 opt out.
-  const bool tap_link = !absl::GetFlag(FLAGS_tap).empty() ||
-                        (c.fd >= 0 && c.fd_is_tap);
   if (c.backend && tap_link && !absl::GetFlag(FLAGS_swgso) && gso > 0) {
     c.hostgso = static_cast<uint32_t>(gso);
   }
@@ -451,6 +465,49 @@ absl::StatusOr<Config> ParseConfig() {
   return c;
 }
 
+// The lines after "running on": what a user would otherwise have to
+// reconstruct from the flags (addresses, services, the backend's plan).
+std::string StartSummary(const Config& c) {
+  const uint32_t swgso = c.swgso, hostgso = c.hostgso;
+  std::string out;
+  if (c.backend) {
+    const backend::AddressPlan& p = c.backend->plan;
+    absl::StrAppend(&out, "netstackd: backend: ", stack::ToString(p.net4),
+                    " (gateway ", p.gateway4.ToString(), ", DNS ",
+                    p.dns4.ToString(), ", lease ", p.lease4.ToString(), "), ",
+                    stack::ToString(p.net6), " (gateway ",
+                    p.gateway6.ToString(), ", DNS ", p.dns6.ToString(),
+                    "), MTU ", p.mtu, "\n");
+  } else {
+    std::vector<std::string> addrs;
+    for (const auto& a : c.addrs) addrs.push_back(stack::ToString(a));
+    for (const auto& a : c.addrs6) addrs.push_back(stack::ToString(a));
+    absl::StrAppend(&out, "netstackd: addresses: ",
+                    addrs.empty() ? "none" : absl::StrJoin(addrs, " "), "\n");
+    std::vector<std::string> services;
+    if (c.http_port != 0) {
+      services.push_back(absl::StrCat("http tcp/", c.http_port, " (",
+                                      c.http_root, ")"));
+    }
+    if (c.echo_port != 0) {
+      services.push_back(absl::StrCat("echo tcp+udp/", c.echo_port));
+    }
+    if (c.discard_port != 0) {
+      services.push_back(absl::StrCat("discard tcp+udp/", c.discard_port));
+    }
+    absl::StrAppend(&out, "netstackd: services: ",
+                    services.empty() ? "none (ping only)"
+                                     : absl::StrJoin(services, ", "),
+                    "\n");
+  }
+  absl::StrAppend(&out, "netstackd: GSO: ",
+                  hostgso   ? absl::StrCat("host, ", hostgso, " bytes")
+                  : swgso   ? absl::StrCat("software, ", swgso, " bytes")
+                            : std::string("off"),
+                  "\n");
+  return out;
+}
+
 // Calls the outermost endpoint when the base link's fd is readable.
 class LinkHandler : public eventloop::Handler {
  public:
@@ -471,7 +528,9 @@ int Run(const Config& c) {
     const std::string line = RaiseFdLimit(budget);
     std::fputs(line.c_str(), stderr);
   }
-  buffer::ChunkPool chunks(1024);   // 64 MiB of payload chunks at most
+  // 64 MiB of payload chunks at most, an eighth of them kept for receiving
+  // (chunk.h: queued data never takes the chunks its acks need).
+  buffer::ChunkPool chunks(1024);
   buffer::PacketPool packets(16384);
   std::unique_ptr<link::LinkEndpoint> host;
   if (!absl::GetFlag(FLAGS_unix).empty() || (c.fd >= 0 && !c.fd_is_tap)) {
@@ -718,8 +777,9 @@ int Run(const Config& c) {
     std::fprintf(stderr, "netstackd: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "netstackd: running on %s (nic %u), pid %d\n",
-               link->Name().c_str(), *nic, static_cast<int>(getpid()));
+  std::fprintf(stderr, "netstackd: running on %s (nic %u), pid %d\n%s",
+               link->Name().c_str(), *nic, static_cast<int>(getpid()),
+               StartSummary(c).c_str());
   std::fflush(stderr);
   const absl::Status run = loop.Run();
   print_counters("exit");
@@ -762,6 +822,14 @@ int main(int argc, char** argv) {
       "up, 2 for bad flags.");
   netstack::tools::HelpListsFlagsUnder("tools/netstackd/");
   netstack::tools::DashesToUnderscores(argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--") break;
+    if (a == "--gso" || a == "-gso" || a.starts_with("--gso=") ||
+        a.starts_with("-gso=")) {
+      netstack::tools::gso_given = true;
+    }
+  }
   netstack::tools::ParseCommandLineOrExit("netstackd", argc, argv);
   auto config = netstack::tools::ParseConfig();
   if (!config.ok()) {
