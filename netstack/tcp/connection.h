@@ -210,6 +210,9 @@ class Connection {
   void ArmKeepalive(Instant now);
   void OnRetransmitTimer(Instant now);
   void OnPersistTimer(Instant now);
+  // The persist timer, when nothing is in flight and none is scheduled:
+  // a zero window's probe, or a too-small window's override timeout.
+  void ArmPersistIfIdle(Instant now);
   void OnTlpTimer(Instant now);
   void OnDelayedAckTimer(Instant now);
   void OnRackTimer(Instant now);
@@ -338,6 +341,9 @@ class Connection {
   enum class RtxMode : uint8_t { kRto, kPersist, kTlp } rtx_mode_ =
       RtxMode::kRto;
   uint32_t persist_backoff_ = 0;
+  // Set while OnPersistTimer sends: less than a segment may go into a
+  // small window (RFC 9293 3.8.6.2.1, the override timeout).
+  bool sws_override_ = false;
   // Zero-window probes sent since the peer last said anything (Linux's
   // icsk_probes_out): max_retransmits of them abort the connection.
   uint32_t persist_unanswered_ = 0;

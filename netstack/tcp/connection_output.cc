@@ -254,21 +254,24 @@ bool Connection::SendNewData(Instant now, uint64_t limit) {
   uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(
       {avail, usable, cwnd_room, MaxPayload()}));
   if (avail > 0 && len == 0) {
-    if (usable == 0 && snd_una_ == snd_nxt_ && !rtx_timer_.scheduled()) {
-      // Zero window and nothing in flight: probe (RFC 9293 3.8.6.1).
-      rto_deadline_ = kNever;
-      rtx_mode_ = RtxMode::kPersist;
-      layer_.timers_.Schedule(rtx_timer_, now + rtt_.Rto());
-    }
+    // Zero window and nothing in flight: probe (RFC 9293 3.8.6.1).
+    if (usable == 0) ArmPersistIfIdle(now);
     return false;
   }
   if (len < avail) {
     // Not everything fits: send only full segments (sender SWS
     // avoidance, RFC 9293 3.8.6.2.1), unless the window is the limit and
-    // it is at least half the largest window the peer offered.
+    // it is at least half the largest window the peer offered, or the
+    // override timeout fired (OnPersistTimer).
     if (len >= mss_) {
       if (len > mss_) len = len / mss_ * mss_;
-    } else if (!(len == usable && len >= max_snd_wnd_ / 2 && len > 0)) {
+    } else if (!(len == usable && len >= max_snd_wnd_ / 2 && len > 0) &&
+               !sws_override_) {
+      // With nothing in flight no ACK will come to widen the window if
+      // the peer's window update was lost (a guest's ACK of a 64 KiB
+      // segment says 1 KiB, its update to 64 KiB is dropped): without a
+      // timer the connection would wait forever.
+      if (len == usable) ArmPersistIfIdle(now);
       return false;
     }
   } else if (len < mss_ && avail > 0) {
@@ -535,9 +538,26 @@ void Connection::OnRetransmitTimer(Instant now) {
   ScheduleRto(now + rtt_.Rto());
 }
 
+void Connection::ArmPersistIfIdle(Instant now) {
+  if (snd_una_ != snd_nxt_ || rtx_timer_.scheduled()) return;
+  rto_deadline_ = kNever;
+  rtx_mode_ = RtxMode::kPersist;
+  layer_.timers_.Schedule(rtx_timer_, now + rtt_.Rto());
+}
+
 void Connection::OnPersistTimer(Instant now) {
-  if (snd_wnd_ > 0 || sendq_.end() == snd_nxt_) {
+  if (sendq_.end() == snd_nxt_) {
     MarkOutput();
+    return;
+  }
+  if (snd_wnd_ > 0) {
+    // The window is open, but less of it than sender SWS avoidance waits
+    // for, and nothing is in flight: RFC 9293 3.8.6.2.1's override
+    // timeout. Send what fits (Linux: tcp_write_wakeup from the probe
+    // timer); its ACK brings the window as it is now.
+    sws_override_ = true;
+    SendData(now);
+    sws_override_ = false;
     return;
   }
   if (options_.user_timeout > absl::ZeroDuration() &&

@@ -130,6 +130,35 @@ TEST_P(SendTest, ZeroWindowProbesBackOffAndWindowOpeningResumes) {
                               PayloadLen(3000 - 2 * mss_))));
 }
 
+TEST_P(SendTest, SmallWindowWithNothingInFlightIsFilledAfterAnRto) {
+  // Less window than a segment and than half the largest the peer
+  // offered, nothing in flight: sender SWS avoidance waits for a wider
+  // window. If the peer's window update was lost (a Linux guest acks a
+  // 64 KiB segment with 1 KiB of window and updates to 64 KiB 0.2 ms
+  // later; the update was dropped), no ACK will come: the override
+  // timeout (RFC 9293 3.8.6.2.1; Linux's probe timer, tcp_write_wakeup)
+  // sends what fits after an RTO. Without it the backend's faults test
+  // stalled for good after one segment.
+  Open();
+  EXPECT_THAT(Write(1000), SizeIs(1));
+  h().Advance(absl::Milliseconds(10));  // RTO = 200 ms
+  h().peer.window = 4;                  // 4 << 7 = 512 bytes
+  h().SendAck(una_ + 1000);
+  EXPECT_THAT(Write(3000), IsEmpty()) << "less than a segment fits";
+  const Instant t0 = h().now();
+  h().AdvanceTo(t0 + absl::Milliseconds(300));
+  EXPECT_THAT(h().Take(), ElementsAre(Tcp(Seq(una_ + 1000), PayloadLen(512),
+                                          SentAt(t0 + absl::Milliseconds(200)))));
+  // Its ACK opens the window: the rest goes at once.
+  h().peer.window = 100;
+  h().SendAck(una_ + 1512);
+  EXPECT_THAT(h().Take(),
+              ElementsAre(Tcp(Seq(una_ + 1512), PayloadLen(mss_)),
+                          Tcp(Seq(una_ + 1512 + mss_),
+                              PayloadLen(2488 - mss_))));
+  EXPECT_EQ(sock_->Info().zero_window_probes, 0u);
+}
+
 TEST_P(SendTest, UnansweredZeroWindowProbesGiveUp) {
   // A peer that closed its window and then went silent (a guest whose
   // reader stalled, then died) must not pin the connection forever:

@@ -14,8 +14,8 @@ end and S only lo and the other end. G is configured statically
 Shown, over IPv4 and IPv6:
   - curl in G downloads NST_BACKEND_HTTP_BYTES (default 256 MiB) from
     python3's http.server in H: sha256 equal;
-  - socat in G sends NST_BACKEND_STREAM_BYTES (default 256 MiB) to a socat
-    echo server in H and reads them back: sha256 equal;
+  - socat in G sends NST_BACKEND_STREAM_BYTES (default 256 MiB) to
+    echo_server.py in H and reads them back: sha256 equal;
   - a connect to a closed port of H fails with ECONNREFUSED in < 100 ms;
   - a connect to an address H has no route to fails with EHOSTUNREACH or
     ENETUNREACH (an ICMP error from the backend), not a timeout;
@@ -82,6 +82,7 @@ class BackendTcpTest(unittest.TestCase):
         cls.topo = BackendTopology()
         cls.root = tempfile.mkdtemp(prefix="nst-be-www-")
         cls.loop_root = tempfile.mkdtemp(prefix="nst-be-lo-")
+        cls.echo_log = os.path.join(cls.root, "echo.log")
         cls.nd = None
         try:
             cls.topo.setup()
@@ -95,9 +96,8 @@ class BackendTcpTest(unittest.TestCase):
             cls.topo.spawn(h, sys.executable, "-m", "http.server", "--bind",
                            "127.0.0.1", "--directory", cls.loop_root,
                            str(LOOP_PORT))
-            cls.topo.spawn(h, "socat", f"TCP6-LISTEN:{ECHO_PORT},reuseaddr,fork",
-                           "PIPE")
-            for port in (HTTP_PORT, LOOP_PORT, ECHO_PORT):
+            cls.topo.tcp_echo_server(ECHO_PORT, cls.echo_log)
+            for port in (HTTP_PORT, LOOP_PORT):
                 ok = iu.wait_for(lambda: f":{port} " in iu.run(
                     *cls.topo.in_ns(h, "ss", "-ltnH")).stdout, 10)
                 assert ok, f"server on port {port} did not start"
@@ -125,17 +125,7 @@ class BackendTcpTest(unittest.TestCase):
         return out[0], float(out[1])
 
     def stalled(self, nd, label, port):
-        """What a stuck transfer leaves to look at: netstackd's counters,
-        both kernels' view of the connection (ss), and where each socat
-        waits (wchan: sk_stream_wait_memory is a blocking write)."""
-        parts = [iu.diagnose(nd, None, label, port)]
-        for ns in (self.topo.g, self.topo.h):
-            parts.append(f"ss in {ns}:\n" + iu.run(*self.topo.in_ns(
-                ns, "ss", "-tnmieo", f"( sport = :{port} or dport = :{port} )"),
-                check=False).stdout)
-        parts.append(iu.run("ps", "-C", "socat,curl", "-o",
-                            "pid,stat,wchan:32,args", check=False).stdout)
-        return "\n".join(parts)
+        return self.topo.stalled(nd, None, label, port, self.echo_log)
 
     def check_exit(self, nd):
         self.assertEqual(nd.stop(), 0, nd.log())

@@ -9,15 +9,19 @@ as the host.
 
 netstackd() asserts that before it starts netstackd. Namespace names carry
 the test's pid; close() removes them and kills what spawn() started, also
-after a failure. Needs root.
+after a failure. tcp_echo_server() starts echo_server.py in H; stalled()
+gathers what a stuck transfer leaves to look at. Needs root.
 """
 import os
 import subprocess
+import sys
 
 from tests.interop import interop_util as iu
 
 H4, H6 = "198.51.100.1", "2001:db8:1::1"
 G4, G6 = "10.0.2.100", "fd00::100"
+ECHO_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "echo_server.py")
 
 
 class BackendTopology:
@@ -70,6 +74,44 @@ class BackendTopology:
                              stderr=subprocess.DEVNULL)
         self.procs.append(p)
         return p
+
+    def tcp_echo_server(self, port, log=None):
+        """echo_server.py in H on 0.0.0.0:port and [::]:port (a thread
+        each way per connection, so it never blocks on itself as socat's
+        PIPE does); returns once both listen. `log` gets a line per
+        connection."""
+        p = self.spawn(self.h, sys.executable, ECHO_SERVER, str(port),
+                       *(["--log", log] if log else []))
+        want = (f"0.0.0.0:{port} ", f"[::]:{port} ")
+        ok = iu.wait_for(lambda: p.poll() is not None or all(
+            w in iu.run(*self.in_ns(self.h, "ss", "-ltnH")).stdout
+            for w in want), 10)
+        assert ok and p.poll() is None, f"echo server on {port} did not start"
+        return p
+
+    def stalled(self, nd, pcap, label, port, echo_log=None):
+        """What a stuck transfer leaves to look at: netstackd's counters
+        and connections (SIGUSR1, and the pcap's tail if there is one),
+        both kernels' view of the connection (ss), and where every thread
+        of the servers and of socat and curl waits (wchan:
+        sk_stream_wait_memory is a blocking write, sk_wait_data a blocking
+        read, pipe_read/anon_pipe_write a pipe)."""
+        parts = [iu.diagnose(nd, pcap, label, port)]
+        for ns in (self.g, self.h):
+            parts.append(f"ss in {ns}:\n" + iu.run(*self.in_ns(
+                ns, "ss", "-tnmieo", f"( sport = :{port} or dport = :{port} )"),
+                check=False).stdout)
+        pids = [str(p.pid) for p in self.procs if p.poll() is None]
+        pids += iu.run("ps", "-C", "socat,curl", "-o", "pid=",
+                       check=False).stdout.split()
+        if pids:
+            parts.append(iu.run("ps", "-L", "-o", "pid,tid,stat,wchan:32,args",
+                                "-p", ",".join(pids), check=False).stdout)
+        if echo_log and os.path.exists(echo_log):
+            with open(echo_log) as f:
+                parts.append("echo server's finished connections:\n"
+                             + f.read())
+        return "\n".join(parts)
 
     def close(self):
         for p in self.procs:
