@@ -237,7 +237,6 @@ PacketEndpoint::PacketEndpoint(UniqueFd fd, const Config& config,
       pool_(pool),
       spill_(config.spill),
       spills_(config.spill ? config.rx_batch : 0),
-      spill_armed_(config.rx_batch, 0),
       frames_(config.rx_batch),
       tx_hdrs_(kMaxTxBatch),
       tx_iov_(kMaxTxBatch * kTxIovPerPacket),
@@ -378,7 +377,6 @@ void PacketEndpoint::OnReadable(Instant now) {
     size_t iovcnt = 0;
     if (vnet_len_ > 0) m.iov[iovcnt++] = iovec{m.vnet, vnet_len_};
     m.iov[iovcnt++] = iovec{buf, cap};
-    spill_armed_[i] = 0;
     if (spill_ && i < prepared) {
       if (!spills_[i]) {
         spills_[i] = pool_.Allocate();
@@ -390,7 +388,6 @@ void PacketEndpoint::OnReadable(Instant now) {
         uint8_t* base = spills_[i]->mutable_data().data();
         m.iov[iovcnt++] = iovec{base + kRxPad + cap,
                                 buffer::kChunkSize - kRxPad - cap};
-        spill_armed_[i] = 1;
       }
     }
     mmsghdr& h = rx_hdrs_[i];
@@ -437,7 +434,10 @@ bool PacketEndpoint::TakeFrame(size_t msg, size_t slot, bool have_slot,
   const size_t n = h.msg_len;
   size_t len = n >= vnet_len_ ? n - vnet_len_ : 0;
   const size_t cap = slots_.slot_size() - kRxPad;
-  const bool spilled = len > cap && spill_armed_[msg] != 0;
+  // Only a message that had a spill iovec can be longer than its slot
+  // (the chunk is taken only here, by this message's frame).
+  const bool spilled =
+      len > cap && have_slot && spill_ && spills_[msg];
   if ((h.msg_hdr.msg_flags & MSG_TRUNC) != 0 ||
       (len > max_frame_ && !spilled)) {
     ++fd_stats_.rx_truncated;

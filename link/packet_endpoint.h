@@ -210,11 +210,10 @@ class PacketEndpoint final : public LinkEndpoint {
   std::vector<RxMsg> rx_msgs_;
   std::unique_ptr<uint8_t[]> scratch_;  // frames with no slot are dropped
   // accept_oversized: a spill chunk per message (empty: none yet, or the
-  // last one went out with its frame) and whether this batch gave it one.
+  // last one went out with its frame, or the pool had none).
   buffer::ChunkPool& pool_;
   const bool spill_;
   std::vector<buffer::ChunkRef> spills_;
-  std::vector<uint8_t> spill_armed_;
   bool warned_oversized_ = false;
   std::vector<InboundFrame> frames_;
 

@@ -169,6 +169,26 @@ class BackendTest : public ::testing::Test {
                     .ok());
     return s;
   }
+  // Opens `n` guest flows to `l` (listening with room for them) and waits
+  // until the host accepted each and each guest is established.
+  void OpenFlows(HostListener& l, int n,
+                 std::vector<std::unique_ptr<tcp::TcpSocket>>& guests,
+                 std::vector<int>& hosts, bool nodelay = false) {
+    for (int i = 0; i < n; ++i) {
+      guests.push_back(Connect(l.port));
+      if (nodelay) guests.back()->SetNoDelay(true);
+    }
+    ASSERT_TRUE(RunUntil([&] {
+      for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
+      return hosts.size() == static_cast<size_t>(n);
+    }));
+    ASSERT_TRUE(RunUntil([&] {
+      for (auto& g : guests) {
+        if (g->state() != tcp::TcpState::kEstablished) return false;
+      }
+      return true;
+    }));
+  }
   uint64_t End(FlowEnd e) const {
     return backend_->counters().tcp_ends[static_cast<size_t>(e)];
   }
@@ -514,11 +534,7 @@ TEST_F(BackendTest, IdleFlowsPinNoChunks) {
   constexpr int kFlows = 100;
   std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
   std::vector<int> hosts;
-  for (int i = 0; i < kFlows; ++i) guests.push_back(Connect(l.port));
-  ASSERT_TRUE(RunUntil([&] {
-    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
-    return hosts.size() == kFlows;
-  }));
+  ASSERT_NO_FATAL_FAILURE(OpenFlows(l, kFlows, guests, hosts));
   // Each host says a few bytes; each guest reads them; then all idle.
   for (int fd : hosts) ASSERT_EQ(send(fd, "hello", 5, MSG_NOSIGNAL), 5);
   size_t got = 0;
@@ -548,17 +564,7 @@ TEST_F(BackendTest, RepliesInFlightShareChunks) {
   constexpr int kFlows = 300;
   std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
   std::vector<int> hosts;
-  for (int i = 0; i < kFlows; ++i) guests.push_back(Connect(l.port));
-  ASSERT_TRUE(RunUntil([&] {
-    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
-    return hosts.size() == kFlows;
-  }));
-  ASSERT_TRUE(RunUntil([&] {
-    for (auto& g : guests) {
-      if (g->state() != tcp::TcpState::kEstablished) return false;
-    }
-    return true;
-  }));
+  ASSERT_NO_FATAL_FAILURE(OpenFlows(l, kFlows, guests, hosts));
   RunUntil([] { return false; }, absl::Milliseconds(50));
   const size_t idle = pool_->stats().in_use;
   guest_silent_ = true;  // no acks: every reply stays in flight
@@ -596,20 +602,7 @@ TEST_F(BackendTest, SegmentsHeldBeyondHolesShareChunks) {
   constexpr int kFlows = 300;
   std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
   std::vector<int> hosts;
-  for (int i = 0; i < kFlows; ++i) {
-    guests.push_back(Connect(l.port));
-    guests.back()->SetNoDelay(true);
-  }
-  ASSERT_TRUE(RunUntil([&] {
-    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
-    return hosts.size() == kFlows;
-  }));
-  ASSERT_TRUE(RunUntil([&] {
-    for (auto& g : guests) {
-      if (g->state() != tcp::TcpState::kEstablished) return false;
-    }
-    return true;
-  }));
+  ASSERT_NO_FATAL_FAILURE(OpenFlows(l, kFlows, guests, hosts, /*nodelay=*/true));
   RunUntil([] { return false; }, absl::Milliseconds(50));
   const size_t idle = pool_->stats().in_use;
   // Each flow's first data segment is lost; its second waits beyond the
@@ -658,11 +651,7 @@ TEST_F(BackendTest, BulkRepliesLargerThanThePoolDoNotDeadlock) {
   constexpr int kFlows = 8;
   std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
   std::vector<int> hosts;
-  for (int i = 0; i < kFlows; ++i) guests.push_back(Connect(l.port));
-  ASSERT_TRUE(RunUntil([&] {
-    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
-    return hosts.size() == kFlows;
-  }));
+  ASSERT_NO_FATAL_FAILURE(OpenFlows(l, kFlows, guests, hosts));
   std::vector<std::vector<uint8_t>> data, got(kFlows);
   for (int i = 0; i < kFlows; ++i) {
     data.push_back(Pattern(2 << 20, static_cast<uint8_t>(i)));

@@ -49,7 +49,6 @@ class ChunkArena {
     chunk_ = ChunkRef();
     fill_ = 0;
   }
-  bool holds_chunk() const { return static_cast<bool>(chunk_); }
   // Whether Room(min) would succeed now.
   bool HasRoom(uint32_t min) const {
     if (chunk_ && (chunk_->refs() == 1 || kChunkSize - fill_ >= min)) {

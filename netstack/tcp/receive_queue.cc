@@ -110,12 +110,7 @@ ReceiveQueue::InsertResult ReceiveQueue::Insert(SeqNum seq,
     // let the slot go at once. Across thousands of flows, each with a
     // segment beyond a hole, that is the difference between a few chunks
     // and a chunk per flow. Loss recovery, not the fast path.
-    buffer::PayloadView copy = CopyCompact(data.bytes());
-    if (!copy.empty()) {
-      data = std::move(copy);
-      slot = 0;
-      ++collapsed_;
-    }
+    (void)Compact(data, slot);
   }
   if (!MakeRoom(seq, data, slot, &res)) {
     res.dropped = true;
@@ -246,27 +241,24 @@ bool ReceiveQueue::MakeRoom(SeqNum seq, buffer::PayloadView& data,
   Collapse();
   if (!OverLimit(charge)) return true;
   // The segment itself is wasteful: hold a compact copy of it instead.
-  if (arena_ != nullptr && Wasteful(charge, len)) {
-    buffer::PayloadView copy = CopyCompact(data.bytes());
-    if (!copy.empty()) {
-      data = std::move(copy);
-      slot = 0;
-      charge = size_t{len} + kViewOverhead;
-      ++collapsed_;
-      if (!OverLimit(charge)) return true;
-    }
+  if (arena_ != nullptr && Wasteful(charge, len) && Compact(data, slot)) {
+    charge = size_t{len} + kViewOverhead;
+    if (!OverLimit(charge)) return true;
   }
   res->pruned = PruneAbove(seq, charge);
   return !OverLimit(charge);
 }
 
-buffer::PayloadView ReceiveQueue::CopyCompact(std::span<const uint8_t> bytes) {
-  const uint32_t n = static_cast<uint32_t>(bytes.size());
-  if (arena_ == nullptr || n == 0 || n > buffer::kChunkSize) return {};
+bool ReceiveQueue::Compact(buffer::PayloadView& data, uint32_t& slot) {
+  const uint32_t n = data.size();
+  if (arena_ == nullptr || n == 0 || n > buffer::kChunkSize) return false;
   const auto room = arena_->Room(n);
-  if (room.empty()) return {};
-  std::memcpy(room.data(), bytes.data(), n);
-  return arena_->Commit(n);
+  if (room.empty()) return false;
+  std::memcpy(room.data(), data.bytes().data(), n);
+  data = arena_->Commit(n);
+  slot = 0;
+  ++collapsed_;
+  return true;
 }
 
 void ReceiveQueue::Collapse() {

@@ -171,9 +171,10 @@ class ReceiveQueue {
   bool OverLimit(size_t extra) const { return charge_ + extra > Limit(); }
   // Copies every wasteful view into compact chunks.
   void Collapse();
-  // Copies `bytes` into the arena; the view of them, or an empty view if
-  // no chunk could be had (only the pool's receive reserve left).
-  buffer::PayloadView CopyCompact(std::span<const uint8_t> bytes);
+  // Replaces `data` by a copy in the arena (its slot becomes 0, counted
+  // in collapsed_); false, leaving both, if no chunk could be had (only
+  // the pool's receive reserve left).
+  bool Compact(buffer::PayloadView& data, uint32_t& slot);
   // Removes out-of-order views from the top while over the limit and
   // above `seq`.
   uint32_t PruneAbove(SeqNum seq, size_t extra);
