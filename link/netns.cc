@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "link/fd_util.h"
@@ -94,6 +95,31 @@ absl::StatusOr<int> OpenInNetns(
   });
   if (!s.ok()) return s;
   return fd;
+}
+
+absl::Status RunInNetnsFd(int netns_fd,
+                          absl::FunctionRef<absl::Status()> fn) {
+  absl::Status result;
+  std::thread worker([&] {
+    if (::setns(netns_fd, CLONE_NEWNET) != 0) {
+      const int err = errno;
+      if (err == EPERM) {
+        result = absl::PermissionDeniedError(absl::StrCat(
+            "entering the guest's network namespace needs CAP_SYS_ADMIN "
+            "over its user namespace: ",
+            std::strerror(err)));
+      } else if (err == EINVAL) {
+        result = absl::InvalidArgumentError(
+            "that file is not a network namespace");
+      } else {
+        result = ErrnoStatus(err, "setns into the guest's network namespace");
+      }
+      return;
+    }
+    result = fn();
+  });
+  worker.join();
+  return result;
 }
 
 }  // namespace netstack::link

@@ -50,6 +50,19 @@ absl::StatusOr<int> OpenInNetns(
     const std::string& netns_name,
     absl::FunctionRef<absl::StatusOr<int>()> open_fn);
 
+// Runs `fn` on a short-lived thread that has entered the network namespace
+// `netns_fd` (an fd of /proc/PID/ns/net, of a `ip netns` bind mount, or one
+// netstackd made), and returns fn's status once the thread has ended. The
+// calling thread never moves, so this works where switching back would be
+// refused: a process inside a user namespace of its own cannot setns(2)
+// back into a namespace that the initial user namespace owns. Fds that
+// `fn` creates keep their namespace, as with RunInNetns.
+//
+// Errors (fn is not run): PermissionDenied without CAP_SYS_ADMIN over the
+// namespace's user namespace; InvalidArgument when `netns_fd` is not a
+// network namespace.
+absl::Status RunInNetnsFd(int netns_fd, absl::FunctionRef<absl::Status()> fn);
+
 }  // namespace netstack::link
 
 #endif  // NETSTACK_LINK_NETNS_H_

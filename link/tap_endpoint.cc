@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "link/netns.h"
 
 namespace netstack::link {
@@ -92,7 +94,7 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
   // the fd's opener).
   UniqueFd tun;
   UniqueFd ctl;
-  absl::Status opened = RunInNetns(options.netns, [&]() -> absl::Status {
+  auto open_both = [&]() -> absl::Status {
     tun.reset(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
     if (!tun.valid()) {
       const int err = errno;
@@ -101,12 +103,25 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
             "/dev/net/tun is missing: the kernel has no TUN/TAP support "
             "(modprobe tun)");
       }
+      if (err == EACCES || err == EPERM) {
+        struct stat st;
+        const bool got = ::stat("/dev/net/tun", &st) == 0;
+        return absl::PermissionDeniedError(absl::StrCat(
+            "open /dev/net/tun: ", std::strerror(err),
+            got ? absl::StrFormat(" (its mode is %04o)", st.st_mode & 07777)
+                : std::string(),
+            ": this user may not open it. Debian's udev rule makes it 0666 "
+            "(chmod 0666 /dev/net/tun), or run as root"));
+      }
       return ErrnoStatus(err, "open /dev/net/tun");
     }
     ctl.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (!ctl.valid()) return ErrnoStatus(errno, "control socket");
     return absl::OkStatus();
-  });
+  };
+  absl::Status opened = options.netns_fd >= 0
+                            ? RunInNetnsFd(options.netns_fd, open_both)
+                            : RunInNetns(options.netns, open_both);
   if (!opened.ok()) return opened;
 
   ifreq ifr;

@@ -63,6 +63,11 @@ struct TapOptions {
   // Network namespace (a name under /var/run/netns) the TAP is created or
   // attached in; empty = the calling thread's.
   std::string netns;
+  // Or the namespace as an open fd (netstackd's sandbox, --netns-pid):
+  // the device is opened on a short-lived thread that enters it
+  // (link::RunInNetnsFd), so a process in a user namespace of its own can
+  // use it. -1: `netns`. Not both.
+  int netns_fd = -1;
   // L3 MTU. 0: use the interface's current MTU (1500 for a new TAP).
   // Otherwise it is set on the interface (SIOCSIFMTU).
   uint32_t mtu = 0;

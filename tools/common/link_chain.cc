@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
   if (!options.tap_name.empty()) {
     auto o = CommonOptions<link::TapOptions>(options);
     o.name = options.tap_name;
+    o.netns_fd = options.tap_netns_fd;
     o.tx_queue_len = options.tap_tx_queue_len;
     auto ep = link::TapEndpoint::Open(o, chunks);
     if (!ep.ok()) return ep.status();

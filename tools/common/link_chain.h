@@ -33,6 +33,7 @@ struct HostLinkOptions {
   std::string tap_name;
   int tap_fd = -1;  // a TAP a parent opened (TapEndpoint::FromFd); owned
   std::string netns;  // empty: ours
+  int tap_netns_fd = -1;  // with tap_name: its namespace as an fd (not owned)
   uint32_t mtu = 0;   // 0: the interface's (TAP: the endpoint's default)
   std::optional<wire::MacAddress> mac;
   uint32_t host_gso_max_size = 0;  // > 0: host GSO with this size

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <csignal>
@@ -48,11 +49,15 @@
 #include "tools/common/link_chain.h"
 #include "tools/common/stack_runtime.h"
 #include "tools/netstackd/fd_limit.h"
+#include "tools/netstackd/rtnl.h"
+#include "tools/netstackd/sandbox.h"
 #include "tools/netstackd/services/discard_service.h"
 #include "tools/netstackd/services/echo_service.h"
 #include "tools/netstackd/services/http_server.h"
 #include "tools/netstackd/services/service.h"
 #include "link/fault_injector.h"
+#include "link/fd_util.h"
+#include "link/netns.h"
 #include "link/unix_stream_endpoint.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
@@ -172,6 +177,30 @@ ABSL_FLAG(int, max_udp_flows, 1024,
           "port unreachable and backend.udp.refused.limit counts it.");
 ABSL_FLAG(int, discard_port, 0,
           "Run discard (RFC 863) on this TCP and UDP port; 0 = off.");
+ABSL_FLAG(bool, no_dns_config, false,
+          "With -- CMD: leave CMD's /etc/resolv.conf alone (by default CMD "
+          "sees one naming the DNS address, bind-mounted in a mount "
+          "namespace of its own).");
+ABSL_FLAG(int, netns_pid, 0,
+          "Backend for the network namespace of process PID (as "
+          "slirp4netns): a TAP (--tap NAME, default tap0) is made there and "
+          "configured with the plan's addresses and default routes; "
+          "netstackd quits when PID exits.");
+ABSL_FLAG(int, userns_pid, 0,
+          "With --netns-pid or --netns: enter the user namespace of this "
+          "process first (rootless; when netstackd is not root and this is "
+          "not given, --netns-pid enters PID's).");
+ABSL_FLAG(std::string, userns, "",
+          "With --netns-pid or --netns: enter the user namespace at this "
+          "path first (e.g. /proc/PID/ns/user).");
+ABSL_FLAG(int, ready_fd, -1,
+          "Write one byte to this fd once the guest's network is up (and "
+          "CMD started), then close it.");
+ABSL_FLAG(int, exit_fd, -1,
+          "Quit when this fd is closed at its other end (reads EOF).");
+ABSL_FLAG(bool, verbose, false,
+          "With -- CMD: print the start lines and the counters at exit "
+          "(otherwise netstackd is silent but for errors).");
 
 namespace netstack::tools {
 namespace {
@@ -196,7 +225,21 @@ struct Config {
   bool fd_is_tap = false;
   // --backend
   std::optional<backend::BackendConfig> backend;
+  // The guest's namespace when netstackd makes or joins it.
+  enum class Guest { kNone, kRun, kNetnsPid, kNetnsPath };
+  Guest guest = Guest::kNone;
+  std::vector<std::string> command;  // kRun: CMD and its arguments
+  std::string netns_path;            // kNetnsPath: a name or a path
+  std::string guest_ifname = "tap0";
+  bool dns_config = true;
+  int ready_fd = -1;
+  int exit_fd = -1;
+  bool quiet = false;  // kRun without --verbose
 };
+
+// CMD, the arguments after "--" (split off before the flags are parsed).
+std::vector<std::string> command_line;
+bool have_command = false;
 
 constexpr int kBackendDefaultMtu = 65520;
 
@@ -216,14 +259,105 @@ absl::Status Usage(std::string message) {
 // keeps IsSpecifiedOnCommandLine private).
 bool gso_given = false;
 
+// An fd handed over by our parent (--ready-fd, --exit-fd): open, and not
+// passed on to CMD.
+absl::Status InheritedFd(const char* flag, int fd) {
+  if (fd == -1) return absl::OkStatus();
+  if (fd < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+    return Usage(absl::StrCat("--", flag, " ", fd,
+                              " is not open in this process"));
+  }
+  return absl::OkStatus();
+}
+
+// -- CMD, --netns-pid, or --netns without a link: netstackd makes the TAP
+// in the guest's namespace and configures it.
+absl::Status ParseGuest(Config& c) {
+  const bool other_link = !absl::GetFlag(FLAGS_packet).empty() ||
+                          !absl::GetFlag(FLAGS_unix).empty() ||
+                          absl::GetFlag(FLAGS_fd) != -1;
+  const std::string netns = absl::GetFlag(FLAGS_netns);
+  const int netns_pid = absl::GetFlag(FLAGS_netns_pid);
+  if (have_command) {
+    if (command_line.empty()) {
+      return Usage("\"--\" must be followed by the command to run "
+                   "(netstackd [FLAGS] -- CMD [ARGS...])");
+    }
+    if (netns_pid != 0 || !netns.empty()) {
+      return Usage("-- CMD makes its own network namespace; --netns and "
+                   "--netns-pid attach to one that exists");
+    }
+    c.guest = Config::Guest::kRun;
+    c.command = command_line;
+  } else if (netns_pid != 0) {
+    if (netns_pid < 1) {
+      return Usage(absl::StrCat("--netns-pid ", netns_pid,
+                                " is not a process id"));
+    }
+    if (!netns.empty()) {
+      return Usage("--netns and --netns-pid exclude each other");
+    }
+    c.guest = Config::Guest::kNetnsPid;
+  } else if (!netns.empty() && absl::GetFlag(FLAGS_tap).empty() &&
+             !other_link) {
+    c.guest = Config::Guest::kNetnsPath;
+    c.netns_path = netns;
+  }
+  const bool attach = c.guest == Config::Guest::kNetnsPid ||
+                      c.guest == Config::Guest::kNetnsPath;
+  if ((absl::GetFlag(FLAGS_userns_pid) != 0 ||
+       !absl::GetFlag(FLAGS_userns).empty()) && !attach) {
+    return Usage("--userns and --userns-pid go with --netns-pid or --netns");
+  }
+  if (absl::GetFlag(FLAGS_userns_pid) != 0 &&
+      !absl::GetFlag(FLAGS_userns).empty()) {
+    return Usage("--userns and --userns-pid exclude each other");
+  }
+  if (absl::GetFlag(FLAGS_userns_pid) < 0) {
+    return Usage(absl::StrCat("--userns-pid ", absl::GetFlag(FLAGS_userns_pid),
+                              " is not a process id"));
+  }
+  if (absl::GetFlag(FLAGS_no_dns_config) && c.guest != Config::Guest::kRun) {
+    return Usage("--no-dns-config goes with -- CMD");
+  }
+  if (auto s = InheritedFd("ready-fd", absl::GetFlag(FLAGS_ready_fd));
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = InheritedFd("exit-fd", absl::GetFlag(FLAGS_exit_fd)); !s.ok()) {
+    return s;
+  }
+  c.ready_fd = absl::GetFlag(FLAGS_ready_fd);
+  c.exit_fd = absl::GetFlag(FLAGS_exit_fd);
+  if (c.guest == Config::Guest::kNone) return absl::OkStatus();
+  if (other_link) {
+    return Usage("-- CMD, --netns-pid and --netns (without --tap) make their "
+                 "own TAP in the guest's namespace: no --packet, --unix or "
+                 "--fd");
+  }
+  if (!absl::GetFlag(FLAGS_tap).empty()) {
+    c.guest_ifname = absl::GetFlag(FLAGS_tap);
+  }
+  if (c.guest_ifname.size() > 15) {
+    return Usage(absl::StrCat("--tap: interface name '", c.guest_ifname,
+                              "' is longer than 15 bytes"));
+  }
+  c.dns_config = !absl::GetFlag(FLAGS_no_dns_config);
+  c.quiet = c.guest == Config::Guest::kRun && !absl::GetFlag(FLAGS_verbose);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Config> ParseConfig() {
   Config c;
+  if (absl::Status s = ParseGuest(c); !s.ok()) return s;
+  const bool own_tap = c.guest != Config::Guest::kNone;
   const int links = !absl::GetFlag(FLAGS_tap).empty() +
                     !absl::GetFlag(FLAGS_packet).empty() +
                     !absl::GetFlag(FLAGS_unix).empty() +
                     (absl::GetFlag(FLAGS_fd) != -1);
-  if (links != 1) {
-    return Usage("exactly one of --tap, --packet, --unix or --fd is required");
+  if (links != 1 && !own_tap) {
+    return Usage("exactly one of --tap, --packet, --unix or --fd is required "
+                 "(or -- CMD, --netns-pid PID or --netns NS alone)");
   }
   const std::string fd_type = absl::GetFlag(FLAGS_fd_type);
   if (absl::GetFlag(FLAGS_fd) != -1) {
@@ -265,7 +399,7 @@ absl::StatusOr<Config> ParseConfig() {
     if (!cidr) return Usage(absl::StrCat("--addr6: bad IPv6 CIDR '", a, "' (want e.g. fd00::2/64)"));
     c.addrs6.push_back(*cidr);
   }
-  if (absl::GetFlag(FLAGS_backend)) {
+  if (absl::GetFlag(FLAGS_backend) || own_tap) {
     if (!c.addrs.empty() || !c.addrs6.empty() ||
         !absl::GetFlag(FLAGS_gateway).empty()) {
       return Usage("--backend takes its addresses from --net and --net6; "
@@ -410,7 +544,7 @@ absl::StatusOr<Config> ParseConfig() {
     return Usage("--swgso and --hostgso exclude each other");
   }
   const bool tap_link = !absl::GetFlag(FLAGS_tap).empty() ||
-                        (c.fd >= 0 && c.fd_is_tap);
+                        (c.fd >= 0 && c.fd_is_tap) || own_tap;
   if (gso_given &&
       !absl::GetFlag(FLAGS_swgso) && !absl::GetFlag(FLAGS_hostgso) &&
       !(c.backend && tap_link)) {
@@ -518,6 +652,17 @@ class LinkHandler : public eventloop::Handler {
   link::LinkEndpoint& link_;
 };
 
+// A Handler that calls `fn` when its fd is readable (or hung up).
+class OnReadableFn : public eventloop::Handler {
+ public:
+  explicit OnReadableFn(absl::AnyInvocable<void(Instant)> fn)
+      : fn_(std::move(fn)) {}
+  void OnReadable(Instant now) override { fn_(now); }
+
+ private:
+  absl::AnyInvocable<void(Instant)> fn_;
+};
+
 int Run(const Config& c) {
   if (c.backend) {
     // One host fd per flow: the limit must cover the flow limits.
@@ -526,7 +671,52 @@ int Run(const Config& c) {
     budget.udp_flows = c.backend->limits.max_udp_flows;
     budget.ping_flows = backend::PingOptions{}.max_flows;
     const std::string line = RaiseFdLimit(budget);
-    std::fputs(line.c_str(), stderr);
+    if (!c.quiet || absl::StrContains(line, "warning")) {
+      std::fputs(line.c_str(), stderr);
+    }
+  }
+  // The guest's namespace, when we make or join it. Before any thread: a
+  // user namespace needs a single-threaded process.
+  link::UniqueFd guest_netns;
+  link::UniqueFd watched_pid;  // --netns-pid: quit when it exits
+  std::string watched_path;    // --netns: quit when it is gone
+  struct stat watched_stat {};
+  {
+    absl::Status s = absl::OkStatus();
+    if (!absl::GetFlag(FLAGS_userns).empty()) {
+      s = JoinUserns(absl::GetFlag(FLAGS_userns));
+    } else if (absl::GetFlag(FLAGS_userns_pid) != 0) {
+      s = JoinUserns(
+          absl::StrCat("/proc/", absl::GetFlag(FLAGS_userns_pid), "/ns/user"));
+    }
+    absl::StatusOr<link::UniqueFd> ns = link::UniqueFd();
+    if (!s.ok()) {
+      ns = s;
+    } else if (c.guest == Config::Guest::kRun) {
+      bool made_userns = false;
+      ns = MakeGuestNetns(&made_userns);
+    } else if (c.guest == Config::Guest::kNetnsPid) {
+      const bool join = geteuid() != 0 && absl::GetFlag(FLAGS_userns).empty() &&
+                        absl::GetFlag(FLAGS_userns_pid) == 0;
+      ns = OpenNetnsOfPid(absl::GetFlag(FLAGS_netns_pid), join, &watched_pid);
+      if (!ns.ok()) {
+        ns = absl::Status(ns.status().code(),
+                          absl::StrCat("--netns-pid ",
+                                       absl::GetFlag(FLAGS_netns_pid), ": ",
+                                       ns.status().message()));
+      }
+    } else if (c.guest == Config::Guest::kNetnsPath) {
+      ns = OpenNetnsPath(c.netns_path, &watched_path);
+      if (ns.ok() && fstat(ns->get(), &watched_stat) != 0) {
+        ns = link::ErrnoStatus(errno, absl::StrCat("stat ", watched_path));
+      }
+    }
+    if (!ns.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n",
+                   std::string(ns.status().message()).c_str());
+      return 1;
+    }
+    guest_netns = std::move(*ns);
   }
   // 64 MiB of payload chunks at most, an eighth of them kept for receiving
   // (chunk.h: queued data never takes the chunks its acks need).
@@ -553,6 +743,10 @@ int Run(const Config& c) {
   } else {
     HostLinkOptions o;
     o.tap_name = absl::GetFlag(FLAGS_tap);
+    if (guest_netns.valid()) {
+      o.tap_name = c.guest_ifname;
+      o.tap_netns_fd = guest_netns.get();
+    }
     o.tap_fd = c.fd;
     if (o.tap_name.empty() && c.fd < 0) {
       o.packet_interface = absl::GetFlag(FLAGS_packet);
@@ -562,7 +756,7 @@ int Run(const Config& c) {
     o.mtu = c.backend ? c.backend->plan.mtu
                       : static_cast<uint32_t>(absl::GetFlag(FLAGS_mtu));
     o.host_gso_max_size = c.hostgso;
-    if (c.backend && !o.tap_name.empty()) {
+    if (c.backend && !o.tap_name.empty() && !guest_netns.valid()) {
       // The guest's frames wait in the TAP's queue until we read them:
       // room for a full receive window of MTU-sized frames, so a burst the
       // window allows is not dropped there.
@@ -575,6 +769,30 @@ int Run(const Config& c) {
       return 1;
     }
     host = *std::move(opened);
+  }
+  if (guest_netns.valid()) {
+    // The guest's side: lo and the TAP up, the plan's addresses (the
+    // DHCP lease's, and host ::100 of the IPv6 prefix), default routes.
+    const backend::AddressPlan& p = c.backend->plan;
+    GuestInterface g;
+    g.name = c.guest_ifname;
+    g.mtu = p.mtu;
+    // Room for a full receive window of MTU-sized frames: the guest's
+    // frames wait in the TAP's queue until we read them.
+    g.tx_queue_len = BackendTapQueueLen(p.mtu);
+    g.addr4 = stack::Ipv4Cidr{p.lease4, p.net4.prefix_len};
+    g.gateway4 = p.gateway4;
+    g.addr6 = stack::Ipv6Cidr{p.net6.address, p.net6.prefix_len};
+    g.addr6.address.bytes[14] = 0x01;
+    g.addr6.address.bytes[15] = 0x00;
+    g.gateway6 = p.gateway6;
+    absl::Status s = link::RunInNetnsFd(
+        guest_netns.get(), [&] { return ConfigureGuestInterface(g); });
+    if (!s.ok()) {
+      std::fprintf(stderr, "netstackd: guest interface: %s\n",
+                   std::string(s.message()).c_str());
+      return 1;
+    }
   }
   LinkDecorators decorators;
   decorators.pcap = absl::GetFlag(FLAGS_pcap);
@@ -764,11 +982,19 @@ int Run(const Config& c) {
     std::fprintf(stderr, "netstackd: counters (%s):\n%s", why, text.c_str());
     std::fflush(stderr);
   };
+  // CMD, once it runs: SIGINT, SIGTERM and SIGHUP go on to it, and we
+  // stop when it exits.
+  std::optional<SandboxCommand> command;
+  int exit_status = 0;
+  std::vector<int> signals = {SIGINT, SIGTERM, SIGUSR1};
+  if (c.guest == Config::Guest::kRun) signals.push_back(SIGHUP);
   if (auto s = loop.HandleSignals(
-          {SIGINT, SIGTERM, SIGUSR1},
+          signals,
           [&](int signo, Instant) {
             if (signo == SIGUSR1) {
               print_counters("SIGUSR1");
+            } else if (command) {
+              command->Signal(signo);
             } else {
               loop.Stop();
             }
@@ -777,17 +1003,93 @@ int Run(const Config& c) {
     std::fprintf(stderr, "netstackd: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "netstackd: running on %s (nic %u), pid %d\n%s",
-               link->Name().c_str(), *nic, static_cast<int>(getpid()),
-               StartSummary(c).c_str());
-  std::fflush(stderr);
+  if (!c.quiet) {
+    std::fprintf(stderr, "netstackd: running on %s (nic %u), pid %d\n%s",
+                 link->Name().c_str(), *nic, static_cast<int>(getpid()),
+                 StartSummary(c).c_str());
+    std::fflush(stderr);
+  }
+  // Readable when what we watch is gone: CMD, the --netns-pid process, the
+  // --exit-fd's other end.
+  OnReadableFn watch_command([&](Instant) {
+    if (command && command->Reap(&exit_status)) {
+      (void)loop.Remove(command->pidfd());
+      loop.Stop();
+    }
+  });
+  OnReadableFn watch_pid([&](Instant) {
+    (void)loop.Remove(watched_pid.get());
+    loop.Stop();
+  });
+  OnReadableFn watch_exit_fd([&](Instant) {
+    char byte;
+    const ssize_t n = read(c.exit_fd, &byte, 1);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      (void)loop.Remove(c.exit_fd);
+      loop.Stop();
+    }
+  });
+  // --netns PATH: checked once a second (`ip netns del` unmounts it).
+  eventloop::Timer netns_check;
+  netns_check.set_callback([&](Instant now) {
+    struct stat now_stat;
+    if (stat(watched_path.c_str(), &now_stat) != 0 ||
+        now_stat.st_dev != watched_stat.st_dev ||
+        now_stat.st_ino != watched_stat.st_ino) {
+      std::fprintf(stderr, "netstackd: %s is gone; quitting\n",
+                   watched_path.c_str());
+      loop.Stop();
+      return;
+    }
+    loop.timers().Schedule(netns_check, now + absl::Seconds(1));
+  });
+  auto watch = [&](int fd, eventloop::Handler* h) -> bool {
+    if (auto s = loop.Add(fd, eventloop::EventLoop::kReadable, h); !s.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n", std::string(s.message()).c_str());
+      return false;
+    }
+    return true;
+  };
+  if (watched_pid.valid() && !watch(watched_pid.get(), &watch_pid)) return 1;
+  if (c.exit_fd >= 0 && !watch(c.exit_fd, &watch_exit_fd)) return 1;
+  if (!watched_path.empty()) {
+    loop.timers().Schedule(netns_check, loop.Now() + absl::Seconds(1));
+  }
+  if (c.guest == Config::Guest::kRun) {
+    SandboxCommand::Options o;
+    o.argv = c.command;
+    o.netns_fd = guest_netns.get();
+    if (c.dns_config) {
+      const backend::AddressPlan& p = c.backend->plan;
+      o.resolv_conf = absl::StrCat("# netstackd: the guest's DNS address\n",
+                                   "nameserver ", p.dns4.ToString(), "\n",
+                                   "nameserver ", p.dns6.ToString(), "\n");
+    }
+    absl::StatusOr<SandboxCommand> started = SandboxCommand::Start(o);
+    if (!started.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n",
+                   std::string(started.status().message()).c_str());
+      return absl::IsNotFound(started.status()) ? 127 : 126;
+    }
+    command.emplace(std::move(*started));
+    if (!watch(command->pidfd(), &watch_command)) return 1;
+  }
+  if (c.ready_fd >= 0) {
+    const char ready = '1';
+    if (write(c.ready_fd, &ready, 1) != 1) {
+      std::fprintf(stderr, "netstackd: --ready-fd %d: %s\n", c.ready_fd,
+                   std::strerror(errno));
+    }
+    close(c.ready_fd);
+  }
   const absl::Status run = loop.Run();
-  print_counters("exit");
+  if (netns_check.scheduled()) loop.timers().Cancel(netns_check);
+  if (!c.quiet) print_counters("exit");
   if (!run.ok()) {
     std::fprintf(stderr, "netstackd: %s\n", std::string(run.message()).c_str());
     return 1;
   }
-  return 0;
+  return exit_status;
 }
 
 }  // namespace
@@ -803,6 +1105,10 @@ int main(int argc, char** argv) {
       "--seed N --fault_queue_limit N --fault_ingress] "
       "[--swgso | --hostgso] [--gso N] "
       "[--http-root DIR [--http-port N]] [--echo-port N] [--discard-port N]\n"
+      "       netstackd [BACKEND FLAGS] [--no-dns-config] [--verbose] -- CMD "
+      "[ARGS...]\n"
+      "       netstackd [BACKEND FLAGS] (--netns-pid PID | --netns NS|PATH) "
+      "[--userns-pid PID | --userns PATH] [--tap NAME]\n"
       "       netstackd --backend (--tap NAME --netns NS | --unix PATH | "
       "--fd N --fd-type tap|stream) "
       "[--net CIDR] [--net6 PREFIX] [--mtu N] [--host-loopback] "
@@ -815,13 +1121,29 @@ int main(int argc, char** argv) {
       "--backend it is instead a guest's gateway: the guest (10.0.2.100 by "
       "DHCP and SLAAC in fd00::/64 by default) reaches this host's network "
       "through it; each TCP and UDP flow and ping becomes a host socket, "
-      "and DNS to 10.0.2.3 / fd00::3 goes to --dns-upstream. Flag names "
+      "and DNS to 10.0.2.3 / fd00::3 goes to --dns-upstream. With -- CMD it "
+      "runs CMD in a new network namespace (and, when not root, a user "
+      "namespace with the caller as root) whose only way out is the "
+      "backend: tap0 there gets 10.0.2.100/24 and fd00::100/64 with "
+      "default routes, CMD sees a resolv.conf naming the DNS address, "
+      "SIGINT/SIGTERM/SIGHUP go on to CMD, and netstackd exits with CMD's "
+      "status (128+N if signal N killed it; 127 if CMD cannot be found). "
+      "--netns-pid and --netns do the same for a namespace that exists. "
+      "Flag names "
       "take '-' or '_' (--http-root or --http_root). Counters (stack, TCP, "
       "UDP, services, faults) go to stderr on SIGUSR1 and at exit; SIGINT or "
       "SIGTERM stop it. Exit status: 0 after a clean stop, 1 if the link or "
       "a resource (the HTTP root, a port already in use) could not be set "
       "up, 2 for bad flags.");
   netstack::tools::HelpListsFlagsUnder("tools/netstackd/");
+  // "-- CMD [ARGS...]": everything after the first "--" is CMD's.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "--") continue;
+    netstack::tools::have_command = true;
+    netstack::tools::command_line.assign(argv + i + 1, argv + argc);
+    argc = i;
+    break;
+  }
   netstack::tools::DashesToUnderscores(argc, argv);
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
