@@ -147,3 +147,12 @@ class BackendTopology:
         nd.start()
         return nd
 
+    def sandbox_args(self, *args, dns_upstream="127.0.0.1", wrap=()):
+        """The command line of `netstackd [args]` run in H, where `args`
+        holds the runner's own flags and "-- CMD ..." (the sandbox runner:
+        netstackd makes the guest's namespace itself). Asserts the
+        isolation first, as netstackd() does."""
+        self.assert_isolated()
+        return self.in_ns(self.h, *wrap, iu.NETSTACKD,
+                          "--dns-upstream", dns_upstream, *args)
+

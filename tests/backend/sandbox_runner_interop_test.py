@@ -1,0 +1,281 @@
+"""netstackd's sandbox runner (netstackd -- CMD) and its attach modes
+(--netns-pid, --ready-fd, --exit-fd), against real programs.
+
+netstackd runs in H (BackendTopology: H has only lo and a veth into an
+empty sink namespace, and no default route; asserted before each start),
+so the runner's host sockets stay inside H. H runs an HTTP server on its
+veth address and dnsmasq on its loopback (netstackd's --dns-upstream),
+which alone knows the name sandbox.test.
+
+Each run checks, after netstackd exits, that it left nothing behind: no
+network namespace with a process in it that was not there before, no
+resolv.conf file of ours in /tmp, no new mount in H's view, no process
+from the run. The unprivileged runs use uid 65534 and set /dev/net/tun to
+0666 for their time (it is 0600 on these machines; restored after).
+Needs root, curl, dnsmasq, setpriv, unshare, nsenter, lsns.
+"""
+import glob
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from tests.backend.backend_topology import H4, H6, BackendTopology
+from tests.interop import interop_util as iu
+
+DNSMASQ = "127.0.0.53"
+PORT = 8080
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def net_namespaces():
+    out = iu.run("lsns", "-n", "-t", "net", "-o", "NS").stdout.split()
+    return set(out)
+
+
+class SandboxRunnerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root")
+        for tool in ("curl", "dnsmasq", "setpriv", "unshare", "nsenter",
+                     "lsns"):
+            if not iu.have(tool):
+                raise unittest.SkipTest(f"needs {tool}")
+        cls.topo = BackendTopology()
+        cls.tmp = tempfile.mkdtemp(prefix="nst-sandbox-")
+        os.chmod(cls.tmp, 0o755)
+        try:
+            cls.topo.setup()
+            h = cls.topo.h
+            www = os.path.join(cls.tmp, "www")
+            os.mkdir(www)
+            cls.payload = os.urandom(3 << 20)
+            with open(os.path.join(www, "file"), "wb") as f:
+                f.write(cls.payload)
+            cls.sha = hashlib.sha256(cls.payload).hexdigest()
+            cls.topo.spawn(h, sys.executable, "-m", "http.server",
+                           "--bind", "::", "--directory", www, str(PORT))
+            cls.topo.spawn(h, "dnsmasq", "--keep-in-foreground", "--no-resolv",
+                           "--no-hosts", "--no-poll", "--bind-interfaces",
+                           f"--listen-address={DNSMASQ}", "--port=53",
+                           f"--address=/sandbox.test/{H4}",
+                           f"--address=/sandbox.test/{H6}",
+                           f"--pid-file={cls.tmp}/dnsmasq.pid", "--user=root")
+            ok = iu.wait_for(lambda: iu.run(*cls.topo.in_ns(
+                h, "curl", "-s", "-o", "/dev/null", f"http://{H4}:{PORT}/file"),
+                check=False).returncode == 0, timeout=10)
+            assert ok, "H's HTTP server did not come up"
+            # A copy that uid 65534 may run (the runfiles are under /root).
+            cls.netstackd = os.path.join(cls.tmp, "netstackd")
+            shutil.copy(iu.NETSTACKD, cls.netstackd)
+            os.chmod(cls.netstackd, 0o755)
+        except BaseException:
+            cls.topo.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.topo.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def args(self, *args, wrap=()):
+        cmd = self.topo.sandbox_args(*args, dns_upstream=DNSMASQ, wrap=wrap)
+        # The unprivileged copy, whoever runs it.
+        return [self.netstackd if a == iu.NETSTACKD else a for a in cmd]
+
+    def snapshot(self):
+        return {
+            "netns": net_namespaces(),
+            "resolv": set(glob.glob("/tmp/netstackd-resolv.*")),
+            "mounts": iu.run(*self.topo.in_ns(self.topo.h, "cat",
+                                              "/proc/self/mountinfo")).stdout,
+            "h_links": self.topo.links(self.topo.h),
+        }
+
+    def assert_nothing_left(self, before, marker):
+        after = self.snapshot()
+        self.assertEqual(after["netns"] - before["netns"], set(),
+                         "network namespaces left with processes in them")
+        self.assertEqual(after["resolv"], before["resolv"],
+                         "resolv.conf files left in /tmp")
+        self.assertEqual(len(after["mounts"].splitlines()),
+                         len(before["mounts"].splitlines()),
+                         "mounts left in H's mount namespace")
+        self.assertEqual(after["h_links"], before["h_links"])
+        left = iu.run("pgrep", "-f", marker, check=False).stdout.split()
+        self.assertEqual(left, [], f"processes left: {left}")
+
+    def run_sandbox(self, script, *flags, wrap=(), timeout=60):
+        marker = f"nstsandbox{os.getpid()}x{time.monotonic_ns()}"
+        before = self.snapshot()
+        cmd = self.args(*flags, "--", "sh", "-c", script, marker, wrap=wrap)
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True,
+                           timeout=timeout)
+        elapsed = time.monotonic() - t0
+        print(f"  {' '.join(flags) or '(no flags)'}: exit {p.returncode} "
+              f"in {elapsed * 1000:.0f} ms", file=sys.stderr)
+        self.assert_nothing_left(before, marker)
+        return p
+
+    def reach_host(self, wrap=()):
+        # By name through the DNS address (resolv.conf), both families, and
+        # the exit status back.
+        script = (
+            "set -e; cat /etc/resolv.conf; "
+            f"curl -4 -sS --max-time 20 http://sandbox.test:{PORT}/file | "
+            "sha256sum; "
+            f"curl -6 -sS --max-time 20 http://sandbox.test:{PORT}/file | "
+            "sha256sum; id -u; exit 7")
+        p = self.run_sandbox(script, wrap=wrap)
+        self.assertEqual(p.returncode, 7, p.stderr)
+        self.assertIn("nameserver 10.0.2.3", p.stdout)
+        self.assertEqual(p.stdout.count(self.sha), 2, p.stdout + p.stderr)
+        self.assertEqual(p.stdout.strip().splitlines()[-1], "0",
+                         "CMD is root in its namespace")
+        # Quiet by default: nothing from netstackd on a clean run.
+        self.assertEqual(p.stderr, "", p.stderr)
+
+    def test_root_reaches_http_and_dns_by_name(self):
+        self.reach_host()
+
+    def test_unprivileged_user_reaches_http_and_dns_by_name(self):
+        mode = os.stat("/dev/net/tun").st_mode & 0o7777
+        os.chmod("/dev/net/tun", 0o666)
+        try:
+            self.reach_host(wrap=NOBODY)
+        finally:
+            os.chmod("/dev/net/tun", mode)
+
+    def test_unprivileged_with_tun_0600_says_what_is_wrong(self):
+        mode = os.stat("/dev/net/tun").st_mode & 0o7777
+        os.chmod("/dev/net/tun", 0o600)
+        try:
+            p = self.run_sandbox("exit 0", wrap=NOBODY)
+        finally:
+            os.chmod("/dev/net/tun", mode)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("open /dev/net/tun: Permission denied (its mode is 0600)",
+                      p.stderr)
+
+    def test_no_dns_config_leaves_resolv_conf(self):
+        with open("/etc/resolv.conf") as f:
+            host = f.read()
+        p = self.run_sandbox("cat /etc/resolv.conf", "--no-dns-config")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, host)
+
+    def test_signals_go_to_cmd_and_its_status_comes_back(self):
+        for sig, script, want in (
+                (signal.SIGTERM, "trap 'exit 42' TERM; echo up; "
+                                 "while :; do sleep 0.05; done", 42),
+                (signal.SIGHUP, "trap 'exit 43' HUP; echo up; "
+                                "while :; do sleep 0.05; done", 43),
+                (signal.SIGINT, "echo up; exec sleep 60", 128 + 2)):
+            marker = f"nstsandbox{os.getpid()}sig{int(sig)}"
+            before = self.snapshot()
+            p = subprocess.Popen(
+                self.args("--", "sh", "-c", script, marker),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(p.stdout.readline().strip(), "up")
+                # netstackd is `ip netns exec`'s child, which execs it: the
+                # Popen pid is netstackd's.
+                os.kill(p.pid, sig)
+                rc = p.wait(timeout=10)
+                err = p.stderr.read()
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                p.stdout.close()
+                p.stderr.close()
+            self.assertEqual(rc, want, f"{sig!r}: {err}")
+            self.assert_nothing_left(before, marker)
+
+    def test_bad_input(self):
+        p = subprocess.run(self.args("--"), capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn('"--" must be followed by the command', p.stderr)
+        p = self.run_sandbox("exec /nonexistent/cmd")
+        self.assertEqual(p.returncode, 127)
+        p = subprocess.run(self.args("--", "/nonexistent/cmd"),
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 127)
+        self.assertIn("cannot run '/nonexistent/cmd': No such file or "
+                      "directory", p.stderr)
+        p = subprocess.run(self.args("--netns-pid", "999999999"),
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--netns-pid 999999999: no process 999999999", p.stderr)
+        p = subprocess.run(self.args("--netns-pid", "1", "--", "true"),
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("-- CMD makes its own network namespace", p.stderr)
+
+    def test_netns_pid_ready_fd_and_exit(self):
+        """slirp4netns's way: a process made its namespace; netstackd
+        attaches by its PID, says when the network is up, and quits when
+        the process exits (and, with --exit-fd, when that fd closes)."""
+        h = self.topo.h
+        target = subprocess.Popen(self.topo.in_ns(h, "unshare", "-n",
+                                                  "sleep", "60"))
+        try:
+            iu.wait_for(lambda: iu.run("readlink", f"/proc/{target.pid}/ns/net",
+                                       check=False).stdout !=
+                        iu.run("readlink", "/proc/self/ns/net").stdout,
+                        timeout=5)
+            # unshare execs sleep: target.pid is ip netns exec's, which
+            # execs unshare, which execs sleep: the same pid throughout.
+            ready_r, ready_w = os.pipe()
+            exit_r, exit_w = os.pipe()
+            nd = subprocess.Popen(
+                self.args("--netns-pid", str(target.pid), "--ready-fd",
+                          str(ready_w), "--exit-fd", str(exit_r)),
+                pass_fds=(ready_w, exit_r), stderr=subprocess.PIPE, text=True)
+            os.close(ready_w)
+            os.close(exit_r)
+            t0 = time.monotonic()
+            self.assertEqual(os.read(ready_r, 1), b"1", "no ready byte")
+            print(f"  --netns-pid ready in "
+                  f"{(time.monotonic() - t0) * 1000:.0f} ms", file=sys.stderr)
+            got = subprocess.run(
+                ["nsenter", "-t", str(target.pid), "-n", "curl", "-sS",
+                 "--max-time", "20", f"http://[{H6}]:{PORT}/file"],
+                capture_output=True, timeout=30)
+            self.assertEqual(hashlib.sha256(got.stdout).hexdigest(), self.sha)
+            target.kill()
+            target.wait()
+            self.assertEqual(nd.wait(timeout=10), 0, nd.stderr.read())
+            nd.stderr.close()
+            os.close(ready_r)
+            # --exit-fd: a second attach, ended by closing the pipe.
+            target = subprocess.Popen(self.topo.in_ns(h, "unshare", "-n",
+                                                      "sleep", "60"))
+            time.sleep(0.3)
+            exit_r, exit_w2 = os.pipe()
+            nd = subprocess.Popen(
+                self.args("--netns-pid", str(target.pid), "--exit-fd",
+                          str(exit_r)),
+                pass_fds=(exit_r,), stderr=subprocess.PIPE, text=True)
+            os.close(exit_r)
+            time.sleep(0.5)
+            self.assertIsNone(nd.poll(), "netstackd quit early")
+            os.close(exit_w2)
+            os.close(exit_w)
+            self.assertEqual(nd.wait(timeout=10), 0, nd.stderr.read())
+            nd.stderr.close()
+        finally:
+            if target.poll() is None:
+                target.kill()
+                target.wait()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
