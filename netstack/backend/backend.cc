@@ -1,5 +1,8 @@
 #include "netstack/backend/backend.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -250,6 +253,36 @@ bool Backend::OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) {
   return true;
 }
 
+absl::Status Backend::AdoptInboundTcp(int host_fd,
+                                      const transport::SocketAddress& source,
+                                      const transport::SocketAddress& guest) {
+  ++counters_.tcp_inbound_opened;
+  auto refuse = [&](absl::Status s) {
+    ++counters_.tcp_inbound_refused;
+    const linger l{1, 0};
+    (void)setsockopt(host_fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    (void)close(host_fd);
+    return s;
+  };
+  if (flows_.size() >= config_.limits.max_tcp_flows) {
+    ++counters_.tcp_refused_flow_limit;
+    return refuse(absl::ResourceExhaustedError("TCP flow limit reached"));
+  }
+  std::unique_ptr<tcp::TcpSocket> sock = tcp_.Open(guest.ip.family());
+  sock->SetTransparent(true);
+  if (absl::Status s = sock->Bind(source); !s.ok()) return refuse(s);
+  if (absl::Status s = sock->Connect(guest); !s.ok()) return refuse(s);
+  const transport::FourTuple tuple{sock->local_address(), guest};
+  auto [it, inserted] =
+      flows_.emplace(tuple, std::make_unique<TcpFlow>(*this, tuple));
+  if (!inserted) {
+    sock->Abort();
+    return refuse(absl::AlreadyExistsError(tuple.local.ToString()));
+  }
+  it->second->StartInbound(host_fd, std::move(sock));
+  return absl::OkStatus();
+}
+
 void Backend::Sweep(Instant now) {
   // Flows marked while sweeping wait for the next turn.
   sweep_batch_.swap(sweep_);
@@ -294,6 +327,9 @@ std::string Backend::FormatCounters() const {
       "backend.tcp_bytes_guest_to_host ", c.tcp_bytes_guest_to_host, "\n",
       "backend.tcp_bytes_host_to_guest ", c.tcp_bytes_host_to_guest, "\n",
       "backend.tcp_chunk_waits ", c.tcp_chunk_waits, "\n",
+      "backend.tcp_inbound_opened ", c.tcp_inbound_opened, "\n",
+      "backend.tcp_inbound_established ", c.tcp_inbound_established, "\n",
+      "backend.tcp_inbound_refused ", c.tcp_inbound_refused, "\n",
       "backend.tcp_chunk_waiting ", chunk_waiters_.size(), "\n",
       "backend.tcp_buffered_bytes ", tcp_buffered_bytes(), "\n");
   for (size_t i = 0; i < c.tcp_ends.size(); ++i) {

@@ -140,6 +140,9 @@ struct BackendCounters {
   uint64_t tcp_flows_opened = 0;  // a host connect() started
   uint64_t tcp_flows_closed = 0;  // a flow ended (ends[] says why)
   uint64_t tcp_flows_established = 0;  // host connect succeeded
+  uint64_t tcp_inbound_opened = 0;       // AdoptInboundTcp: guest connect started
+  uint64_t tcp_inbound_established = 0;  // ... and the guest accepted
+  uint64_t tcp_inbound_refused = 0;      // ... refused, failed or limited
   // SYNs refused before any host socket (RST to the guest).
   uint64_t tcp_refused_flow_limit = 0;
   uint64_t tcp_refused_host_loopback = 0;
@@ -204,6 +207,16 @@ class Backend : public tcp::SynHandler {
   // What the TCP flows hold between their two sockets now
   // (TcpFlow::buffered_bytes, summed; walks the flows).
   uint64_t tcp_buffered_bytes() const;
+
+  // An inbound forward through the stack: `host_fd` (a connected host
+  // socket, taken whatever happens) is relayed to a netstack connection
+  // from `source` to `guest` that this opens. `source` need not be the
+  // stack's (the real client's address, so the guest sees it); port 0
+  // picks one. Counted as a TCP flow (tcp_inbound_*); the flow limit
+  // applies. Errors: ResourceExhausted at the limit; those of Connect.
+  absl::Status AdoptInboundTcp(int host_fd,
+                               const transport::SocketAddress& source,
+                               const transport::SocketAddress& guest);
 
   // tcp::SynHandler
   bool OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) override;

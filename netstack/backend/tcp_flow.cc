@@ -41,7 +41,7 @@ TcpFlow::TcpFlow(Backend& backend, const transport::FourTuple& tuple)
 TcpFlow::~TcpFlow() {
   if (phase_ != Phase::kEnded) {
     // The backend is going away with the flow live.
-    if (phase_ != Phase::kRelaying) {
+    if (phase_ == Phase::kConnecting || phase_ == Phase::kConnectDone) {
       (void)backend_.tcp_.RefuseHeld(tuple_, tcp::HeldSynRefusal::kReset,
                                      backend_.loop_.Now());
     }
@@ -78,6 +78,15 @@ void TcpFlow::Start(const transport::SocketAddress& host, Instant now) {
   if (errno != EINPROGRESS) return ConnectDone(errno);
   interest_ = eventloop::EventLoop::kWritable;
   if (!backend_.loop_.Add(fd_, interest_, this).ok()) return ConnectDone(ENOMEM);
+}
+
+void TcpFlow::StartInbound(int host_fd, std::unique_ptr<tcp::TcpSocket> sock) {
+  fd_ = host_fd;
+  ++backend_.counters_.tcp_host_fds_open;
+  sock_ = std::move(sock);
+  phase_ = Phase::kGuestConnecting;
+  sock_->SetNoDelay(true);
+  sock_->set_callback([this](uint32_t events) { OnGuestEvents(events); });
 }
 
 uint64_t TcpFlow::buffered_bytes() const {
@@ -198,18 +207,42 @@ void TcpFlow::OnError(Instant now, uint32_t epoll_events) {
 }
 
 void TcpFlow::OnGuestEvents(uint32_t events) {
+  if (phase_ == Phase::kGuestConnecting) {
+    if (events & ev::kError) {
+      const absl::Status e = sock_->TakeError();
+      ++backend_.counters_.tcp_inbound_refused;
+      return End(transport::ErrnoOf(e) == ECONNREFUSED
+                     ? FlowEnd::kConnectRefused
+                     : FlowEnd::kConnectFailed,
+                 /*host_abortive=*/true, /*guest_reset=*/false);
+    }
+    if (!(events & ev::kWritable)) return;
+    // The guest accepted: relay as a guest-opened flow does.
+    ++backend_.counters_.tcp_inbound_established;
+    phase_ = Phase::kRelaying;
+    if (const Duration t = backend_.config_.limits.tcp_guest_timeout;
+        t > absl::ZeroDuration()) {
+      sock_->SetUserTimeout(t);
+      sock_->SetKeepalive(true, t, t / 4, 3);
+    }
+    (void)backend_.loop_.Add(fd_, 0, this);
+    UpdateInterest();
+  }
   if (phase_ != Phase::kRelaying) return;
   if (events & ev::kError) {
-    const absl::Status e = sock_->TakeError();
-    if (!e.ok()) {
-      // A guest RST becomes an abortive close on the host; a guest side
-      // that timed out, too.
-      const bool reset = transport::ErrnoOf(e) == ECONNRESET;
-      return End(reset ? FlowEnd::kGuestReset : FlowEnd::kGuestError,
-                 /*host_abortive=*/true, false);
+    if (const absl::Status e = sock_->TakeError(); !e.ok()) {
+      return EndOnGuestError(e);
     }
   }
   Pump();
+}
+
+void TcpFlow::EndOnGuestError(const absl::Status& e) {
+  // A guest RST becomes an abortive close on the host; a guest side that
+  // timed out, too.
+  const bool reset = transport::ErrnoOf(e) == ECONNRESET;
+  End(reset ? FlowEnd::kGuestReset : FlowEnd::kGuestError,
+      /*host_abortive=*/true, false);
 }
 
 void TcpFlow::Pump() {
@@ -237,7 +270,13 @@ bool TcpFlow::PumpGuestToHost() {
       }
       size_t views = 0;
       auto r = sock_->ReadViews(pending_, limit, &views);
-      if (!r.ok()) return true;  // nothing yet (or an error: its event)
+      if (!r.ok()) {
+        if (transport::IsWouldBlock(r.status())) return true;  // nothing yet
+        // The read took the socket's error (a guest RST, a timeout): no
+        // event will repeat it, so it ends the flow here.
+        EndOnGuestError(r.status());
+        return false;
+      }
       if (*r == 0 && views == 0) {
         guest_eof_ = true;
         continue;
@@ -311,10 +350,10 @@ bool TcpFlow::PumpHostToGuest() {
         std::min<size_t>(room.size(), limit - sock_->unsent_bytes());
     const ssize_t n = recv(fd_, room.data(), want, MSG_DONTWAIT);
     if (n > 0) {
-      if (!sock_->WriteView(
-                    backend_.host_arena_.Commit(static_cast<uint32_t>(n)))
-               .ok()) {
-        End(FlowEnd::kGuestError, true, true);
+      if (absl::Status s = sock_->WriteView(
+              backend_.host_arena_.Commit(static_cast<uint32_t>(n)));
+          !s.ok()) {
+        EndOnGuestError(s);  // it may have taken the socket's error
         return false;
       }
       backend_.counters_.tcp_bytes_host_to_guest += static_cast<uint64_t>(n);

@@ -49,6 +49,11 @@ class TcpFlow : public eventloop::Handler {
   // the outcome is applied at the next Sweep, never from inside the TCP
   // layer's receive path.
   void Start(const transport::SocketAddress& host, Instant now);
+  // The other way (Backend::AdoptInboundTcp): `host_fd` is a connected
+  // host socket of an inbound forward, `sock` a netstack connection
+  // toward the guest, connecting. Relaying starts once the guest accepts;
+  // if it refuses, the host socket is reset.
+  void StartInbound(int host_fd, std::unique_ptr<tcp::TcpSocket> sock);
   // Applies a finished connect; true when the flow has ended and may be
   // freed.
   bool Sweep(Instant now);
@@ -70,7 +75,13 @@ class TcpFlow : public eventloop::Handler {
   static constexpr uint32_t kMinRecvRoom = 4096;
 
  private:
-  enum class Phase : uint8_t { kConnecting, kConnectDone, kRelaying, kEnded };
+  enum class Phase : uint8_t {
+    kConnecting,       // the host connect() runs
+    kConnectDone,      // ... and finished: Sweep applies it
+    kGuestConnecting,  // inbound: our SYN to the guest is out
+    kRelaying,
+    kEnded,
+  };
   static constexpr size_t kMaxViews = 64;
 
   void ConnectDone(int error);
@@ -84,6 +95,9 @@ class TcpFlow : public eventloop::Handler {
   void MaybeFinish();
   // host_abortive: SO_LINGER 0 before close; guest_reset: RST the guest.
   void End(FlowEnd why, bool host_abortive, bool guest_reset);
+  // Ends the flow for an error the guest's socket reported (its RST:
+  // guest_reset; anything else: guest_error), resetting the host side.
+  void EndOnGuestError(const absl::Status& e);
   void CloseHost(bool abortive);
   void UpdateInterest();
 

@@ -659,7 +659,7 @@ absl::Status TcpLayer::BindSocket(TcpSocket& s,
   if (a.ip.family() != s.family_) {
     return transport::InvalidArgument("address family does not match");
   }
-  if (!a.ip.IsUnspecified() && !IsLocalAddress(a.ip)) {
+  if (!a.ip.IsUnspecified() && !s.transparent_ && !IsLocalAddress(a.ip)) {
     return transport::InvalidArgument(
         std::string("not a local address: ") + a.ip.ToString());
   }

@@ -79,6 +79,10 @@ class TcpSocket {
   // Sends RST and drops everything (SO_LINGER 0).
   void Abort();
 
+  // Bind() may take an address that is not the stack's (IP_TRANSPARENT's
+  // counterpart): the backend's inbound forwards open toward the guest
+  // from the real client's address. Before Bind.
+  void SetTransparent(bool on) { transparent_ = on; }
   // Options; per connection. Setting them after Connect/Listen is allowed
   // for nodelay, cork, keepalive and user_timeout.
   void SetNoDelay(bool on);
@@ -115,6 +119,7 @@ class TcpSocket {
   ConnectionOptions options_;
   transport::SocketAddress bound_;
   bool bound_set_ = false;
+  bool transparent_ = false;
   Connection* conn_ = nullptr;
   Listener* listener_ = nullptr;
   transport::ReadyCallback pending_callback_;

@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -49,6 +50,7 @@
 #include "tools/common/link_chain.h"
 #include "tools/common/stack_runtime.h"
 #include "tools/netstackd/fd_limit.h"
+#include "tools/netstackd/port_forwards.h"
 #include "tools/netstackd/rtnl.h"
 #include "tools/netstackd/sandbox.h"
 #include "tools/netstackd/services/discard_service.h"
@@ -198,6 +200,23 @@ ABSL_FLAG(int, ready_fd, -1,
           "CMD started), then close it.");
 ABSL_FLAG(int, exit_fd, -1,
           "Quit when this fd is closed at its other end (reads EOF).");
+// -t/-u are taken off the command line before Abseil parses it (they
+// repeat, and Abseil keeps only the last value); these two carry the help.
+ABSL_FLAG(std::vector<std::string>, tcp_forward, {},
+          "-t, --tcp-forward SPEC: forward a host TCP port to the guest, "
+          "repeatable. SPEC is [BIND_ADDR/]HOST_PORT[-END][:GUEST_PORT[-END]] "
+          "(pasta's shape; no BIND_ADDR: every address of both families; a "
+          "range maps port by port, at most 1024 ports), or "
+          "unix:PATH:GUEST_PORT for a UNIX stream socket on the host. With a "
+          "namespace guest the connection is spliced to the guest's loopback; "
+          "with a VM (or --forward-path=stack) it goes through the stack to "
+          "the guest's IPv4 lease.");
+ABSL_FLAG(std::vector<std::string>, udp_forward, {},
+          "-u, --udp-forward SPEC: forward a host UDP port to the guest, "
+          "repeatable; SPEC as for -t (no unix:).");
+ABSL_FLAG(std::string, forward_path, "auto",
+          "How -t forwards reach the guest: auto (splice where the guest is "
+          "a namespace, else the stack), splice, or stack.");
 ABSL_FLAG(bool, verbose, false,
           "With -- CMD: print the start lines and the counters at exit "
           "(otherwise netstackd is silent but for errors).");
@@ -235,11 +254,22 @@ struct Config {
   int ready_fd = -1;
   int exit_fd = -1;
   bool quiet = false;  // kRun without --verbose
+  // -t and -u: each spec as given, with its rules.
+  struct Forward {
+    std::string flag;  // "-t" or "-u"
+    std::string spec;
+    std::vector<ForwardRule> rules;
+  };
+  std::vector<Forward> forwards;
+  ForwardPath forward_path = ForwardPath::kAuto;
 };
 
 // CMD, the arguments after "--" (split off before the flags are parsed).
 std::vector<std::string> command_line;
 bool have_command = false;
+// -t and -u specs, in order (taken off argv before the flags are parsed).
+std::vector<std::string> tcp_forwards;
+std::vector<std::string> udp_forwards;
 
 constexpr int kBackendDefaultMtu = 65520;
 
@@ -471,6 +501,37 @@ absl::StatusOr<Config> ParseConfig() {
       b.policy.dns_upstreams.push_back(*up);
     }
     c.backend = b;
+    for (const auto& [flag, udp, list] :
+         {std::tuple{"-t", false, &tcp_forwards},
+          std::tuple{"-u", true, &udp_forwards}}) {
+      for (const std::string& spec : *list) {
+        auto rules = ParseForwardSpec(udp, spec);
+        if (!rules.ok()) {
+          return Usage(absl::StrCat(flag, " ", spec, ": ",
+                                    rules.status().message()));
+        }
+        c.forwards.push_back({flag, spec, *std::move(rules)});
+      }
+    }
+    const std::string path = absl::GetFlag(FLAGS_forward_path);
+    if (path == "auto") {
+      c.forward_path = ForwardPath::kAuto;
+    } else if (path == "splice") {
+      c.forward_path = ForwardPath::kSplice;
+    } else if (path == "stack") {
+      c.forward_path = ForwardPath::kStack;
+    } else {
+      return Usage(absl::StrCat("--forward-path '", path,
+                                "': want auto, splice or stack"));
+    }
+    if (c.forward_path == ForwardPath::kSplice && !own_tap) {
+      return Usage("--forward-path=splice needs a namespace guest (-- CMD, "
+                   "--netns-pid or --netns): a VM's connections go through "
+                   "the stack");
+    }
+  } else if (!tcp_forwards.empty() || !udp_forwards.empty()) {
+    return Usage("-t and -u forward to a guest: they need --backend (or -- "
+                 "CMD)");
   } else {
     if (absl::GetFlag(FLAGS_host_loopback) ||
         !absl::GetFlag(FLAGS_outbound_bind).empty() ||
@@ -957,12 +1018,15 @@ int Run(const Config& c) {
     st.Flush(now);
   });
 
+  // Host -> guest forwards (-t, -u); destroyed before the backend.
+  std::unique_ptr<PortForwards> forwards;
   auto print_counters = [&](const char* why) {
     std::string text = st.FormatCounters();
     absl::StrAppend(&text, tcp.FormatCounters());
     if (!text.empty() && text.back() != '\n') text.push_back('\n');
     absl::StrAppend(&text, udp.counters().Format());
     if (gateway) absl::StrAppend(&text, gateway->FormatCounters());
+    if (forwards) absl::StrAppend(&text, forwards->FormatCounters());
     for (const auto& s : services) {
       absl::StrAppend(&text, s->FormatCounters(), s->FormatConnections());
     }
@@ -1055,6 +1119,22 @@ int Run(const Config& c) {
   if (!watched_path.empty()) {
     loop.timers().Schedule(netns_check, loop.Now() + absl::Seconds(1));
   }
+  if (gateway) {
+    PortForwards::Options fo;
+    fo.loop = &loop;
+    fo.backend = gateway.get();
+    fo.guest_netns_fd = guest_netns.get();
+    fo.path = c.forward_path;
+    forwards = std::make_unique<PortForwards>(fo);
+    for (const Config::Forward& f : c.forwards) {
+      auto added = forwards->Add(f.spec, f.rules);
+      if (!added.ok()) {
+        std::fprintf(stderr, "netstackd: %s %s\n", f.flag.c_str(),
+                     std::string(added.status().message()).c_str());
+        return 1;
+      }
+    }
+  }
   if (c.guest == Config::Guest::kRun) {
     SandboxCommand::Options o;
     o.argv = c.command;
@@ -1143,6 +1223,48 @@ int main(int argc, char** argv) {
     netstack::tools::command_line.assign(argv + i + 1, argv + argc);
     argc = i;
     break;
+  }
+  // -t/--tcp-forward and -u/--udp-forward, each "FLAG SPEC" or "FLAG=SPEC".
+  {
+    int out = 1;
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view a = argv[i];
+      std::vector<std::string>* to = nullptr;
+      std::string_view rest;
+      for (auto [name, list] :
+           {std::pair{std::string_view("-t"), &netstack::tools::tcp_forwards},
+            std::pair{std::string_view("--tcp-forward"),
+                      &netstack::tools::tcp_forwards},
+            std::pair{std::string_view("--tcp_forward"),
+                      &netstack::tools::tcp_forwards},
+            std::pair{std::string_view("-u"), &netstack::tools::udp_forwards},
+            std::pair{std::string_view("--udp-forward"),
+                      &netstack::tools::udp_forwards},
+            std::pair{std::string_view("--udp_forward"),
+                      &netstack::tools::udp_forwards}}) {
+        if (a == name) {
+          to = list;
+        } else if (a.size() > name.size() && a.starts_with(name) &&
+                   a[name.size()] == '=') {
+          to = list;
+          rest = a.substr(name.size() + 1);
+        }
+      }
+      if (to == nullptr) {
+        argv[out++] = argv[i];
+        continue;
+      }
+      if (rest.empty()) {
+        if (i + 1 >= argc) {
+          std::fprintf(stderr, "netstackd: %.*s needs a SPEC (see --help)\n",
+                       static_cast<int>(a.size()), a.data());
+          return 2;
+        }
+        rest = argv[++i];
+      }
+      to->emplace_back(rest);
+    }
+    argc = out;
   }
   netstack::tools::DashesToUnderscores(argc, argv);
   for (int i = 1; i < argc; ++i) {

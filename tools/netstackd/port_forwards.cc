@@ -1,0 +1,430 @@
+#include "tools/netstackd/port_forwards.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "link/fd_util.h"
+#include "link/netns.h"
+
+namespace netstack::tools {
+namespace {
+
+using link::ErrnoStatus;
+using link::UniqueFd;
+
+socklen_t ToSockaddr(const transport::SocketAddress& a, sockaddr_storage& ss) {
+  std::memset(&ss, 0, sizeof(ss));
+  if (a.ip.is_v4()) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
+    s->sin_family = AF_INET;
+    s->sin_port = htons(a.port);
+    std::memcpy(&s->sin_addr, a.ip.v4().bytes.data(), 4);
+    return sizeof(sockaddr_in);
+  }
+  auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
+  s->sin6_family = AF_INET6;
+  s->sin6_port = htons(a.port);
+  std::memcpy(&s->sin6_addr, a.ip.v6().bytes.data(), 16);
+  return sizeof(sockaddr_in6);
+}
+
+std::optional<transport::SocketAddress> FromSockaddr(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) {
+    const auto* s = reinterpret_cast<const sockaddr_in*>(&ss);
+    return transport::SocketAddress{
+        transport::IpAddress(wire::Ipv4Address::FromBytes(
+            reinterpret_cast<const uint8_t*>(&s->sin_addr))),
+        ntohs(s->sin_port)};
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* s = reinterpret_cast<const sockaddr_in6*>(&ss);
+    return transport::SocketAddress{
+        transport::IpAddress(wire::Ipv6Address::FromBytes(
+            reinterpret_cast<const uint8_t*>(&s->sin6_addr))),
+        ntohs(s->sin6_port)};
+  }
+  return std::nullopt;
+}
+
+transport::IpAddress Loopback(bool v4) {
+  return v4 ? transport::IpAddress(wire::Ipv4Address::FromU32(0x7f000001))
+            : transport::IpAddress(*wire::Ipv6Address::Parse("::1"));
+}
+
+bool IsLoopback(const transport::IpAddress& a) {
+  return a.is_v4() ? a.v4().bytes[0] == 127 : a == Loopback(false);
+}
+
+}  // namespace
+
+struct PortForwards::Forward {
+  uint64_t id = 0;
+  std::string spec;
+  bool udp = false;
+  std::vector<ForwardRule> rules;
+  std::vector<std::unique_ptr<Listener>> listeners;
+  ForwardCounters counters;
+};
+
+// A listening socket of a forward (TCP or UNIX stream; UDP: the bound
+// socket whose datagrams go to the guest).
+class PortForwards::Listener : public eventloop::Handler {
+ public:
+  Listener(PortForwards& owner, Forward& f, const ForwardRule& rule,
+           UniqueFd fd)
+      : owner_(owner), f_(f), rule_(rule), fd_(std::move(fd)) {}
+  ~Listener() override {
+    if (owner_.options_.loop->IsRegistered(fd_.get())) {
+      (void)owner_.options_.loop->Remove(fd_.get());
+    }
+    // The socket file this listener's bind() made goes with it.
+    if (!rule_.unix_path.empty()) (void)unlink(rule_.unix_path.c_str());
+  }
+  int fd() const { return fd_.get(); }
+
+  void OnReadable(Instant now) override {
+    (void)now;
+    // A bounded batch per wake-up, so that a connect storm on one
+    // forward does not starve the rest of the loop.
+    for (int i = 0; i < 64; ++i) {
+      sockaddr_storage ss;
+      socklen_t len = sizeof(ss);
+      const int c = accept4(fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len,
+                            SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (c < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        // EAGAIN: done; EMFILE/ENFILE/ENOBUFS: the next wake-up tries again.
+        if (errno != EAGAIN && errno != EWOULDBLOCK) ++accept_errors_;
+        return;
+      }
+      std::optional<transport::SocketAddress> client = FromSockaddr(ss);
+      owner_.OnAccept(f_, rule_, c,
+                      client.value_or(transport::SocketAddress{}));
+    }
+  }
+
+ private:
+  PortForwards& owner_;
+  Forward& f_;
+  const ForwardRule& rule_;
+  UniqueFd fd_;
+  uint64_t accept_errors_ = 0;
+};
+
+// The guest side of a spliced connection while its connect() runs.
+class PortForwards::SpliceConnect : public eventloop::Handler {
+ public:
+  SpliceConnect(PortForwards& owner, uint64_t forward_id, int client_fd,
+                int guest_fd)
+      : owner_(owner), id_(forward_id), client_(client_fd), guest_(guest_fd) {}
+  ~SpliceConnect() override {
+    if (guest_.valid() && owner_.options_.loop->IsRegistered(guest_.get())) {
+      (void)owner_.options_.loop->Remove(guest_.get());
+    }
+    if (client_.valid()) {
+      const linger l{1, 0};
+      (void)setsockopt(client_.get(), SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    }
+  }
+  int guest_fd() const { return guest_.get(); }
+
+  void OnWritable(Instant now) override { Finish(); }
+  void OnError(Instant now, uint32_t) override { Finish(); }
+
+  // The connect finished (or failed): hand both to a relay, or reset the
+  // client. Destroys this.
+  void Finish() {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    (void)getsockopt(guest_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    (void)owner_.options_.loop->Remove(guest_.get());
+    PortForwards& owner = owner_;
+    std::unique_ptr<SpliceConnect> self =
+        std::move(owner.connecting_.find(this)->second);
+    owner.connecting_.erase(this);
+    ForwardCounters* c = owner.CountersOf(id_);
+    if (err != 0) {
+      if (c != nullptr) {
+        ++c->failed;
+        --c->active;
+      }
+      return;  // self resets the client
+    }
+    owner.StartRelay(id_, client_.release(), guest_.release());
+  }
+
+ private:
+  PortForwards& owner_;
+  const uint64_t id_;
+  UniqueFd client_;
+  UniqueFd guest_;
+};
+
+PortForwards::PortForwards(const Options& options)
+    : options_(options), pipes_(forward::PipePool::Options{}) {}
+
+PortForwards::~PortForwards() {
+  connecting_.clear();
+  relays_.clear();
+  forwards_.clear();
+}
+
+bool PortForwards::spliced() const {
+  return options_.guest_netns_fd >= 0 && options_.path != ForwardPath::kStack;
+}
+
+ForwardCounters* PortForwards::CountersOf(uint64_t id) {
+  auto it = forwards_.find(id);
+  return it == forwards_.end() ? nullptr : &it->second->counters;
+}
+
+absl::StatusOr<uint64_t> PortForwards::Add(
+    const std::string& spec, const std::vector<ForwardRule>& rules) {
+  if (rules.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(spec, ": no ports"));
+  }
+  if (options_.path == ForwardPath::kSplice && options_.guest_netns_fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        spec, ": --forward-path=splice needs a guest namespace (-- CMD, "
+              "--netns-pid, --netns); a VM guest is reached through the "
+              "stack"));
+  }
+  auto f = std::make_unique<Forward>();
+  f->id = next_id_;
+  f->spec = spec;
+  f->udp = rules.front().udp;
+  f->rules = rules;
+  if (f->udp) {
+    return absl::UnimplementedError(absl::StrCat(
+        spec, ": UDP forwards are not built yet"));
+  }
+  for (const ForwardRule& rule : f->rules) {
+    std::vector<std::pair<int, sockaddr_storage>> addrs;
+    socklen_t lens[2] = {0, 0};
+    std::string labels[2];
+    if (!rule.unix_path.empty()) {
+      sockaddr_storage ss;
+      std::memset(&ss, 0, sizeof(ss));
+      auto* un = reinterpret_cast<sockaddr_un*>(&ss);
+      un->sun_family = AF_UNIX;
+      if (rule.unix_path.size() >= sizeof(un->sun_path)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(spec, ": UNIX socket path too long"));
+      }
+      std::memcpy(un->sun_path, rule.unix_path.data(), rule.unix_path.size());
+      lens[0] = sizeof(sockaddr_un);
+      labels[0] = rule.unix_path;
+      addrs.push_back({AF_UNIX, ss});
+    } else {
+      std::vector<transport::SocketAddress> binds;
+      if (rule.bind) {
+        binds.push_back({*rule.bind, rule.host_port});
+      } else {
+        binds.push_back({transport::IpAddress(wire::Ipv4Address()),
+                         rule.host_port});
+        binds.push_back({transport::IpAddress(wire::Ipv6Address()),
+                         rule.host_port});
+      }
+      for (size_t i = 0; i < binds.size(); ++i) {
+        sockaddr_storage ss;
+        lens[i] = ToSockaddr(binds[i], ss);
+        labels[i] = binds[i].ToString();
+        addrs.push_back({binds[i].ip.is_v4() ? AF_INET : AF_INET6, ss});
+      }
+    }
+    for (size_t i = 0; i < addrs.size(); ++i) {
+      const int family = addrs[i].first;
+      UniqueFd fd(socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                         0));
+      if (!fd.valid()) {
+        return ErrnoStatus(errno, absl::StrCat(spec, ": socket"));
+      }
+      const int one = 1;
+      if (family != AF_UNIX) {
+        (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one,
+                         sizeof(one));
+      }
+      if (family == AF_INET6) {
+        (void)setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one,
+                         sizeof(one));
+      }
+      if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&addrs[i].second),
+               lens[i]) != 0 ||
+          listen(fd.get(), 1024) != 0) {
+        return ErrnoStatus(errno, absl::StrCat(spec, ": listen on ",
+                                               labels[i]));
+      }
+      auto l = std::make_unique<Listener>(*this, *f, rule, std::move(fd));
+      if (absl::Status s = options_.loop->Add(
+              l->fd(), eventloop::EventLoop::kReadable, l.get());
+          !s.ok()) {
+        return s;
+      }
+      f->listeners.push_back(std::move(l));
+    }
+  }
+  ++next_id_;
+  const uint64_t id = f->id;
+  forwards_.emplace(id, std::move(f));
+  return id;
+}
+
+absl::Status PortForwards::Remove(uint64_t id) {
+  auto it = forwards_.find(id);
+  if (it == forwards_.end()) {
+    return absl::NotFoundError(absl::StrCat("no forward ", id));
+  }
+  forwards_.erase(it);
+  return absl::OkStatus();
+}
+
+void PortForwards::OnAccept(Forward& f, const ForwardRule& rule, int fd,
+                            const transport::SocketAddress& client) {
+  ++f.counters.accepted;
+  const int one = 1;
+  if (rule.unix_path.empty()) {
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  if (spliced()) {
+    // The family toward the guest's loopback: the client's (a UNIX
+    // client: IPv4).
+    const bool v4 = rule.unix_path.empty() ? client.ip.is_v4() : true;
+    ++f.counters.active;
+    return StartSplice(f, rule, fd, v4 ? AF_INET : AF_INET6);
+  }
+  // Through the stack, to the guest's IPv4 lease (the address it surely
+  // has: its IPv6 one is its own SLAAC choice), from the client's own
+  // address when that is an IPv4 address off this host's loopback, else
+  // from the gateway. The relay does not care that the two legs' families
+  // differ.
+  const backend::AddressPlan& plan = options_.backend->plan();
+  transport::SocketAddress source{transport::IpAddress(plan.gateway4), 0};
+  if (rule.unix_path.empty() && client.ip.is_v4() && !IsLoopback(client.ip) &&
+      !client.ip.IsUnspecified()) {
+    source = client;
+  }
+  const transport::SocketAddress guest{transport::IpAddress(plan.lease4),
+                                       rule.guest_port};
+  if (!options_.backend->AdoptInboundTcp(fd, source, guest).ok()) {
+    ++f.counters.failed;
+  }
+}
+
+void PortForwards::StartSplice(Forward& f, const ForwardRule& rule, int fd,
+                               int family) {
+  // The guest-side socket is made in the guest's namespace; connect() may
+  // run here (a socket keeps its namespace).
+  int guest = -1;
+  absl::Status made =
+      link::RunInNetnsFd(options_.guest_netns_fd, [&]() -> absl::Status {
+        guest = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (guest < 0) return ErrnoStatus(errno, "socket");
+        return absl::OkStatus();
+      });
+  auto fail = [&] {
+    ++f.counters.failed;
+    --f.counters.active;
+    const linger l{1, 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    (void)close(fd);
+  };
+  if (!made.ok()) return fail();
+  const int one = 1;
+  (void)setsockopt(guest, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  sockaddr_storage ss;
+  const socklen_t len =
+      ToSockaddr({Loopback(family == AF_INET), rule.guest_port}, ss);
+  if (connect(guest, reinterpret_cast<const sockaddr*>(&ss), len) == 0) {
+    return StartRelay(f.id, fd, guest);
+  }
+  if (errno != EINPROGRESS) {
+    (void)close(guest);
+    return fail();
+  }
+  auto pending = std::make_unique<SpliceConnect>(*this, f.id, fd, guest);
+  SpliceConnect* p = pending.get();
+  if (!options_.loop->Add(guest, eventloop::EventLoop::kWritable, p).ok()) {
+    ++f.counters.failed;
+    --f.counters.active;
+    return;  // pending's destructor resets the client
+  }
+  connecting_.emplace(p, std::move(pending));
+}
+
+void PortForwards::StartRelay(uint64_t forward_id, int client_fd,
+                              int guest_fd) {
+  forward::RelayOptions o;
+  o.mode = options_.relay_mode;
+  auto relay = forward::Relay::Create(
+      *options_.loop, pipes_, client_fd, guest_fd, o,
+      [this, forward_id](forward::Relay& r, absl::Status) {
+        RelayDone(r, forward_id);
+      });
+  if (!relay.ok()) {
+    if (ForwardCounters* c = CountersOf(forward_id)) {
+      ++c->failed;
+      --c->active;
+    }
+    return;
+  }
+  forward::Relay* r = relay->get();
+  relays_.emplace(r, RelayEntry{std::move(*relay), forward_id});
+}
+
+void PortForwards::RelayDone(forward::Relay& relay, uint64_t forward_id) {
+  if (ForwardCounters* c = CountersOf(forward_id)) {
+    const forward::RelayStats& s = relay.stats();
+    c->bytes_to_guest += s.a_to_b.bytes;
+    c->bytes_from_guest += s.b_to_a.bytes;
+    c->spliced_bytes += s.a_to_b.splice_bytes + s.b_to_a.splice_bytes;
+    --c->active;
+  }
+  relays_.erase(&relay);  // destroys the relay: nothing after this
+}
+
+std::vector<ForwardInfo> PortForwards::List() const {
+  std::vector<ForwardInfo> out;
+  for (const auto& [id, f] : forwards_) {
+    ForwardInfo i;
+    i.id = id;
+    i.spec = f->spec;
+    i.udp = f->udp;
+    i.path = spliced() ? "splice" : "stack";
+    i.listeners = f->listeners.size();
+    i.counters = f->counters;
+    for (const auto& [r, e] : relays_) {
+      if (e.forward_id != id) continue;
+      const forward::RelayStats& s = r->stats();
+      i.counters.bytes_to_guest += s.a_to_b.bytes;
+      i.counters.bytes_from_guest += s.b_to_a.bytes;
+      i.counters.spliced_bytes += s.a_to_b.splice_bytes + s.b_to_a.splice_bytes;
+    }
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+std::string PortForwards::FormatCounters() const {
+  std::string out;
+  for (const ForwardInfo& i : List()) {
+    const std::string p = absl::StrCat("forward.", i.id, ".");
+    absl::StrAppend(&out, p, "spec ", i.udp ? "-u " : "-t ", i.spec, "\n", p,
+                    "path ", i.path, "\n", p, "accepted ", i.counters.accepted,
+                    "\n", p, "failed ", i.counters.failed, "\n", p, "active ",
+                    i.counters.active, "\n", p, "bytes_to_guest ",
+                    i.counters.bytes_to_guest, "\n", p, "bytes_from_guest ",
+                    i.counters.bytes_from_guest, "\n", p, "spliced_bytes ",
+                    i.counters.spliced_bytes, "\n");
+  }
+  return out;
+}
+
+}  // namespace netstack::tools

@@ -1,0 +1,130 @@
+// Host -> guest port forwards (-t, -u, --forward-api): listeners on this
+// host, and for each connection one of two paths.
+//
+//   spliced (the guest is a namespace: -- CMD, --netns-pid, --netns):
+//     host client --TCP--> our listener  ==splice relay==  our socket in
+//     the guest's namespace --TCP--> guest's 127.0.0.1 / ::1 : guest port
+//     The payload moves between the two kernel sockets through pipes
+//     (netstack/forward's Relay) and never enters user memory or the
+//     userspace TCP. The guest sees the connection come from its own
+//     loopback (as with pasta), so a server bound to 127.0.0.1 is
+//     reachable too.
+//
+//   through the stack (a VM guest, or --forward-path=stack):
+//     host client --TCP--> our listener  ==backend flow==  netstack TCP
+//     from the client's own IPv4 address (the gateway's when the client is
+//     on loopback, on IPv6 or on a UNIX socket) to the guest's IPv4 lease
+//     : guest port. The guest sees an IPv4 client's real address on this
+//     path; the spliced path shows it its own loopback.
+//
+//   UDP (-u): each client address gets a socket toward the guest (in the
+//     guest's namespace, to its loopback), and the replies go back from
+//     the listener's socket; idle for the backend's UDP timeout, it goes.
+//     Through the stack it is not built yet (a VM guest cannot have -u).
+//
+// Removing a forward closes its listeners; connections it accepted run to
+// their end.
+#ifndef TOOLS_NETSTACKD_PORT_FORWARDS_H_
+#define TOOLS_NETSTACKD_PORT_FORWARDS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "netstack/backend/backend.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/forward/relay.h"
+#include "netstack/transport/address.h"
+#include "tools/netstackd/forward_spec.h"
+
+namespace netstack::tools {
+
+enum class ForwardPath { kAuto, kSplice, kStack };
+
+struct ForwardCounters {
+  uint64_t accepted = 0;       // connections (UDP: client flows) taken
+  uint64_t failed = 0;         // the guest side refused or failed
+  uint64_t active = 0;         // running now (spliced; the stack's flows
+                               // are the backend's tcp_flows_open)
+  uint64_t bytes_to_guest = 0;
+  uint64_t bytes_from_guest = 0;
+  uint64_t spliced_bytes = 0;  // of both, moved through pipes
+};
+
+struct ForwardInfo {
+  uint64_t id = 0;
+  std::string spec;   // as given
+  bool udp = false;
+  std::string path;   // "splice" or "stack"
+  size_t listeners = 0;
+  ForwardCounters counters;  // finished connections and the running ones
+};
+
+class PortForwards {
+ public:
+  struct Options {
+    eventloop::EventLoop* loop = nullptr;
+    backend::Backend* backend = nullptr;
+    // The guest's network namespace; -1: the guest is a VM (stack only).
+    int guest_netns_fd = -1;
+    ForwardPath path = ForwardPath::kAuto;
+    forward::RelayMode relay_mode = forward::RelayMode::kSplice;
+  };
+  explicit PortForwards(const Options& options);
+  PortForwards(const PortForwards&) = delete;
+  PortForwards& operator=(const PortForwards&) = delete;
+  // Closes the listeners and ends every connection (abortively).
+  ~PortForwards();
+
+  // Opens the listeners of `rules` (one spec, e.g. a range) as one forward;
+  // if one fails, none stay open. Errors name the spec and the address:
+  // `-t 8080: listen on 0.0.0.0:8080: Address already in use`.
+  absl::StatusOr<uint64_t> Add(const std::string& spec,
+                               const std::vector<ForwardRule>& rules);
+  absl::Status Remove(uint64_t id);
+  std::vector<ForwardInfo> List() const;
+  // "forward.N.name value" lines, and totals.
+  std::string FormatCounters() const;
+
+ private:
+  struct Forward;
+  class Listener;
+  class SpliceConnect;
+  class UdpPeer;
+  friend class Listener;
+  friend class SpliceConnect;
+  friend class UdpPeer;
+
+  bool spliced() const;
+  void OnAccept(Forward& f, const ForwardRule& rule, int fd,
+                const transport::SocketAddress& client);
+  void StartSplice(Forward& f, const ForwardRule& rule, int fd,
+                   int family);
+  void StartRelay(uint64_t forward_id, int client_fd, int guest_fd);
+  void RelayDone(forward::Relay& relay, uint64_t forward_id);
+  ForwardCounters* CountersOf(uint64_t id);
+
+  Options options_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::unique_ptr<Forward>> forwards_;
+  forward::PipePool pipes_;
+  struct RelayEntry {
+    std::unique_ptr<forward::Relay> relay;
+    uint64_t forward_id;
+  };
+  absl::flat_hash_map<forward::Relay*, RelayEntry> relays_;
+  absl::flat_hash_map<SpliceConnect*, std::unique_ptr<SpliceConnect>>
+      connecting_;
+  // Totals of forwards already removed stay in their connections' counts
+  // until those end; then they are dropped.
+};
+
+}  // namespace netstack::tools
+
+#endif  // TOOLS_NETSTACKD_PORT_FORWARDS_H_
