@@ -557,7 +557,9 @@ std::vector<OutSegment> SegmentHarness::Take() {
 std::unique_ptr<TcpSocket> SegmentHarness::OpenActive(
     const PeerSynOptions& o, const std::optional<ConnectionOptions>& ours) {
   auto s = tcp_->Open(family());
-  if (ours) EXPECT_TRUE(s->SetOptions(*ours).ok());
+  if (ours) {
+    EXPECT_TRUE(s->SetOptions(*ours).ok());
+  }
   EXPECT_TRUE(s->Connect(peer_address()).ok());
   Poll();
   std::vector<OutSegment> out = Take();
@@ -595,7 +597,9 @@ std::unique_ptr<TcpSocket> SegmentHarness::OpenPassive(
     Duration rtt) {
   if (listener_ == nullptr) {
     listener_ = tcp_->Open(family());
-    if (ours) EXPECT_TRUE(listener_->SetOptions(*ours).ok());
+    if (ours) {
+      EXPECT_TRUE(listener_->SetOptions(*ours).ok());
+    }
     EXPECT_TRUE(listener_->Bind({our_ip(), kOurPort}).ok());
     EXPECT_TRUE(listener_->Listen(16).ok());
   }

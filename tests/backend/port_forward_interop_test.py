@@ -168,6 +168,7 @@ class PortForwardTest(unittest.TestCase):
         for i in (1, 2, 3):
             self.assertEqual(c[f"forward.{i}.failed"], 0)
             self.assertEqual(c[f"forward.{i}.active"], 0)
+            self.assertEqual(c[f"forward.{i}.accept_errors"], 0)
             self.assertEqual(c[f"forward.{i}.spliced_bytes"],
                              c[f"forward.{i}.bytes_to_guest"] +
                              c[f"forward.{i}.bytes_from_guest"])

@@ -102,7 +102,9 @@ class PortForwards::Listener : public eventloop::Handler {
       if (c < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         // EAGAIN: done; EMFILE/ENFILE/ENOBUFS: the next wake-up tries again.
-        if (errno != EAGAIN && errno != EWOULDBLOCK) ++accept_errors_;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          ++f_.counters.accept_errors;
+        }
         return;
       }
       std::optional<transport::SocketAddress> client = FromSockaddr(ss);
@@ -116,7 +118,6 @@ class PortForwards::Listener : public eventloop::Handler {
   Forward& f_;
   const ForwardRule& rule_;
   UniqueFd fd_;
-  uint64_t accept_errors_ = 0;
 };
 
 // The guest side of a spliced connection while its connect() runs.
@@ -422,7 +423,8 @@ std::string PortForwards::FormatCounters() const {
                     i.counters.active, "\n", p, "bytes_to_guest ",
                     i.counters.bytes_to_guest, "\n", p, "bytes_from_guest ",
                     i.counters.bytes_from_guest, "\n", p, "spliced_bytes ",
-                    i.counters.spliced_bytes, "\n");
+                    i.counters.spliced_bytes, "\n", p, "accept_errors ",
+                    i.counters.accept_errors, "\n");
   }
   return out;
 }

@@ -55,6 +55,8 @@ struct ForwardCounters {
   uint64_t bytes_to_guest = 0;
   uint64_t bytes_from_guest = 0;
   uint64_t spliced_bytes = 0;  // of both, moved through pipes
+  uint64_t accept_errors = 0;  // accept() failed (EMFILE, ENFILE, ENOBUFS,
+                               // ...): the client waits in the backlog
 };
 
 struct ForwardInfo {
