@@ -80,7 +80,12 @@ class PortForwards::Listener : public eventloop::Handler {
  public:
   Listener(PortForwards& owner, Forward& f, const ForwardRule& rule,
            UniqueFd fd)
-      : owner_(owner), f_(f), rule_(rule), fd_(std::move(fd)) {}
+      : owner_(owner), f_(f), rule_(rule), fd_(std::move(fd)) {
+    resume_.set_callback([this](Instant) {
+      (void)owner_.options_.loop->Modify(fd_.get(),
+                                         eventloop::EventLoop::kReadable);
+    });
+  }
   ~Listener() override {
     if (owner_.options_.loop->IsRegistered(fd_.get())) {
       (void)owner_.options_.loop->Remove(fd_.get());
@@ -91,7 +96,6 @@ class PortForwards::Listener : public eventloop::Handler {
   int fd() const { return fd_.get(); }
 
   void OnReadable(Instant now) override {
-    (void)now;
     // A bounded batch per wake-up, so that a connect storm on one
     // forward does not starve the rest of the loop.
     for (int i = 0; i < 64; ++i) {
@@ -103,7 +107,13 @@ class PortForwards::Listener : public eventloop::Handler {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         // EAGAIN: done; EMFILE/ENFILE/ENOBUFS: the next wake-up tries again.
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          // Out of fds or memory: the client stays in the backlog, and
+          // the socket stays readable. Stop watching it for a while
+          // rather than spin on it.
           ++f_.counters.accept_errors;
+          (void)owner_.options_.loop->Modify(fd_.get(), 0);
+          owner_.options_.loop->timers().Schedule(
+              resume_, now + absl::Milliseconds(100));
         }
         return;
       }
@@ -118,6 +128,7 @@ class PortForwards::Listener : public eventloop::Handler {
   Forward& f_;
   const ForwardRule& rule_;
   UniqueFd fd_;
+  eventloop::Timer resume_;  // watches the socket again after an error
 };
 
 // The guest side of a spliced connection while its connect() runs.
