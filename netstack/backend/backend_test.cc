@@ -223,7 +223,7 @@ std::optional<std::pair<uint16_t, size_t>> TcpPayload(
   if (f[14 + 9] != 6 || f.size() < 14 + ihl + 20) return std::nullopt;
   const size_t total = size_t{f[16]} << 8 | f[17];
   const uint8_t* tcp = f.data() + 14 + ihl;
-  const size_t doff = size_t{tcp[12] >> 4} * 4;
+  const size_t doff = static_cast<size_t>(tcp[12] >> 4) * 4;
   if (total < ihl + doff) return std::nullopt;
   return std::pair{static_cast<uint16_t>(tcp[0] << 8 | tcp[1]),
                    total - ihl - doff};
