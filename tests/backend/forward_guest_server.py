@@ -1,8 +1,9 @@
 """The guest's servers for port_forward_interop_test, run as netstackd's
-CMD: HTTP on [::]:8080 (both families) serving argv[1]'s file, and TCP echo
-servers bound to 127.0.0.1 only, on 9000 and 9001. Each accepted client's
-address is appended to argv[2]; "ready" goes to stdout once all listen.
-SIGTERM ends it with status 0."""
+CMD: HTTP on [::]:8080 (both families) serving argv[1]'s file, TCP echo
+servers bound to 127.0.0.1 only, on 9000 and 9001, and UDP echo servers on
+127.0.0.1:9100 and [::1]:9100. Each accepted client's address is appended
+to argv[2] (a UDP client's once, as "udp9100 ADDR"); "ready" goes to
+stdout once all listen. SIGTERM ends it with status 0."""
 import http.server
 import os
 import signal
@@ -58,6 +59,25 @@ class EchoServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     daemon_threads = True
 
+
+def udp_echo(family, addr, port):
+    """Echoes each datagram; notes each new client address once."""
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.bind((addr, port))
+    seen = set()
+
+    def serve():
+        while True:
+            data, peer = s.recvfrom(65536)
+            if peer[:2] not in seen:
+                seen.add(peer[:2])
+                note(f"udp{port}", peer[0])
+            s.sendto(data, peer)
+    threading.Thread(target=serve, daemon=True).start()
+
+
+udp_echo(socket.AF_INET, "127.0.0.1", 9100)
+udp_echo(socket.AF_INET6, "::1", 9100)
 
 servers = [DualStack(("::", 8080), Http),
            EchoServer(("127.0.0.1", 9000), Echo),

@@ -13,9 +13,14 @@ HTTP on the guest's [::]:8080 and echo servers bound to the guest's
   --forward-path=stack: the same HTTP through netstack's TCP to the
     guest's lease; the guest sees H's veth address as the client; the
     127.0.0.1-only server is not reachable that way (refused, counted).
+  -u: datagrams of both families echoed through the guest's loopback,
+    the largest one too; a client flow idle past --udp-timeout closes and
+    the next datagram opens a new one; past --max-udp-flows a new client
+    gets nothing, counted.
   errors: a port in use and a bad spec, named, before CMD runs.
 """
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -211,6 +216,78 @@ class PortForwardTest(unittest.TestCase):
         self.assertGreaterEqual(c["backend.tcp_bytes_guest_to_host"],
                                 3 * PAYLOAD)
         self.assertEqual(c["backend.tcp_flows_open"], 0)
+
+    def udp_clients(self, *clients, count=100, size=1400, big=False):
+        """From H, each (addr, port) client sends `count` datagrams of
+        `size` random bytes (and one of 65,000 if `big`), one at a time,
+        and waits for its echo (2 s). Returns, per client, the number of
+        echoes that matched."""
+        script = (
+            "import os,socket,sys,json\n"
+            f"clients={list(clients)!r}\n"
+            "out=[]\n"
+            "for addr,port in clients:\n"
+            "  fam=socket.AF_INET6 if ':' in addr else socket.AF_INET\n"
+            "  s=socket.socket(fam,socket.SOCK_DGRAM);s.settimeout(2)\n"
+            "  s.connect((addr,port));ok=0\n"
+            f"  sizes=[{size}]*{count}+([65000] if {big} else [])\n"
+            "  for n in sizes:\n"
+            "    d=os.urandom(n);s.send(d)\n"
+            "    try:\n"
+            "      ok+=s.recv(65536)==d\n"
+            "    except (socket.timeout, ConnectionRefusedError):\n"
+            "      pass\n"
+            "  out.append(ok)\n"
+            "print(json.dumps(out))\n")
+        p = subprocess.run(self.topo.in_ns(self.topo.h, sys.executable, "-c",
+                                           script),
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+        return json.loads(p.stdout)
+
+    def test_udp_both_families_idle_timeout_and_the_flow_limit(self):
+        p, clients, err = self.start("-u", "19100:9100", "--udp-timeout=1s")
+        self.assertEqual(self.udp_clients(("127.0.0.1", 19100),
+                                          ("::1", 19100), (H4, 19100),
+                                          big=True), [101, 101, 101])
+        # Each client socket above was one flow; idle past 1 s they close.
+        time.sleep(2.5)
+        self.assertEqual(self.udp_clients(("127.0.0.1", 19100), count=10),
+                         [10])
+        got = sorted(self.clients(clients))
+        self.assertEqual(got, sorted([
+            ("udp9100", "127.0.0.1"), ("udp9100", "127.0.0.1"),
+            ("udp9100", "::1"), ("udp9100", "127.0.0.1")]))
+        rc, text = self.stop(p, err)
+        self.assertEqual(rc, 0, text)
+        c = iu.parse_counters(text)
+        self.assertEqual(c["forward.1.accepted"], 4)
+        self.assertEqual(c["forward.1.udp_expired"], 3)
+        self.assertEqual(c["forward.1.datagrams_to_guest"], 3 * 101 + 10)
+        self.assertEqual(c["forward.1.datagrams_from_guest"], 3 * 101 + 10)
+        self.assertEqual(c["forward.1.bytes_to_guest"],
+                         3 * (100 * 1400 + 65000) + 10 * 1400)
+        self.assertEqual(c["forward.1.bytes_from_guest"],
+                         c["forward.1.bytes_to_guest"])
+        self.assertEqual(c["forward.1.udp_dropped"], 0)
+        self.assertEqual(c["forward.1.udp_refused_limit"], 0)
+        self.assertEqual(c["forward.1.failed"], 0)
+        # Never through the backend's guest-side UDP flows.
+        self.assertEqual(c["backend.udp.opened"], 0)
+
+        # Two client flows at most: the third client gets no echo.
+        p, clients, err = self.start("-u", "19100:9100",
+                                     "--max-udp-flows=2")
+        self.assertEqual(self.udp_clients(("127.0.0.1", 19100),
+                                          ("::1", 19100), (H4, 19100),
+                                          count=5), [5, 5, 0])
+        rc, text = self.stop(p, err)
+        self.assertEqual(rc, 0, text)
+        c = iu.parse_counters(text)
+        self.assertEqual(c["forward.1.accepted"], 2)
+        self.assertEqual(c["forward.1.udp_refused_limit"], 5)
+        self.assertEqual(c["forward.1.datagrams_to_guest"], 10)
 
     def test_a_forward_that_cannot_be_made_stops_netstackd(self):
         holder = subprocess.Popen(self.topo.in_ns(

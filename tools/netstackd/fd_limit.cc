@@ -70,8 +70,11 @@ std::string DescribeFdLimit(FdLimits before, FdLimits after,
                                 : absl::StrCat("was ", Number(before.soft));
   const std::string parts = absl::StrCat(
       "--max-tcp-flows ", budget.tcp_flows, ", --max-udp-flows ",
-      budget.udp_flows, ", ", budget.ping_flows, " ping flows and ",
-      budget.others, " others");
+      budget.udp_flows, ", ", budget.ping_flows, " ping flows",
+      budget.forwards != 0
+          ? absl::StrCat(", ", budget.forwards, " for port forwards")
+          : std::string(),
+      " and ", budget.others, " others");
   if (after.soft >= budget.need()) {
     return absl::StrCat("netstackd: fd limit ", Number(after.soft), " (", was,
                         "; hard ", Number(after.hard), "): room for ", parts,

@@ -21,7 +21,13 @@ struct FdBudget {
   // The link, epoll, timerfd, signalfd, the DNS forwarder's sockets, a
   // pcap file, stdio: a few dozen; 64 leaves room.
   uint64_t others = 64;
-  uint64_t need() const { return tcp_flows + udp_flows + ping_flows + others; }
+  // -t/-u: the listeners, and the UDP forwards' client flows (as many as
+  // --max-udp-flows, shared by every -u). TCP forwards' connections
+  // count as TCP flows.
+  uint64_t forwards = 0;
+  uint64_t need() const {
+    return tcp_flows + udp_flows + ping_flows + others + forwards;
+  }
 };
 
 // RLIMIT_NOFILE as getrlimit gives it; RLIM_INFINITY as UINT64_MAX.

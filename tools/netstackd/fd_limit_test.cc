@@ -59,6 +59,16 @@ TEST(DescribeFdLimit, EnoughSaysTheLimitAndWhatItIsFor) {
             "64 others\n");
 }
 
+TEST(DescribeFdLimit, PortForwardsAreNamedWhenThereAreAny) {
+  FdBudget b{4096, 1024, 256, 64};
+  b.forwards = 1024 + 4;
+  EXPECT_EQ(b.need(), 4096u + 1024 + 256 + 64 + 1028);
+  EXPECT_EQ(DescribeFdLimit({1024, 524288}, {8192, 524288}, b),
+            "netstackd: fd limit 8192 (was 1024; hard 524288): room for "
+            "--max-tcp-flows 4096, --max-udp-flows 1024, 256 ping flows, "
+            "1028 for port forwards and 64 others\n");
+}
+
 TEST(DescribeFdLimit, ShortNamesTheNumbersAndTheFixes) {
   const FdBudget b{10000, 1024, 256, 64};
   const std::string line = DescribeFdLimit({1024, 4096}, {4096, 4096}, b);

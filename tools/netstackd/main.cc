@@ -213,7 +213,10 @@ ABSL_FLAG(std::vector<std::string>, tcp_forward, {},
           "the guest's IPv4 lease.");
 ABSL_FLAG(std::vector<std::string>, udp_forward, {},
           "-u, --udp-forward SPEC: forward a host UDP port to the guest, "
-          "repeatable; SPEC as for -t (no unix:).");
+          "repeatable; SPEC as for -t (no unix:). Needs a namespace guest: "
+          "each client address gets a socket to the guest's loopback, closed "
+          "after --udp-timeout idle; at most --max-udp-flows of them in all. "
+          "Not built for a VM guest yet.");
 ABSL_FLAG(std::string, forward_path, "auto",
           "How -t forwards reach the guest: auto (splice where the guest is "
           "a namespace, else the stack), splice, or stack.");
@@ -731,6 +734,15 @@ int Run(const Config& c) {
     budget.tcp_flows = c.backend->limits.max_tcp_flows;
     budget.udp_flows = c.backend->limits.max_udp_flows;
     budget.ping_flows = backend::PingOptions{}.max_flows;
+    bool udp_forwards = false;
+    for (const Config::Forward& f : c.forwards) {
+      for (const ForwardRule& r : f.rules) {
+        // One listener, or two without BIND_ADDR (both families).
+        budget.forwards += r.bind || !r.unix_path.empty() ? 1 : 2;
+        udp_forwards |= r.udp;
+      }
+    }
+    if (udp_forwards) budget.forwards += c.backend->limits.max_udp_flows;
     const std::string line = RaiseFdLimit(budget);
     if (!c.quiet || absl::StrContains(line, "warning")) {
       std::fputs(line.c_str(), stderr);

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <list>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -71,7 +72,230 @@ struct PortForwards::Forward {
   bool udp = false;
   std::vector<ForwardRule> rules;
   std::vector<std::unique_ptr<Listener>> listeners;
+  std::vector<std::unique_ptr<UdpListener>> udp_listeners;
   ForwardCounters counters;
+};
+
+// recvmmsg/sendmmsg arrays: kSize datagrams of up to 64 KiB (the largest
+// UDP payload fits; a bigger one cannot arrive). 2 MiB, made once.
+struct PortForwards::UdpBatch {
+  static constexpr int kSize = 32;
+  static constexpr size_t kDatagram = 65536;
+  std::unique_ptr<uint8_t[]> data{new uint8_t[kSize * kDatagram]};
+  mmsghdr msgs[kSize];
+  iovec iov[kSize];
+  sockaddr_storage names[kSize];
+
+  // Ready to receive kSize datagrams (with their source addresses when
+  // `named`).
+  void PrepareReceive(bool named) {
+    for (int i = 0; i < kSize; ++i) {
+      iov[i] = {data.get() + i * kDatagram, kDatagram};
+      std::memset(&msgs[i], 0, sizeof(msgs[i]));
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+      if (named) {
+        msgs[i].msg_hdr.msg_name = &names[i];
+        msgs[i].msg_hdr.msg_namelen = sizeof(names[i]);
+      }
+    }
+  }
+};
+
+// A UDP forward's bound socket on the host, and per client address a
+// socket toward the guest's loopback (its "flow"). Clients' datagrams go
+// out of their flow's socket; the guest's replies, read from it, go back
+// from the bound socket to that client.
+class PortForwards::UdpListener : public eventloop::Handler {
+ public:
+  UdpListener(PortForwards& owner, Forward& f, const ForwardRule& rule,
+              UniqueFd fd, int family)
+      : owner_(owner), f_(f), rule_(rule), fd_(std::move(fd)),
+        family_(family) {
+    const backend::BackendLimits* limits =
+        owner_.options_.backend != nullptr
+            ? &owner_.options_.backend->config().limits
+            : nullptr;
+    timeout_ = limits != nullptr ? limits->udp_idle_timeout
+                                 : absl::Seconds(180);
+    max_flows_ = limits != nullptr ? limits->max_udp_flows : 1024;
+    expiry_.set_callback([this](Instant now) { Expire(now); });
+  }
+  ~UdpListener() override {
+    while (!lru_.empty()) Close(*lru_.front());
+    if (owner_.options_.loop->IsRegistered(fd_.get())) {
+      (void)owner_.options_.loop->Remove(fd_.get());
+    }
+  }
+  int fd() const { return fd_.get(); }
+
+  // Clients to the guest.
+  void OnReadable(Instant now) override {
+    UdpBatch& b = *owner_.udp_batch_;
+    // A bounded number of batches per wake-up: a flood on one forward
+    // does not starve the loop.
+    for (int round = 0; round < 4; ++round) {
+      b.PrepareReceive(/*named=*/true);
+      const int n = recvmmsg(fd_.get(), b.msgs, UdpBatch::kSize,
+                             MSG_DONTWAIT, nullptr);
+      if (n <= 0) return;
+      for (int i = 0; i < n; ++i) {
+        std::optional<transport::SocketAddress> client =
+            FromSockaddr(b.names[i]);
+        if (!client) continue;
+        Flow* flow = FindOrOpen(*client, b.names[i],
+                                b.msgs[i].msg_hdr.msg_namelen, now);
+        if (flow == nullptr) continue;  // counted
+        const size_t len = b.msgs[i].msg_len;
+        if (send(flow->fd.get(), b.iov[i].iov_base, len, MSG_DONTWAIT) < 0) {
+          ++f_.counters.udp_dropped;
+          continue;
+        }
+        ++f_.counters.datagrams_to_guest;
+        f_.counters.bytes_to_guest += len;
+        Touch(*flow, now);
+      }
+      if (n < UdpBatch::kSize) return;
+    }
+  }
+
+ private:
+  struct Flow : eventloop::Handler {
+    Flow(UdpListener& l, const transport::SocketAddress& c) : owner(l),
+                                                              client(c) {}
+    void OnReadable(Instant now) override { owner.FromGuest(*this, now); }
+    // An ICMP error on the connected socket (the guest's port is closed):
+    // reading SO_ERROR clears it; the datagram that caused it is lost.
+    void OnError(Instant now, uint32_t) override {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      (void)getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    UdpListener& owner;
+    transport::SocketAddress client;
+    sockaddr_storage name;
+    socklen_t name_len = 0;
+    UniqueFd fd;
+    Instant last_active;
+    std::list<Flow*>::iterator lru;
+  };
+
+  Flow* FindOrOpen(const transport::SocketAddress& client,
+                   const sockaddr_storage& name, socklen_t name_len,
+                   Instant now) {
+    if (auto it = flows_.find(client); it != flows_.end()) {
+      return it->second.get();
+    }
+    if (owner_.udp_flows_ >= max_flows_) {
+      ++f_.counters.udp_refused_limit;
+      return nullptr;
+    }
+    int s = -1;
+    absl::Status made =
+        link::RunInNetnsFd(owner_.options_.guest_netns_fd, [&] {
+          s = socket(family_, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+          return s < 0 ? ErrnoStatus(errno, "socket") : absl::OkStatus();
+        });
+    UniqueFd fd(s);
+    sockaddr_storage guest;
+    const socklen_t guest_len =
+        ToSockaddr({Loopback(family_ == AF_INET), rule_.guest_port}, guest);
+    if (!made.ok() ||
+        connect(fd.get(), reinterpret_cast<const sockaddr*>(&guest),
+                guest_len) != 0) {
+      ++f_.counters.udp_dropped;
+      ++f_.counters.failed;
+      return nullptr;
+    }
+    auto flow = std::make_unique<Flow>(*this, client);
+    flow->name = name;
+    flow->name_len = name_len;
+    flow->fd = std::move(fd);
+    if (!owner_.options_.loop
+             ->Add(flow->fd.get(), eventloop::EventLoop::kReadable,
+                   flow.get())
+             .ok()) {
+      ++f_.counters.udp_dropped;
+      ++f_.counters.failed;
+      return nullptr;
+    }
+    Flow* raw = flow.get();
+    raw->last_active = now;
+    raw->lru = lru_.insert(lru_.end(), raw);
+    flows_.emplace(client, std::move(flow));
+    ++f_.counters.accepted;
+    ++f_.counters.active;
+    ++owner_.udp_flows_;
+    if (!expiry_.scheduled()) {
+      owner_.options_.loop->timers().Schedule(expiry_, now + timeout_);
+    }
+    return raw;
+  }
+
+  void Touch(Flow& flow, Instant now) {
+    flow.last_active = now;
+    lru_.splice(lru_.end(), lru_, flow.lru);
+  }
+
+  // The guest to one client.
+  void FromGuest(Flow& flow, Instant now) {
+    UdpBatch& b = *owner_.udp_batch_;
+    for (int round = 0; round < 4; ++round) {
+      b.PrepareReceive(/*named=*/false);
+      const int n = recvmmsg(flow.fd.get(), b.msgs, UdpBatch::kSize,
+                             MSG_DONTWAIT, nullptr);
+      if (n <= 0) return;  // EAGAIN, or a pending error (now cleared)
+      for (int i = 0; i < n; ++i) {
+        b.iov[i].iov_len = b.msgs[i].msg_len;
+        b.msgs[i].msg_hdr.msg_name = &flow.name;
+        b.msgs[i].msg_hdr.msg_namelen = flow.name_len;
+      }
+      int sent = 0;
+      while (sent < n) {
+        const int m =
+            sendmmsg(fd_.get(), b.msgs + sent, n - sent, MSG_DONTWAIT);
+        if (m <= 0) break;
+        sent += m;
+      }
+      for (int i = 0; i < sent; ++i) {
+        f_.counters.bytes_from_guest += b.msgs[i].msg_len;
+      }
+      f_.counters.datagrams_from_guest += sent;
+      f_.counters.udp_dropped += n - sent;
+      Touch(flow, now);
+      if (n < UdpBatch::kSize) return;
+    }
+  }
+
+  void Expire(Instant now) {
+    while (!lru_.empty() && lru_.front()->last_active + timeout_ <= now) {
+      ++f_.counters.udp_expired;
+      Close(*lru_.front());
+    }
+    if (!lru_.empty()) {
+      owner_.options_.loop->timers().Schedule(
+          expiry_, lru_.front()->last_active + timeout_);
+    }
+  }
+
+  void Close(Flow& flow) {
+    (void)owner_.options_.loop->Remove(flow.fd.get());
+    lru_.erase(flow.lru);
+    --f_.counters.active;
+    --owner_.udp_flows_;
+    flows_.erase(flow.client);  // destroys flow
+  }
+
+  PortForwards& owner_;
+  Forward& f_;
+  const ForwardRule& rule_;
+  UniqueFd fd_;
+  const int family_;
+  Duration timeout_;
+  size_t max_flows_ = 0;
+  absl::flat_hash_map<transport::SocketAddress, std::unique_ptr<Flow>> flows_;
+  std::list<Flow*> lru_;  // least recently active first
+  eventloop::Timer expiry_;
 };
 
 // A listening socket of a forward (TCP or UNIX stream; UDP: the bound
@@ -214,10 +438,13 @@ absl::StatusOr<uint64_t> PortForwards::Add(
   f->spec = spec;
   f->udp = rules.front().udp;
   f->rules = rules;
-  if (f->udp) {
+  if (f->udp && options_.guest_netns_fd < 0) {
     return absl::UnimplementedError(absl::StrCat(
-        spec, ": UDP forwards are not built yet"));
+        spec, ": UDP forwards to a VM guest (through the stack) are not "
+              "built yet; -u needs a namespace guest (-- CMD, --netns-pid, "
+              "--netns)"));
   }
+  if (f->udp && !udp_batch_) udp_batch_ = std::make_unique<UdpBatch>();
   for (const ForwardRule& rule : f->rules) {
     std::vector<std::pair<int, sockaddr_storage>> addrs;
     socklen_t lens[2] = {0, 0};
@@ -254,7 +481,9 @@ absl::StatusOr<uint64_t> PortForwards::Add(
     }
     for (size_t i = 0; i < addrs.size(); ++i) {
       const int family = addrs[i].first;
-      UniqueFd fd(socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+      UniqueFd fd(socket(family,
+                         (f->udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_NONBLOCK |
+                             SOCK_CLOEXEC,
                          0));
       if (!fd.valid()) {
         return ErrnoStatus(errno, absl::StrCat(spec, ": socket"));
@@ -270,9 +499,20 @@ absl::StatusOr<uint64_t> PortForwards::Add(
       }
       if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&addrs[i].second),
                lens[i]) != 0 ||
-          listen(fd.get(), 1024) != 0) {
-        return ErrnoStatus(errno, absl::StrCat(spec, ": listen on ",
-                                               labels[i]));
+          (!f->udp && listen(fd.get(), 1024) != 0)) {
+        return ErrnoStatus(errno, absl::StrCat(spec, f->udp ? ": bind " :
+                                               ": listen on ", labels[i]));
+      }
+      if (f->udp) {
+        auto u = std::make_unique<UdpListener>(*this, *f, rule, std::move(fd),
+                                               family);
+        if (absl::Status s = options_.loop->Add(
+                u->fd(), eventloop::EventLoop::kReadable, u.get());
+            !s.ok()) {
+          return s;
+        }
+        f->udp_listeners.push_back(std::move(u));
+        continue;
       }
       auto l = std::make_unique<Listener>(*this, *f, rule, std::move(fd));
       if (absl::Status s = options_.loop->Add(
@@ -409,8 +649,9 @@ std::vector<ForwardInfo> PortForwards::List() const {
     i.id = id;
     i.spec = f->spec;
     i.udp = f->udp;
-    i.path = spliced() ? "splice" : "stack";
-    i.listeners = f->listeners.size();
+    // UDP always goes through a socket in the guest's namespace.
+    i.path = f->udp ? "socket" : spliced() ? "splice" : "stack";
+    i.listeners = f->listeners.size() + f->udp_listeners.size();
     i.counters = f->counters;
     for (const auto& [r, e] : relays_) {
       if (e.forward_id != id) continue;
@@ -436,6 +677,15 @@ std::string PortForwards::FormatCounters() const {
                     i.counters.bytes_from_guest, "\n", p, "spliced_bytes ",
                     i.counters.spliced_bytes, "\n", p, "accept_errors ",
                     i.counters.accept_errors, "\n");
+    if (i.udp) {
+      absl::StrAppend(&out, p, "datagrams_to_guest ",
+                      i.counters.datagrams_to_guest, "\n", p,
+                      "datagrams_from_guest ", i.counters.datagrams_from_guest,
+                      "\n", p, "udp_refused_limit ",
+                      i.counters.udp_refused_limit, "\n", p, "udp_dropped ",
+                      i.counters.udp_dropped, "\n", p, "udp_expired ",
+                      i.counters.udp_expired, "\n");
+    }
   }
   return out;
 }

@@ -17,10 +17,17 @@
 //     : guest port. The guest sees an IPv4 client's real address on this
 //     path; the spliced path shows it its own loopback.
 //
-//   UDP (-u): each client address gets a socket toward the guest (in the
-//     guest's namespace, to its loopback), and the replies go back from
-//     the listener's socket; idle for the backend's UDP timeout, it goes.
-//     Through the stack it is not built yet (a VM guest cannot have -u).
+//   UDP (-u): each client address gets a socket toward the guest (made in
+//     the guest's namespace, connected to its loopback of the client's
+//     family), and the replies go back from the listener's socket to that
+//     client. A client flow idle for the backend's UDP timeout
+//     (--udp-timeout) closes; at most --max-udp-flows client flows in all
+//     (every -u shares them), past it datagrams from new clients are
+//     dropped, counted.
+//     Datagrams move in batches (recvmmsg/sendmmsg) through one buffer
+//     the forwards share, allocated with the first UDP forward. Through
+//     the stack (a VM guest) it is not built yet: -u needs a namespace
+//     guest.
 //
 // Removing a forward closes its listeners; connections it accepted run to
 // their end.
@@ -57,6 +64,14 @@ struct ForwardCounters {
   uint64_t spliced_bytes = 0;  // of both, moved through pipes
   uint64_t accept_errors = 0;  // accept() failed (EMFILE, ENFILE, ENOBUFS,
                                // ...): the client waits in the backlog
+  // UDP: datagrams relayed, and those dropped: the client-flow limit
+  // (refused), a send that failed (the socket's buffer full, the guest's
+  // port closed: ECONNREFUSED), or the guest side's socket not made.
+  uint64_t datagrams_to_guest = 0;
+  uint64_t datagrams_from_guest = 0;
+  uint64_t udp_refused_limit = 0;
+  uint64_t udp_dropped = 0;
+  uint64_t udp_expired = 0;    // client flows closed after the idle timeout
 };
 
 struct ForwardInfo {
@@ -98,10 +113,11 @@ class PortForwards {
   struct Forward;
   class Listener;
   class SpliceConnect;
-  class UdpPeer;
+  class UdpListener;
+  struct UdpBatch;
   friend class Listener;
   friend class SpliceConnect;
-  friend class UdpPeer;
+  friend class UdpListener;
 
   bool spliced() const;
   void OnAccept(Forward& f, const ForwardRule& rule, int fd,
@@ -123,6 +139,9 @@ class PortForwards {
   absl::flat_hash_map<forward::Relay*, RelayEntry> relays_;
   absl::flat_hash_map<SpliceConnect*, std::unique_ptr<SpliceConnect>>
       connecting_;
+  // The datagram buffers of every UDP forward (they run one at a time).
+  std::unique_ptr<UdpBatch> udp_batch_;
+  size_t udp_flows_ = 0;  // open client flows, of every UDP forward
   // Totals of forwards already removed stay in their connections' counts
   // until those end; then they are dropped.
 };
