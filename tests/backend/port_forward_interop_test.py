@@ -17,6 +17,9 @@ HTTP on the guest's [::]:8080 and echo servers bound to the guest's
     the largest one too; a client flow idle past --udp-timeout closes and
     the next datagram opens a new one; past --max-udp-flows a new client
     gets nothing, counted.
+  --forward-api: while a rate-limited download runs through one forward,
+    a TCP and a UDP forward are added, used, listed and removed (the port
+    refuses again), and the download ends intact.
   errors: a port in use and a bad spec, named, before CMD runs.
 """
 import hashlib
@@ -288,6 +291,78 @@ class PortForwardTest(unittest.TestCase):
         self.assertEqual(c["forward.1.accepted"], 2)
         self.assertEqual(c["forward.1.udp_refused_limit"], 5)
         self.assertEqual(c["forward.1.datagrams_to_guest"], 10)
+
+    def api(self, path, request):
+        """One request to the forward API; its answer."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(path)
+            s.sendall((json.dumps(request) + "\n").encode())
+            line = s.makefile().readline()
+        return json.loads(line)
+
+    def test_forward_api_adds_and_removes_while_another_flows(self):
+        path = os.path.join(self.tmp, "api.sock")
+        p, clients, err = self.start("-t", "18080:8080", "--forward-api", path)
+        # 8 MiB at 2 MiB/s: about 4 s on forward 1 while we work.
+        dl = subprocess.Popen(self.topo.in_ns(
+            self.topo.h, "curl", "-sS", "--max-time", "60", "--limit-rate",
+            "2M", "http://127.0.0.1:18080/file"), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        try:
+            time.sleep(0.5)
+            self.assertEqual(self.api(path, {"op": "add", "proto": "tcp",
+                                             "spec": "127.0.0.1/18085:9000"}),
+                             {"ok": True, "id": 2})
+            self.assertEqual(self.api(path, {"op": "add", "proto": "udp",
+                                             "spec": "19100-19101:9100"}),
+                             {"ok": True, "id": 3})
+            bad = self.api(path, {"op": "add", "proto": "tcp",
+                                  "spec": "18080"})
+            self.assertFalse(bad["ok"])
+            self.assertIn("Address already in use", bad["error"])
+            self.assertEqual(self.echo("127.0.0.1", 18085),
+                             (0, f"{ECHO} True", ""))
+            self.assertEqual(self.udp_clients(("::1", 19100), count=5), [5])
+            listed = self.api(path, {"op": "list"})
+            self.assertTrue(listed["ok"])
+            by_id = {f["id"]: f for f in listed["forwards"]}
+            self.assertEqual(sorted(by_id), [1, 2, 3])
+            self.assertEqual(by_id[1]["counters"]["active"], 1)
+            self.assertEqual(by_id[2]["counters"]["bytes_to_guest"], ECHO)
+            self.assertEqual(by_id[2]["path"], "splice")
+            self.assertEqual((by_id[3]["proto"], by_id[3]["listeners"],
+                              by_id[3]["path"]), ("udp", 4, "socket"))
+            self.assertEqual(by_id[3]["counters"]["datagrams_from_guest"], 5)
+            self.assertEqual(self.api(path, {"op": "remove", "id": 2}),
+                             {"ok": True})
+            self.assertEqual(self.api(path, {"op": "remove", "id": 3}),
+                             {"ok": True})
+            rc, _, e = self.echo("127.0.0.1", 18085)
+            self.assertNotEqual(rc, 0)
+            self.assertIn("Connection refused", e)
+            self.assertEqual(self.udp_clients(("::1", 19100), count=1), [0])
+            self.assertEqual(self.api(path, {"op": "remove", "id": 2}),
+                             {"ok": False, "error": "no forward 2"})
+            counters = self.api(path, {"op": "counters"})["counters"]
+            self.assertEqual(counters["forward.1.active"], 1,
+                             "the download still runs")
+            self.assertEqual(counters["forward_api.errors"], 2)
+            out, e = dl.communicate(timeout=60)
+        finally:
+            if dl.poll() is None:
+                dl.kill()
+                dl.communicate()
+        self.assertEqual(dl.returncode, 0, e.decode())
+        self.assertEqual(hashlib.sha256(out).hexdigest(), self.sha)
+        rc, text = self.stop(p, err)
+        self.assertEqual(rc, 0, text)
+        c = iu.parse_counters(text)
+        self.assertEqual(c["forward.1.accepted"], 1)
+        self.assertEqual(c["forward.1.spliced_bytes"],
+                         c["forward.1.bytes_to_guest"] +
+                         c["forward.1.bytes_from_guest"])
+        self.assertFalse(os.path.exists(path), "the API socket was left")
 
     def test_a_forward_that_cannot_be_made_stops_netstackd(self):
         holder = subprocess.Popen(self.topo.in_ns(

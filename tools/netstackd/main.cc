@@ -50,6 +50,7 @@
 #include "tools/common/link_chain.h"
 #include "tools/common/stack_runtime.h"
 #include "tools/netstackd/fd_limit.h"
+#include "tools/netstackd/forward_api.h"
 #include "tools/netstackd/port_forwards.h"
 #include "tools/netstackd/rtnl.h"
 #include "tools/netstackd/sandbox.h"
@@ -220,6 +221,10 @@ ABSL_FLAG(std::vector<std::string>, udp_forward, {},
 ABSL_FLAG(std::string, forward_path, "auto",
           "How -t forwards reach the guest: auto (splice where the guest is "
           "a namespace, else the stack), splice, or stack.");
+ABSL_FLAG(std::string, forward_api, "",
+          "With --backend: a UNIX socket (mode 0600) at PATH for a JSON-lines "
+          "API that adds, lists and removes forwards and reads the counters "
+          "while netstackd runs (docs/SANDBOX.md); removed at exit.");
 ABSL_FLAG(bool, verbose, false,
           "With -- CMD: print the start lines and the counters at exit "
           "(otherwise netstackd is silent but for errors).");
@@ -265,6 +270,7 @@ struct Config {
   };
   std::vector<Forward> forwards;
   ForwardPath forward_path = ForwardPath::kAuto;
+  std::string forward_api;  // --forward-api PATH
 };
 
 // CMD, the arguments after "--" (split off before the flags are parsed).
@@ -516,6 +522,7 @@ absl::StatusOr<Config> ParseConfig() {
         c.forwards.push_back({flag, spec, *std::move(rules)});
       }
     }
+    c.forward_api = absl::GetFlag(FLAGS_forward_api);
     const std::string path = absl::GetFlag(FLAGS_forward_path);
     if (path == "auto") {
       c.forward_path = ForwardPath::kAuto;
@@ -532,9 +539,10 @@ absl::StatusOr<Config> ParseConfig() {
                    "--netns-pid or --netns): a VM's connections go through "
                    "the stack");
     }
-  } else if (!tcp_forwards.empty() || !udp_forwards.empty()) {
-    return Usage("-t and -u forward to a guest: they need --backend (or -- "
-                 "CMD)");
+  } else if (!tcp_forwards.empty() || !udp_forwards.empty() ||
+             !absl::GetFlag(FLAGS_forward_api).empty()) {
+    return Usage("-t, -u and --forward-api forward to a guest: they need "
+                 "--backend (or -- CMD)");
   } else {
     if (absl::GetFlag(FLAGS_host_loopback) ||
         !absl::GetFlag(FLAGS_outbound_bind).empty() ||
@@ -1032,7 +1040,9 @@ int Run(const Config& c) {
 
   // Host -> guest forwards (-t, -u); destroyed before the backend.
   std::unique_ptr<PortForwards> forwards;
-  auto print_counters = [&](const char* why) {
+  // The forward API (--forward-api); destroyed before the forwards.
+  std::unique_ptr<ForwardApi> forward_api;
+  auto counter_text = [&]() {
     std::string text = st.FormatCounters();
     absl::StrAppend(&text, tcp.FormatCounters());
     if (!text.empty() && text.back() != '\n') text.push_back('\n');
@@ -1055,7 +1065,12 @@ int Run(const Config& c) {
                         "fault.", dir, ".overflow ", f->overflow, "\n");
       }
     }
-    std::fprintf(stderr, "netstackd: counters (%s):\n%s", why, text.c_str());
+    if (forward_api) absl::StrAppend(&text, forward_api->FormatCounters());
+    return text;
+  };
+  auto print_counters = [&](const char* why) {
+    std::fprintf(stderr, "netstackd: counters (%s):\n%s", why,
+                 counter_text().c_str());
     std::fflush(stderr);
   };
   // CMD, once it runs: SIGINT, SIGTERM and SIGHUP go on to it, and we
@@ -1145,6 +1160,16 @@ int Run(const Config& c) {
                      std::string(added.status().message()).c_str());
         return 1;
       }
+    }
+    if (!c.forward_api.empty()) {
+      auto api = ForwardApi::Create(loop, *forwards, counter_text,
+                                    c.forward_api);
+      if (!api.ok()) {
+        std::fprintf(stderr, "netstackd: %s\n",
+                     std::string(api.status().message()).c_str());
+        return 1;
+      }
+      forward_api = *std::move(api);
     }
   }
   if (c.guest == Config::Guest::kRun) {

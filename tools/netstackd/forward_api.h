@@ -1,0 +1,93 @@
+// --forward-api PATH: a UNIX stream socket through which a running
+// netstackd's port forwards are added, listed and removed, and its
+// counters read. One JSON object per line each way (docs/SANDBOX.md):
+//
+//   {"op":"add","proto":"tcp","spec":"8080:80"}  -> {"ok":true,"id":3}
+//   {"op":"remove","id":3}                       -> {"ok":true}
+//   {"op":"list"}  -> {"ok":true,"forwards":[{"id":1,"proto":"tcp",
+//                     "spec":"8080:80","path":"splice","listeners":2,
+//                     "counters":{"accepted":4,...}}, ...]}
+//   {"op":"counters"} -> {"ok":true,"counters":{"backend.tcp_flows_open":0,
+//                     ...}}  (the lines SIGUSR1 prints, as numbers where
+//                     they are numbers)
+//   anything wrong  -> {"ok":false,"error":"..."}; the connection stays.
+//
+// Specs take the -t/-u shape, ranges, both families and unix: included
+// (slirp4netns's API is IPv4 only, gvisor-tap-vsock's has no ranges).
+// Removing a forward closes its listeners; its connections run to their
+// end.
+//
+// The socket is made with mode 0600 (whoever can connect can open ports
+// on this host as netstackd), refuses to replace an existing file, and is
+// unlinked when this goes. A client's request line is at most
+// kMaxLine bytes (longer: an error, then the connection is closed); a
+// client that does not read its answers is closed once kMaxOutput bytes
+// wait for it; at most kMaxClients connections at once (more are closed
+// at accept). Nothing a client sends can stop the loop.
+#ifndef TOOLS_NETSTACKD_FORWARD_API_H_
+#define TOOLS_NETSTACKD_FORWARD_API_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "link/fd_util.h"
+#include "netstack/eventloop/event_loop.h"
+#include "tools/netstackd/port_forwards.h"
+
+namespace netstack::tools {
+
+struct ForwardApiCounters {
+  uint64_t connections = 0;
+  uint64_t refused_connections = 0;  // past kMaxClients
+  uint64_t requests = 0;
+  uint64_t errors = 0;  // answers with "ok":false
+};
+
+class ForwardApi : public eventloop::Handler {
+ public:
+  static constexpr size_t kMaxLine = 64 * 1024;
+  static constexpr size_t kMaxOutput = 4 * 1024 * 1024;
+  static constexpr size_t kMaxClients = 16;
+
+  // `counters` returns the "name value" lines SIGUSR1 prints.
+  static absl::StatusOr<std::unique_ptr<ForwardApi>> Create(
+      eventloop::EventLoop& loop, PortForwards& forwards,
+      std::function<std::string()> counters, const std::string& path);
+  ForwardApi(const ForwardApi&) = delete;
+  ForwardApi& operator=(const ForwardApi&) = delete;
+  ~ForwardApi() override;
+
+  // One request line (without its newline) to its answer (without one).
+  // The socket's clients go through here; so do the unit tests.
+  std::string Handle(std::string_view line);
+
+  const ForwardApiCounters& counters() const { return counters_; }
+  std::string FormatCounters() const;
+
+  void OnReadable(Instant now) override;  // accept
+
+ private:
+  class Client;
+  ForwardApi(eventloop::EventLoop& loop, PortForwards& forwards,
+             std::function<std::string()> counters, std::string path,
+             link::UniqueFd fd);
+  void Drop(Client* c);
+
+  eventloop::EventLoop& loop_;
+  PortForwards& forwards_;
+  std::function<std::string()> counter_text_;
+  std::string path_;
+  link::UniqueFd fd_;
+  ForwardApiCounters counters_;
+  absl::flat_hash_map<Client*, std::unique_ptr<Client>> clients_;
+};
+
+}  // namespace netstack::tools
+
+#endif  // TOOLS_NETSTACKD_FORWARD_API_H_
