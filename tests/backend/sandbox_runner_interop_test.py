@@ -31,6 +31,8 @@ from tests.interop import interop_util as iu
 DNSMASQ = "127.0.0.53"
 PORT = 8080
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+USERNS_OFF = [sys.executable, os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "userns_off.py")]
 
 
 def net_namespaces():
@@ -162,6 +164,19 @@ class SandboxRunnerTest(unittest.TestCase):
             os.chmod("/dev/net/tun", mode)
         self.assertEqual(p.returncode, 1)
         self.assertIn("open /dev/net/tun: Permission denied (its mode is 0600)",
+                      p.stderr)
+
+    def test_unprivileged_where_user_namespaces_are_off_says_so(self):
+        # uid 65534 in a user namespace whose max_user_namespaces is 0.
+        mode = os.stat("/dev/net/tun").st_mode & 0o7777
+        os.chmod("/dev/net/tun", 0o666)
+        try:
+            p = self.run_sandbox("exit 0", wrap=USERNS_OFF)
+        finally:
+            os.chmod("/dev/net/tun", mode)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("user.max_user_namespaces = 0", p.stderr)
+        self.assertIn("run netstackd as root, or allow user namespaces",
                       p.stderr)
 
     def test_no_dns_config_leaves_resolv_conf(self):
