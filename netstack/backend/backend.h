@@ -198,6 +198,8 @@ class Backend : public tcp::SynHandler {
   std::string FormatCounters() const;
   // The parts the full Create adds; null with the TCP-only Create.
   const UdpFlowTable* udp_flows() const { return udp_flows_.get(); }
+  // For -u through the stack (UdpFlowTable::ReadInbound).
+  UdpFlowTable* udp_flows() { return udp_flows_.get(); }
   const PingForwarder* ping() const { return ping_.get(); }
   const DnsForwarder* dns() const { return dns_.get(); }
   const GuestConfigServices* guest_config() const {

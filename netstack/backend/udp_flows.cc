@@ -47,6 +47,13 @@ struct UdpFlowTable::Flow {
   // The UDP length of the last datagram sent, for the quote of an ICMP
   // error about it (the error queue gives back a truncated copy only).
   uint16_t last_udp_len = 8;
+  // Inbound (ReadInbound): `fd` is the forward's socket, not ours; the
+  // guest's datagrams go to `client` from it.
+  bool inbound = false;
+  SocketAddress client;
+  sockaddr_storage client_name;
+  socklen_t client_name_len = 0;
+  InboundUdpCounts* counts = nullptr;
 };
 
 void UdpFlowTable::FlowHandler::OnReadable(Instant now) {
@@ -97,6 +104,13 @@ bool UdpFlowTable::OnUnmatchedDatagram(const SocketAddress& src,
                                        const SocketAddress& dst,
                                        const buffer::PayloadView& payload,
                                        Instant now) {
+  // An inbound flow's replies may go to the gateway (its source for
+  // clients on the host's loopback): look the pair up first.
+  if (auto it = flows_.find(Key{src, dst}); it != flows_.end()) {
+    Touch(*it->second, now);
+    SendToHost(*it->second, payload, now);
+    return true;
+  }
   if (IsSelf(dst.ip)) {
     ++counters_.refused_self;
     return false;  // the stack's own port unreachable
@@ -105,14 +119,8 @@ bool UdpFlowTable::OnUnmatchedDatagram(const SocketAddress& src,
     ++counters_.refused_bad_address;
     return false;
   }
-  const Key key{src, dst};
-  Flow* flow = nullptr;
-  if (auto it = flows_.find(key); it != flows_.end()) {
-    flow = it->second.get();
-  } else {
-    flow = Open(key, now);
-    if (flow == nullptr) return true;  // answered (ICMP) and counted
-  }
+  Flow* flow = Open(Key{src, dst}, now);
+  if (flow == nullptr) return true;  // answered (ICMP) and counted
   Touch(*flow, now);
   SendToHost(*flow, payload, now);
   return true;
@@ -169,8 +177,13 @@ UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, Instant now) {
 }
 
 void UdpFlowTable::Close(Flow* flow) {
-  (void)loop_.Remove(flow->fd);
-  close(flow->fd);
+  if (flow->inbound) {
+    inbound_.erase(InboundKey{flow->fd, flow->client});
+    --flow->counts->flows_open;
+  } else {
+    (void)loop_.Remove(flow->fd);
+    close(flow->fd);
+  }
   lru_.erase(flow->lru);
   // Last: the key lives in the flow.
   flows_.erase(Key(flow->key));
@@ -191,6 +204,10 @@ void UdpFlowTable::SendToHost(Flow& flow, const buffer::PayloadView& payload,
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
+  if (flow.inbound) {
+    msg.msg_name = &flow.client_name;
+    msg.msg_namelen = flow.client_name_len;
+  }
   flow.last_udp_len = static_cast<uint16_t>(
       std::min<size_t>(payload.size() + 8, 65535));
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -198,9 +215,14 @@ void UdpFlowTable::SendToHost(Flow& flow, const buffer::PayloadView& payload,
     if (n >= 0) {
       ++counters_.datagrams_to_host;
       counters_.bytes_to_host += payload.size();
+      if (flow.counts != nullptr) {
+        ++flow.counts->datagrams_from_guest;
+        flow.counts->bytes_from_guest += payload.size();
+      }
       return;
     }
     if (errno == EINTR) continue;
+    if (flow.counts != nullptr) ++flow.counts->dropped;
     if (errno == EAGAIN || errno == ENOBUFS) {
       ++counters_.to_host_dropped_full;
     } else if (errno == EMSGSIZE) {
@@ -336,7 +358,126 @@ void UdpFlowTable::Poll(Instant now) {
   while (!lru_.empty() &&
          lru_.front()->last_active + options_.idle_timeout <= now) {
     ++counters_.closed_idle;
+    if (lru_.front()->counts != nullptr) ++lru_.front()->counts->flows_expired;
     Close(lru_.front());
+  }
+}
+
+UdpFlowTable::Flow* UdpFlowTable::OpenInbound(
+    int host_fd, const SocketAddress& client, const SocketAddress& guest,
+    const IpAddress& gateway, InboundUdpCounts& counts, Instant now) {
+  if (flows_.size() >= options_.max_flows) {
+    ++counters_.refused_limit;
+    ++counts.refused_limit;
+    return nullptr;
+  }
+  // The guest sees an IPv4 client off the host's loopback as itself (as
+  // -t through the stack does), anyone else as the gateway.
+  const bool own = client.ip.is_v4() && guest.ip.is_v4() &&
+                   client.ip.v4().bytes[0] != 127 &&
+                   !client.ip.IsUnspecified();
+  SocketAddress source{own ? client.ip : gateway, client.port};
+  // The client's port unless another client has it on that source: then
+  // the next free one of 49152-65535.
+  for (int attempt = 0; flows_.contains(Key{guest, source}); ++attempt) {
+    if (attempt == 64) {
+      ++counters_.inbound_refused_port;
+      ++counts.dropped;
+      return nullptr;
+    }
+    source.port = next_inbound_port_;
+    next_inbound_port_ =
+        next_inbound_port_ == 65535 ? 49152 : next_inbound_port_ + 1;
+  }
+  const Key key{guest, source};
+  auto flow = std::make_unique<Flow>();
+  Flow* f = flow.get();
+  f->key = key;
+  f->fd = host_fd;
+  f->last_active = now;
+  f->inbound = true;
+  f->client = client;
+  f->client_name_len = ToSockaddr(client, f->client_name);
+  f->counts = &counts;
+  f->lru = lru_.insert(lru_.end(), f);
+  flows_.emplace(key, std::move(flow));
+  inbound_.emplace(InboundKey{host_fd, client}, f);
+  ++counters_.opened;
+  ++counters_.inbound_opened;
+  ++counts.flows_opened;
+  ++counts.flows_open;
+  return f;
+}
+
+void UdpFlowTable::ReadInbound(int host_fd, const SocketAddress& guest,
+                               const IpAddress& gateway,
+                               InboundUdpCounts& counts, Instant now) {
+  for (int i = 0; i < kReadBatch; ++i) {
+    buffer::ChunkRef chunk = chunks_.Allocate();
+    uint8_t scratch[1];
+    const bool have_chunk = static_cast<bool>(chunk);
+    std::span<uint8_t> room =
+        have_chunk ? chunk->unshared_tail(0) : std::span<uint8_t>(scratch);
+    iovec iov{room.data(), room.size()};
+    sockaddr_storage from;
+    msghdr msg{};
+    msg.msg_name = &from;
+    msg.msg_namelen = sizeof(from);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    const ssize_t n = recvmsg(host_fd, &msg, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // EAGAIN; nothing else is pending on an unconnected socket
+    }
+    if (!have_chunk) {
+      ++counters_.to_guest_dropped_no_buffer;
+      ++counts.dropped;
+      continue;
+    }
+    const std::optional<SocketAddress> client =
+        FromSockaddr(from, msg.msg_namelen);
+    if (!client) continue;
+    const size_t max = guest.ip.is_v4() ? udp::UdpLayer::kMaxIpv4Payload
+                                        : udp::UdpLayer::kMaxIpv6Payload;
+    if (static_cast<size_t>(n) > max) {
+      ++counters_.to_guest_dropped_too_big;
+      ++counts.dropped;
+      continue;
+    }
+    Flow* flow = nullptr;
+    if (auto it = inbound_.find(InboundKey{host_fd, *client});
+        it != inbound_.end()) {
+      flow = it->second;
+    } else {
+      flow = OpenInbound(host_fd, *client, guest, gateway, counts, now);
+      if (flow == nullptr) continue;  // counted
+    }
+    Touch(*flow, now);
+    const buffer::PayloadView view(std::move(chunk), 0,
+                                   static_cast<uint32_t>(n));
+    if (!udp_.SendFrom(flow->key.remote, flow->key.local,
+                       std::span<const buffer::PayloadView>(&view, 1), now)
+             .ok()) {
+      ++counters_.to_guest_dropped_send;
+      ++counts.dropped;
+      continue;
+    }
+    ++counters_.datagrams_to_guest;
+    counters_.bytes_to_guest += static_cast<uint64_t>(n);
+    ++counts.datagrams_to_guest;
+    counts.bytes_to_guest += static_cast<uint64_t>(n);
+  }
+}
+
+void UdpFlowTable::CloseInbound(int host_fd) {
+  std::vector<Flow*> gone;
+  for (const auto& [key, flow] : inbound_) {
+    if (key.first == host_fd) gone.push_back(flow);
+  }
+  for (Flow* f : gone) {
+    ++counters_.closed_shutdown;
+    Close(f);
   }
 }
 

@@ -83,9 +83,28 @@ struct UdpFlowOptions {
   X(to_guest_dropped_no_buffer, "to_guest_dropped.no_buffer")             \
   X(to_guest_dropped_too_big, "to_guest_dropped.too_big")                 \
   X(to_guest_dropped_send, "to_guest_dropped.send")                       \
+  /* Inbound (-u through the stack): flows opened, and datagrams */      \
+  /* dropped because the guest-side source port was taken or no */       \
+  /* datagram could be read. */                                          \
+  X(inbound_opened, "inbound.opened")                                     \
+  X(inbound_refused_port, "inbound.refused_port")                         \
   X(host_icmp_port_unreachable, "host_icmp.port_unreachable")             \
   X(host_icmp_unreachable, "host_icmp.unreachable")                       \
   X(host_icmp_other, "host_icmp.other")
+
+// What one inbound forward's flows moved (-u through the stack); the
+// forward owns it and outlives its flows (CloseInbound).
+struct InboundUdpCounts {
+  uint64_t flows_opened = 0;
+  uint64_t flows_open = 0;
+  uint64_t flows_expired = 0;
+  uint64_t refused_limit = 0;
+  uint64_t dropped = 0;  // either way: no room, a send that failed
+  uint64_t datagrams_to_guest = 0;
+  uint64_t bytes_to_guest = 0;
+  uint64_t datagrams_from_guest = 0;
+  uint64_t bytes_from_guest = 0;
+};
 
 struct UdpFlowCounters {
 #define NETSTACK_UDP_FLOW_FIELD(f, name) uint64_t f = 0;
@@ -119,6 +138,20 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   // Closes the flows idle for idle_timeout.
   void Poll(Instant now) override;
 
+  // Inbound flows (host -> guest, -u through the stack), in the same
+  // table, limit and idle timeout as the guest's own: reads the
+  // datagrams waiting on `host_fd` (a forward's bound socket, not owned)
+  // and sends each to `guest` from `SourceFor(client)`: the client's own
+  // IPv4 address off the host's loopback, else `gateway`; its port when
+  // free, another one otherwise. The guest's replies to that source go
+  // back to the client from `host_fd`. Each datagram is received into a
+  // pooled chunk and handed to the stack as a view of it, no copy.
+  void ReadInbound(int host_fd, const transport::SocketAddress& guest,
+                   const transport::IpAddress& gateway,
+                   InboundUdpCounts& counts, Instant now);
+  // Closes the inbound flows of `host_fd` (its forward is going).
+  void CloseInbound(int host_fd);
+
   size_t size() const { return flows_.size(); }
   const UdpFlowCounters& counters() const { return counters_; }
   // The host socket of the guest's (src, dst) flow; -1 if none (tests).
@@ -131,6 +164,11 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   using Key = transport::FourTuple;  // local: the guest, remote: the peer
 
   Flow* Open(const Key& key, Instant now);
+  // An inbound flow for `client` on `host_fd`; null when refused (counted).
+  Flow* OpenInbound(int host_fd, const transport::SocketAddress& client,
+                    const transport::SocketAddress& guest,
+                    const transport::IpAddress& gateway,
+                    InboundUdpCounts& counts, Instant now);
   void Close(Flow* flow);
   void Touch(Flow& flow, Instant now);
   void SendToHost(Flow& flow, const buffer::PayloadView& payload, Instant now);
@@ -146,6 +184,10 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   eventloop::EventLoop& loop_;
   const UdpFlowOptions options_;
   absl::flat_hash_map<Key, std::unique_ptr<Flow>> flows_;
+  // Inbound flows by (their forward's socket, the host client).
+  using InboundKey = std::pair<int, transport::SocketAddress>;
+  absl::flat_hash_map<InboundKey, Flow*> inbound_;
+  uint16_t next_inbound_port_ = 49152;
   // Least recently active first.
   std::list<Flow*> lru_;
   UdpFlowCounters counters_;

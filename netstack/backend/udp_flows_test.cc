@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -306,6 +307,75 @@ TEST_F(UdpFlowsTest, DestroyingTheTableClosesEveryHostSocket) {
   }
   table_.reset();
   for (int fd : fds) EXPECT_EQ(fcntl(fd, F_GETFD), -1) << fd;
+}
+
+// -u through the stack: a forward's socket on the host, clients on the
+// host's loopback (seen by the guest as the gateway), two of them on the
+// same port: the second gets another source port, and each reply goes
+// back to its own client from the forward's socket.
+TEST_F(UdpFlowsTest, InboundClientsOnOnePortGetTheirOwnSourceAndReplies) {
+  MakeTable();
+  HostServer forward(*IpAddress::Parse("0.0.0.0"));
+  HostServer a(kLo4);
+  const uint16_t port = forward.addr.port;
+  // b on 127.0.0.2 with a's port (the whole of 127/8 is this host's).
+  const int b = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage ss;
+  socklen_t len =
+      ToSockaddr(SocketAddress{*IpAddress::Parse("127.0.0.2"), a.addr.port}, ss);
+  ASSERT_EQ(bind(b, reinterpret_cast<sockaddr*>(&ss), len), 0);
+  const SocketAddress to_forward{kLo4, port};
+  len = ToSockaddr(to_forward, ss);
+  const SocketAddress guest = Peer4(7000);
+  const IpAddress gateway(our_ip4_);
+  InboundUdpCounts counts;
+  std::vector<uint16_t> sources;
+  for (int client : {a.fd, b}) {
+    ASSERT_EQ(sendto(client, "hi", 2, 0, reinterpret_cast<sockaddr*>(&ss), len),
+              2);
+    pollfd p{forward.fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 2000), 1);
+    table_->ReadInbound(forward.fd, guest, gateway, counts, now_);
+    std::vector<Got> got = Datagrams(RunUntilSent());
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].src, gateway);
+    EXPECT_EQ(got[0].dst, guest.ip);
+    EXPECT_EQ(wire::LoadBe16(&got[0].l4[2]), guest.port);
+    sources.push_back(wire::LoadBe16(&got[0].l4[0]));
+  }
+  EXPECT_EQ(sources[0], a.addr.port);  // the client's own port when free
+  EXPECT_NE(sources[1], sources[0]);
+  EXPECT_GE(sources[1], 49152);
+  EXPECT_EQ(counts.flows_opened, 2u);
+  EXPECT_EQ(counts.flows_open, 2u);
+  EXPECT_EQ(counts.datagrams_to_guest, 2u);
+  // The guest answers each source; each answer reaches its own client.
+  InjectUdp(guest, SocketAddress{gateway, sources[1]},
+            udp::testing::Bytes("to-b"));
+  InjectUdp(guest, SocketAddress{gateway, sources[0]},
+            udp::testing::Bytes("to-a"));
+  SocketAddress from;
+  auto got_a = a.Receive(&from, false);
+  ASSERT_TRUE(got_a.has_value());
+  EXPECT_EQ(std::string(got_a->begin(), got_a->end()), "to-a");
+  EXPECT_EQ(from.port, port);
+  pollfd p{b, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 2000), 1);
+  char buf[16];
+  EXPECT_EQ(recv(b, buf, sizeof(buf), 0), 4);
+  EXPECT_EQ(std::string(buf, 4), "to-b");
+  EXPECT_EQ(counts.datagrams_from_guest, 2u);
+  EXPECT_EQ(table_->counters().inbound_opened, 2u);
+  // The forward goes: its flows with it; a late reply to the gateway is
+  // the stack's own port unreachable (refused_self), not relayed.
+  table_->CloseInbound(forward.fd);
+  EXPECT_EQ(table_->size(), 0u);
+  EXPECT_EQ(counts.flows_open, 0u);
+  InjectUdp(guest, SocketAddress{gateway, sources[0]},
+            udp::testing::Bytes("late"));
+  EXPECT_EQ(table_->counters().refused_self, 1u);
+  EXPECT_EQ(counts.datagrams_from_guest, 2u);
+  close(b);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 """The guest's servers for port_forward_interop_test, run as netstackd's
 CMD: HTTP on [::]:8080 (both families) serving argv[1]'s file, TCP echo
 servers bound to 127.0.0.1 only, on 9000 and 9001, and UDP echo servers on
-127.0.0.1:9100 and [::1]:9100. Each accepted client's address is appended
+127.0.0.1:9100, [::1]:9100 and [::]:9101. Each accepted client's address is appended
 to argv[2] (a UDP client's once, as "udp9100 ADDR"); "ready" goes to
 stdout once all listen. SIGTERM ends it with status 0."""
 import http.server
@@ -63,6 +63,8 @@ class EchoServer(socketserver.ThreadingTCPServer):
 def udp_echo(family, addr, port):
     """Echoes each datagram; notes each new client address once."""
     s = socket.socket(family, socket.SOCK_DGRAM)
+    if family == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     s.bind((addr, port))
     seen = set()
 
@@ -78,6 +80,7 @@ def udp_echo(family, addr, port):
 
 udp_echo(socket.AF_INET, "127.0.0.1", 9100)
 udp_echo(socket.AF_INET6, "::1", 9100)
+udp_echo(socket.AF_INET6, "::", 9101)  # both families (v6only is off)
 
 servers = [DualStack(("::", 8080), Http),
            EchoServer(("127.0.0.1", 9000), Echo),

@@ -292,6 +292,38 @@ class PortForwardTest(unittest.TestCase):
         self.assertEqual(c["forward.1.udp_refused_limit"], 5)
         self.assertEqual(c["forward.1.datagrams_to_guest"], 10)
 
+    def test_udp_through_the_stack_the_guest_sees_the_client(self):
+        p, clients, err = self.start("--forward-path=stack", "--udp-timeout=1s",
+                                     "-u", "19101:9101", "-u", "19100:9100")
+        self.assertEqual(self.udp_clients(("127.0.0.1", 19101),
+                                          ("::1", 19101), (H4, 19101),
+                                          big=True), [101, 101, 101])
+        time.sleep(2.5)
+        self.assertEqual(self.udp_clients((H4, 19101), count=10), [10])
+        # The guest's 127.0.0.1-only server is not on its lease address.
+        self.assertEqual(self.udp_clients(("127.0.0.1", 19100), count=2), [0])
+        got = sorted(set(self.clients(clients)))
+        self.assertEqual(got, sorted([("udp9101", f"::ffff:{H4}"),
+                                      ("udp9101", "::ffff:10.0.2.2")]))
+        rc, text = self.stop(p, err)
+        self.assertEqual(rc, 0, text)
+        c = iu.parse_counters(text)
+        self.assertEqual(c["forward.1.accepted"], 4)
+        # The last one too, while the 127.0.0.1-only check waited.
+        self.assertEqual(c["forward.1.udp_expired"], 4)
+        self.assertEqual(c["forward.1.active"], 0)
+        self.assertEqual(c["forward.1.datagrams_to_guest"], 3 * 101 + 10)
+        self.assertEqual(c["forward.1.datagrams_from_guest"], 3 * 101 + 10)
+        self.assertEqual(c["forward.1.bytes_from_guest"],
+                         3 * (100 * 1400 + 65000) + 10 * 1400)
+        self.assertEqual(c["forward.1.udp_dropped"], 0)
+        self.assertEqual(c["forward.2.datagrams_to_guest"], 2)
+        self.assertEqual(c["forward.2.datagrams_from_guest"], 0)
+        # In the backend's flow table, in reverse.
+        # 4 of forward 1's, and 2 of forward 2's (2 s apart, 1 s timeout).
+        self.assertEqual(c["backend.udp.inbound.opened"], 6)
+        self.assertEqual(c["backend.udp.datagrams_to_host"], 3 * 101 + 10)
+
     def api(self, path, request):
         """One request to the forward API; its answer."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:

@@ -214,13 +214,15 @@ ABSL_FLAG(std::vector<std::string>, tcp_forward, {},
           "the guest's IPv4 lease.");
 ABSL_FLAG(std::vector<std::string>, udp_forward, {},
           "-u, --udp-forward SPEC: forward a host UDP port to the guest, "
-          "repeatable; SPEC as for -t (no unix:). Needs a namespace guest: "
-          "each client address gets a socket to the guest's loopback, closed "
-          "after --udp-timeout idle; at most --max-udp-flows of them in all. "
-          "Not built for a VM guest yet.");
+          "repeatable; SPEC as for -t (no unix:). With a namespace guest "
+          "each client address gets a socket to the guest's loopback; with a "
+          "VM (or --forward-path=stack) a flow in the backend's UDP table to "
+          "the guest's IPv4 lease. Either closes after --udp-timeout idle; "
+          "at most --max-udp-flows of them.");
 ABSL_FLAG(std::string, forward_path, "auto",
-          "How -t forwards reach the guest: auto (splice where the guest is "
-          "a namespace, else the stack), splice, or stack.");
+          "How -t and -u forwards reach the guest: auto (splice, or a socket "
+          "for -u, where the guest is a namespace; else the stack), splice, "
+          "or stack.");
 ABSL_FLAG(std::string, forward_api, "",
           "With --backend: a UNIX socket (mode 0600) at PATH for a JSON-lines "
           "API that adds, lists and removes forwards and reads the counters "

@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "link/fd_util.h"
 #include "link/netns.h"
+#include "netstack/backend/udp_flows.h"
+#include "netstack/backend/udp_host_socket.h"
 
 namespace netstack::tools {
 namespace {
@@ -21,39 +23,8 @@ namespace {
 using link::ErrnoStatus;
 using link::UniqueFd;
 
-socklen_t ToSockaddr(const transport::SocketAddress& a, sockaddr_storage& ss) {
-  std::memset(&ss, 0, sizeof(ss));
-  if (a.ip.is_v4()) {
-    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
-    s->sin_family = AF_INET;
-    s->sin_port = htons(a.port);
-    std::memcpy(&s->sin_addr, a.ip.v4().bytes.data(), 4);
-    return sizeof(sockaddr_in);
-  }
-  auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
-  s->sin6_family = AF_INET6;
-  s->sin6_port = htons(a.port);
-  std::memcpy(&s->sin6_addr, a.ip.v6().bytes.data(), 16);
-  return sizeof(sockaddr_in6);
-}
-
-std::optional<transport::SocketAddress> FromSockaddr(const sockaddr_storage& ss) {
-  if (ss.ss_family == AF_INET) {
-    const auto* s = reinterpret_cast<const sockaddr_in*>(&ss);
-    return transport::SocketAddress{
-        transport::IpAddress(wire::Ipv4Address::FromBytes(
-            reinterpret_cast<const uint8_t*>(&s->sin_addr))),
-        ntohs(s->sin_port)};
-  }
-  if (ss.ss_family == AF_INET6) {
-    const auto* s = reinterpret_cast<const sockaddr_in6*>(&ss);
-    return transport::SocketAddress{
-        transport::IpAddress(wire::Ipv6Address::FromBytes(
-            reinterpret_cast<const uint8_t*>(&s->sin6_addr))),
-        ntohs(s->sin6_port)};
-  }
-  return std::nullopt;
-}
+using backend::FromSockaddr;
+using backend::ToSockaddr;
 
 transport::IpAddress Loopback(bool v4) {
   return v4 ? transport::IpAddress(wire::Ipv4Address::FromU32(0x7f000001))
@@ -74,6 +45,8 @@ struct PortForwards::Forward {
   std::vector<std::unique_ptr<Listener>> listeners;
   std::vector<std::unique_ptr<UdpListener>> udp_listeners;
   ForwardCounters counters;
+  // -u through the stack: what its flows in the backend's table moved.
+  backend::InboundUdpCounts udp_stack;
 };
 
 // recvmmsg/sendmmsg arrays: kSize datagrams of up to 64 KiB (the largest
@@ -120,8 +93,15 @@ class PortForwards::UdpListener : public eventloop::Handler {
                                  : absl::Seconds(180);
     max_flows_ = limits != nullptr ? limits->max_udp_flows : 1024;
     expiry_.set_callback([this](Instant now) { Expire(now); });
+    if (!owner_.udp_via_socket()) {
+      table_ = owner_.options_.backend->udp_flows();
+      const backend::AddressPlan& plan = owner_.options_.backend->plan();
+      guest_ = {transport::IpAddress(plan.lease4), rule_.guest_port};
+      gateway_ = transport::IpAddress(plan.gateway4);
+    }
   }
   ~UdpListener() override {
+    if (table_ != nullptr) table_->CloseInbound(fd_.get());
     while (!lru_.empty()) Close(*lru_.front());
     if (owner_.options_.loop->IsRegistered(fd_.get())) {
       (void)owner_.options_.loop->Remove(fd_.get());
@@ -131,6 +111,12 @@ class PortForwards::UdpListener : public eventloop::Handler {
 
   // Clients to the guest.
   void OnReadable(Instant now) override {
+    if (table_ != nullptr) {
+      // Through the stack: the backend's flow table reads, keeps the
+      // client flows and sends the replies back from fd_.
+      return table_->ReadInbound(fd_.get(), guest_, gateway_, f_.udp_stack,
+                                 now);
+    }
     UdpBatch& b = *owner_.udp_batch_;
     // A bounded number of batches per wake-up: a flood on one forward
     // does not starve the loop.
@@ -141,7 +127,7 @@ class PortForwards::UdpListener : public eventloop::Handler {
       if (n <= 0) return;
       for (int i = 0; i < n; ++i) {
         std::optional<transport::SocketAddress> client =
-            FromSockaddr(b.names[i]);
+            FromSockaddr(b.names[i], b.msgs[i].msg_hdr.msg_namelen);
         if (!client) continue;
         Flow* flow = FindOrOpen(*client, b.names[i],
                                 b.msgs[i].msg_hdr.msg_namelen, now);
@@ -296,6 +282,11 @@ class PortForwards::UdpListener : public eventloop::Handler {
   absl::flat_hash_map<transport::SocketAddress, std::unique_ptr<Flow>> flows_;
   std::list<Flow*> lru_;  // least recently active first
   eventloop::Timer expiry_;
+  // Through the stack (else null): the table, the guest's address, the
+  // source for clients the guest cannot see as themselves.
+  backend::UdpFlowTable* table_ = nullptr;
+  transport::SocketAddress guest_;
+  transport::IpAddress gateway_;
 };
 
 // A listening socket of a forward (TCP or UNIX stream; UDP: the bound
@@ -341,7 +332,7 @@ class PortForwards::Listener : public eventloop::Handler {
         }
         return;
       }
-      std::optional<transport::SocketAddress> client = FromSockaddr(ss);
+      std::optional<transport::SocketAddress> client = FromSockaddr(ss, len);
       owner_.OnAccept(f_, rule_, c,
                       client.value_or(transport::SocketAddress{}));
     }
@@ -417,6 +408,8 @@ bool PortForwards::spliced() const {
   return options_.guest_netns_fd >= 0 && options_.path != ForwardPath::kStack;
 }
 
+bool PortForwards::udp_via_socket() const { return spliced(); }
+
 ForwardCounters* PortForwards::CountersOf(uint64_t id) {
   auto it = forwards_.find(id);
   return it == forwards_.end() ? nullptr : &it->second->counters;
@@ -438,13 +431,16 @@ absl::StatusOr<uint64_t> PortForwards::Add(
   f->spec = spec;
   f->udp = rules.front().udp;
   f->rules = rules;
-  if (f->udp && options_.guest_netns_fd < 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        spec, ": UDP forwards to a VM guest (through the stack) are not "
-              "built yet; -u needs a namespace guest (-- CMD, --netns-pid, "
-              "--netns)"));
+  if (f->udp && !udp_via_socket() &&
+      (options_.backend == nullptr ||
+       options_.backend->udp_flows() == nullptr)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(spec, ": UDP through the stack needs the backend's UDP "
+                           "flow table"));
   }
-  if (f->udp && !udp_batch_) udp_batch_ = std::make_unique<UdpBatch>();
+  if (f->udp && udp_via_socket() && !udp_batch_) {
+    udp_batch_ = std::make_unique<UdpBatch>();
+  }
   for (const ForwardRule& rule : f->rules) {
     std::vector<std::pair<int, sockaddr_storage>> addrs;
     socklen_t lens[2] = {0, 0};
@@ -649,10 +645,19 @@ std::vector<ForwardInfo> PortForwards::List() const {
     i.id = id;
     i.spec = f->spec;
     i.udp = f->udp;
-    // UDP always goes through a socket in the guest's namespace.
-    i.path = f->udp ? "socket" : spliced() ? "splice" : "stack";
+    i.path = !spliced() ? "stack" : f->udp ? "socket" : "splice";
     i.listeners = f->listeners.size() + f->udp_listeners.size();
     i.counters = f->counters;
+    const backend::InboundUdpCounts& u = f->udp_stack;
+    i.counters.accepted += u.flows_opened;
+    i.counters.active += u.flows_open;
+    i.counters.datagrams_to_guest += u.datagrams_to_guest;
+    i.counters.bytes_to_guest += u.bytes_to_guest;
+    i.counters.datagrams_from_guest += u.datagrams_from_guest;
+    i.counters.bytes_from_guest += u.bytes_from_guest;
+    i.counters.udp_refused_limit += u.refused_limit;
+    i.counters.udp_dropped += u.dropped;
+    i.counters.udp_expired += u.flows_expired;
     for (const auto& [r, e] : relays_) {
       if (e.forward_id != id) continue;
       const forward::RelayStats& s = r->stats();

@@ -25,9 +25,12 @@
 //     (every -u shares them), past it datagrams from new clients are
 //     dropped, counted.
 //     Datagrams move in batches (recvmmsg/sendmmsg) through one buffer
-//     the forwards share, allocated with the first UDP forward. Through
-//     the stack (a VM guest) it is not built yet: -u needs a namespace
-//     guest.
+//     the forwards share, allocated with the first UDP forward.
+//     Through the stack (a VM guest, or --forward-path=stack) a client's
+//     flow lives in the backend's UDP flow table, in reverse
+//     (UdpFlowTable::ReadInbound): same limit and idle timeout as the
+//     guest's own flows; datagrams go to the guest's IPv4 lease from the
+//     client's IPv4 address (off the host's loopback) or the gateway.
 //
 // Removing a forward closes its listeners; connections it accepted run to
 // their end.
@@ -120,6 +123,8 @@ class PortForwards {
   friend class UdpListener;
 
   bool spliced() const;
+  // -u through sockets in the guest's namespace (else the stack).
+  bool udp_via_socket() const;
   void OnAccept(Forward& f, const ForwardRule& rule, int fd,
                 const transport::SocketAddress& client);
   void StartSplice(Forward& f, const ForwardRule& rule, int fd,
