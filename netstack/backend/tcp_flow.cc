@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "netstack/backend/udp_host_socket.h"
 #include "netstack/transport/errors.h"
 #include "netstack/transport/notifier.h"
 
@@ -17,20 +18,9 @@ namespace {
 
 namespace ev = transport::event;
 
+// One sockaddr conversion for the whole backend (udp_host_socket.h).
 socklen_t HostSockaddr(const transport::SocketAddress& a, sockaddr_storage& ss) {
-  std::memset(&ss, 0, sizeof(ss));
-  if (a.ip.is_v4()) {
-    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
-    s->sin_family = AF_INET;
-    s->sin_port = htons(a.port);
-    std::memcpy(&s->sin_addr, a.ip.v4().bytes.data(), 4);
-    return sizeof(sockaddr_in);
-  }
-  auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
-  s->sin6_family = AF_INET6;
-  s->sin6_port = htons(a.port);
-  std::memcpy(&s->sin6_addr, a.ip.v6().bytes.data(), 16);
-  return sizeof(sockaddr_in6);
+  return ToSockaddr(a, ss);
 }
 
 }  // namespace
