@@ -176,17 +176,13 @@ class PortForwards::UdpListener : public eventloop::Handler {
       ++f_.counters.udp_refused_limit;
       return nullptr;
     }
-    int s = -1;
-    absl::Status made =
-        link::RunInNetnsFd(owner_.options_.guest_netns_fd, [&] {
-          s = socket(family_, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-          return s < 0 ? ErrnoStatus(errno, "socket") : absl::OkStatus();
-        });
-    UniqueFd fd(s);
+    absl::StatusOr<int> s = owner_.guest_sockets_->Take(
+        link::NetnsSockets::KindOf(/*tcp=*/false, family_ == AF_INET));
+    UniqueFd fd(s.ok() ? *s : -1);
     sockaddr_storage guest;
     const socklen_t guest_len =
         ToSockaddr({Loopback(family_ == AF_INET), rule_.guest_port}, guest);
-    if (!made.ok() ||
+    if (!s.ok() ||
         connect(fd.get(), reinterpret_cast<const sockaddr*>(&guest),
                 guest_len) != 0) {
       ++f_.counters.udp_dropped;
@@ -396,7 +392,16 @@ class PortForwards::SpliceConnect : public eventloop::Handler {
 };
 
 PortForwards::PortForwards(const Options& options)
-    : options_(options), pipes_(forward::PipePool::Options{}) {}
+    : options_(options), pipes_(forward::PipePool::Options{}) {
+  if (spliced()) {
+    auto made = link::NetnsSockets::Create(options_.guest_netns_fd);
+    if (made.ok()) {
+      guest_sockets_ = *std::move(made);
+    } else {
+      guest_sockets_error_ = made.status();
+    }
+  }
+}
 
 PortForwards::~PortForwards() {
   connecting_.clear();
@@ -425,6 +430,10 @@ absl::StatusOr<uint64_t> PortForwards::Add(
         spec, ": --forward-path=splice needs a guest namespace (-- CMD, "
               "--netns-pid, --netns); a VM guest is reached through the "
               "stack"));
+  }
+  if (!guest_sockets_error_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        spec, ": ", guest_sockets_error_.message()));
   }
   auto f = std::make_unique<Forward>();
   f->id = next_id_;
@@ -568,15 +577,11 @@ void PortForwards::OnAccept(Forward& f, const ForwardRule& rule, int fd,
 
 void PortForwards::StartSplice(Forward& f, const ForwardRule& rule, int fd,
                                int family) {
-  // The guest-side socket is made in the guest's namespace; connect() may
-  // run here (a socket keeps its namespace).
-  int guest = -1;
-  absl::Status made =
-      link::RunInNetnsFd(options_.guest_netns_fd, [&]() -> absl::Status {
-        guest = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (guest < 0) return ErrnoStatus(errno, "socket");
-        return absl::OkStatus();
-      });
+  // The guest-side socket was made in the guest's namespace; connect()
+  // runs here (a socket keeps its namespace).
+  absl::StatusOr<int> made = guest_sockets_->Take(
+      link::NetnsSockets::KindOf(/*tcp=*/true, family == AF_INET));
+  const int guest = made.ok() ? *made : -1;
   auto fail = [&] {
     ++f.counters.failed;
     --f.counters.active;

@@ -47,6 +47,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "link/netns_sockets.h"
 #include "netstack/backend/backend.h"
 #include "netstack/eventloop/event_loop.h"
 #include "netstack/forward/relay.h"
@@ -134,6 +135,12 @@ class PortForwards {
   ForwardCounters* CountersOf(uint64_t id);
 
   Options options_;
+  // The guest-side sockets of the spliced path (and of -u's socket path),
+  // made by one thread that entered the guest's namespace when this was
+  // built; null through the stack. guest_sockets_error_ says why it could
+  // not be made (Add returns it).
+  std::unique_ptr<link::NetnsSockets> guest_sockets_;
+  absl::Status guest_sockets_error_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, std::unique_ptr<Forward>> forwards_;
   forward::PipePool pipes_;
