@@ -36,21 +36,6 @@ say link up=$(up) mac=$(cat /sys/class/net/eth0/address)
 udhcpc -i eth0 -f -q -n -t 20 -T 1 -s /etc/udhcpc.sh >/dev/null 2>&1 ||
   fail lease
 
-# SLAAC: the kernel configures eth0 from the router advertisement; wait
-# until a global address has passed duplicate address detection.
-i=0; a6=
-while [ $i -lt 150 ]; do
-  a6=$(ip -6 addr show dev eth0 scope global | grep -v tentative |
-       awk '/inet6/ { print $2; exit }')
-  [ -n "$a6" ] && break
-  sleep 0.1; i=$((i + 1))
-done
-if [ -n "$a6" ]; then
-  say slaac addr=$a6 route6="$(ip -6 route show default | head -n 1)" up=$(up)
-else
-  fail slaac "$(ip -6 addr show dev eth0 | tr '\n' ' ')"
-fi
-
 # DNS, through the server udhcpc wrote into /etc/resolv.conf.
 addr=$(timeout 10 nslookup -type=a "$nst_name" 2>&1 |
        awk '/^Name:/ { n = 1 } n && /^Address/ { print $2; exit }')
@@ -61,12 +46,29 @@ else
   fail dns "$nst_name"
 fi
 
-# The first fetch: the end of boot-to-network.
+# The first fetch (IPv4): the end of boot-to-network.
 if timeout 20 wget -q -O /tmp/hello.txt "http://$nst_http/hello.txt"; then
   say fetch text=$(cat /tmp/hello.txt) up=$(up)
 else
   fail fetch
 fi
+
+# SLAAC: the kernel configures eth0 from the router advertisement; wait
+# until a global address has passed duplicate address detection.
+i=0; a6=
+while [ $i -lt 150 ]; do
+  a6=$(ip -6 addr show dev eth0 scope global | grep -v tentative |
+       awk '/inet6/ { print $2; exit }')
+  [ -n "$a6" ] && break
+  sleep 0.1; i=$((i + 1))
+done
+if [ -n "$a6" ]; then
+  say slaac addr=$a6 via=$(ip -6 route show default |
+      awk '{ print $3; exit }') up=$(up)
+else
+  fail slaac "$(ip -6 addr show dev eth0 | tr '\n' ' ')"
+fi
+
 if [ -n "$nst_http6" ]; then
   if timeout 20 wget -q -O /tmp/hello6.txt "http://$nst_http6/hello.txt"; then
     say fetch6 text=$(cat /tmp/hello6.txt) up=$(up)

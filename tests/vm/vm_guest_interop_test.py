@@ -121,16 +121,25 @@ class Console:
         with self.cond:
             self.cond.notify_all()
 
-    def wait_for(self, what, timeout):
-        """The first "NST: what ..." or "NST: FAIL what" line; None on
-        timeout or when QEMU ended."""
-        deadline = time.monotonic() + timeout
+    def find(self, what):
+        """(seconds, failed, rest) of the first "NST: what ..." or "NST:
+        FAIL what ..." line, or None."""
         with self.cond:
-            while True:
-                for t, line in self.lines:
-                    m = re.search(r"NST: (FAIL )?(\w+)(.*)", line)
-                    if m and m.group(2) == what:
-                        return t, bool(m.group(1)), m.group(3)
+            for t, line in self.lines:
+                m = re.search(r"NST: (FAIL )?(\w+)(.*)", line)
+                if m and m.group(2) == what:
+                    return t, bool(m.group(1)), m.group(3)
+        return None
+
+    def wait_for(self, what, timeout):
+        """find(what), waiting for it; None on timeout or when QEMU
+        ended."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.find(what)
+            if r is not None:
+                return r
+            with self.cond:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.thread.is_alive():
                     return None
@@ -157,6 +166,9 @@ class VmGuestTest(unittest.TestCase):
                 raise unittest.SkipTest(f"needs {tool} (tools/dev/install-deps)")
         base = os.environ.get("TEST_TMPDIR") or None
         cls.tmp = tempfile.mkdtemp(prefix="nst-vm-", dir=base)
+        # UNIX socket paths hold at most 107 bytes: TEST_TMPDIR's are
+        # longer.
+        cls.sockdir = tempfile.mkdtemp(prefix="nst-vm-", dir="/tmp")
         cls.topo = VmTopology()
         cls.out_dir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", cls.tmp)
         try:
@@ -169,14 +181,17 @@ class VmGuestTest(unittest.TestCase):
     def _setup(cls):
         t = time.monotonic()
         cache = vm_image.fetch()
-        files = {"/etc/udhcpc.sh": open(os.path.join(HERE, "udhcpc.sh")).read()}
-        with open(os.path.join(HERE, "guest_init.sh")) as f:
-            cls.initrd = vm_image.build_initramfs(
-                os.path.join(cls.tmp, "initrd.gz"), f.read(), files)
+        def read(path):
+            with open(path) as f:
+                return f.read()
+        cls.initrd = vm_image.build_initramfs(
+            os.path.join(cls.tmp, "initrd.gz"),
+            read(os.path.join(HERE, "guest_init.sh")),
+            {"/etc/udhcpc.sh": read(os.path.join(HERE, "udhcpc.sh"))})
         cls.kernel = os.path.join(cache, "vmlinuz")
-        print(f"guest image: {time.monotonic() - t:.1f} s "
-              f"({open(os.path.join(cache, 'VERSION')).read().split()[0]})",
-              flush=True)
+        print(f"guest image: {time.monotonic() - t:.1f} s ("
+              f"{read(os.path.join(cache, 'VERSION')).split()[0]}, "
+              f"cached in {cache})", flush=True)
         topo = cls.topo
         topo.setup()
         h = topo.h
@@ -207,6 +222,7 @@ class VmGuestTest(unittest.TestCase):
     def _teardown(cls):
         cls.topo.close()
         shutil.rmtree(cls.tmp, ignore_errors=True)
+        shutil.rmtree(cls.sockdir, ignore_errors=True)
 
     @classmethod
     def tearDownClass(cls):
@@ -250,23 +266,30 @@ class VmGuestTest(unittest.TestCase):
         def why():
             return (f"\n--- {label} console:\n{con.text()}\n--- backend:\n"
                     f"{backend_log()}")
-        got = {}
-        for step in ("lease", "slaac", "dns", "fetch", "download", "serving"):
-            r = con.wait_for(step, BOOT_TIMEOUT)
-            got[step] = r
-            if step in ("lease", "serving"):
-                self.assertIsNotNone(r, f"{label}: no '{step}' line{why()}")
+        # Every step of the guest's has its own timeout: it always gets to
+        # "serving" unless it hangs or dies.
+        self.assertIsNotNone(con.wait_for("serving", BOOT_TIMEOUT),
+                             f"{label}: the guest did not finish{why()}")
+        got = {step: con.find(step) for step in
+               ("link", "lease", "slaac", "dns", "fetch", "fetch6",
+                "download")}
         res = {}
-        t, failed, rest = got["lease"]
-        self.assertFalse(failed, f"{label}: no DHCP lease{why()}")
-        lease = fields(rest)
-        res["lease"] = lease
-        res["boot_to_lease"] = t
-        for step in ("slaac", "dns", "fetch", "download"):
-            r = got[step]
-            res[step] = (None if r is None or r[1] else fields(r[2]))
-        if got["fetch"] and not got["fetch"][1]:
+        for step, r in got.items():
+            res[step] = None if r is None or r[1] else fields(r[2])
+        self.assertIsNotNone(res["lease"], f"{label}: no DHCP lease{why()}")
+        res["boot_to_lease"] = got["lease"][0]
+        if res["fetch"]:
             res["boot_to_fetch"] = got["fetch"][0]
+        # The same from the guest's clock, from its link up: the part the
+        # backend has a say in (the kernel's boot under TCG varies with
+        # the host's load).
+        if res["link"]:
+            link_up = float(res["link"]["up"])
+            res["link_to_lease"] = float(res["lease"]["up"]) - link_up
+            if res["fetch"]:
+                res["link_to_fetch"] = float(res["fetch"]["up"]) - link_up
+            if res["slaac"]:
+                res["link_to_slaac"] = float(res["slaac"]["up"]) - link_up
         dl = res["download"]
         if dl:
             res["download_ok"] = (dl.get("rc") == "0"
@@ -288,12 +311,11 @@ class VmGuestTest(unittest.TestCase):
 
     def test_1_netstackd(self):
         topo = self.topo
-        sock = os.path.join(self.tmp, "netstackd.sock")
+        sock = os.path.join(self.sockdir, "netstackd.sock")
         topo.assert_isolated()  # no default route in H: nothing leaves
-        nd = iu.Netstackd([])
-        nd.args = topo.in_ns(topo.h, iu.NETSTACKD, "--backend", "--unix", sock,
-                             "--dns-upstream", DNSMASQ, "-t",
-                             f"{FWD_PORT}:80")
+        nd = iu.Netstackd(["--backend", "--unix", sock, "--dns-upstream",
+                           DNSMASQ, "-t", f"{FWD_PORT}:80"])
+        nd.args = topo.in_ns(topo.h, *nd.args)
         nd.start()
         try:
             res = self.boot("netstackd", sock, f"{H4}:{HTTP_PORT}",
@@ -311,10 +333,12 @@ class VmGuestTest(unittest.TestCase):
         self.assertEqual(lease.get("dns"), "10.0.2.3", why)
         self.assertIsNotNone(res["slaac"], f"no SLAAC address{why}")
         self.assertTrue(res["slaac"]["addr"].startswith("fd00::"), why)
+        self.assertTrue(res["slaac"]["via"].startswith("fe80::"), why)
         self.assertIsNotNone(res["dns"], f"{NAME} not resolved{why}")
         self.assertEqual(res["dns"]["addr"], H4, why)
         self.assertIsNotNone(res["fetch"], f"first fetch failed{why}")
         self.assertEqual(res["fetch"]["text"], "hello-from-h", why)
+        self.assertIsNotNone(res["fetch6"], f"IPv6 fetch failed{why}")
         self.assertTrue(res.get("download_ok"), f"download{why}")
         self.assertTrue(res["upload_ok"], f"upload {res['upload_err']}{why}")
         self.assertGreaterEqual(
@@ -324,7 +348,7 @@ class VmGuestTest(unittest.TestCase):
         topo = self.topo
         topo.add_sink_default()
         topo.assert_sink_default()
-        sock = os.path.join(self.tmp, "passt.sock")
+        sock = os.path.join(self.sockdir, "passt.sock")
         # passt reads its DNS server from resolv.conf: a private one, in a
         # mount namespace of passt's own, names dnsmasq in H.
         resolv = os.path.join(self.tmp, "resolv.conf")
@@ -356,7 +380,19 @@ class VmGuestTest(unittest.TestCase):
             passt.wait()
         self.results["passt"] = res
         why = res["why"]
-        self.assertEqual(res["lease"].get("ip"), H4, why)
+        # passt's plan: H's addresses and gateway, its DNS server the
+        # gateway address (passt forwards it to resolv.conf's, dnsmasq).
+        lease = res["lease"]
+        self.assertEqual(lease.get("ip"), H4, why)
+        self.assertEqual(lease.get("router"), SINK_GW4, why)
+        self.assertEqual(lease.get("dns"), SINK_GW4, why)
+        self.assertIsNotNone(res["slaac"], f"no SLAAC address{why}")
+        self.assertTrue(res["slaac"]["addr"].startswith("2001:db8:1:"), why)
+        self.assertIsNotNone(res["dns"], f"{NAME} not resolved{why}")
+        self.assertEqual(res["dns"]["addr"], H4, why)
+        self.assertIsNotNone(res["fetch"], f"first fetch failed{why}")
+        self.assertEqual(res["fetch"]["text"], "hello-from-h", why)
+        self.assertIsNotNone(res["fetch6"], f"IPv6 fetch failed{why}")
         self.assertTrue(res.get("download_ok"), f"download{why}")
         self.assertTrue(res["upload_ok"], f"upload {res['upload_err']}{why}")
 
@@ -370,6 +406,12 @@ def report(results):
                  *[f(v, "%.2f") for v in get("boot_to_lease")]))
     rows.append(("QEMU start -> first HTTP fetch (s)",
                  *[f(v, "%.2f") for v in get("boot_to_fetch")]))
+    rows.append(("guest link up -> DHCP lease (s)",
+                 *[f(v, "%.2f") for v in get("link_to_lease")]))
+    rows.append(("guest link up -> first HTTP fetch (s)",
+                 *[f(v, "%.2f") for v in get("link_to_fetch")]))
+    rows.append(("guest link up -> SLAAC address (s)",
+                 *[f(v, "%.2f") for v in get("link_to_slaac")]))
     rows.append(("download H -> guest (MB/s)",
                  *[f(v, "%.1f") for v in get("download_mbps")]))
     rows.append(("upload guest -> H via -t (MB/s)",
@@ -378,7 +420,7 @@ def report(results):
                                    for r in results.values()]))
     rows.append(("DNS answer", *[(r.get("dns") or {}).get("addr", "-")
                                 for r in results.values()]))
-    rows.append(("MTU from DHCP", *[r["lease"].get("mtu", "-")
+    rows.append(("MTU from DHCP", *[(r.get("lease") or {}).get("mtu", "-")
                                    for r in results.values()]))
     w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "VM guest results:\n" + "\n".join(
