@@ -17,9 +17,11 @@ refetch. The initramfs itself (newc cpio, gzip; written here, so no cpio
 package is needed) is rebuilt per run in a temporary directory: it holds
 the guest's /init, which the caller passes in.
 
-As a script: `vm_image.py DIR INIT` fetches what is missing and writes
-DIR/vmlinuz and DIR/initrd.gz with INIT (a file) as /init. Needs root for
-the fetch (apt), nothing else.
+As a script: `vm_image.py DIR INIT [GUEST_PATH=FILE]...` fetches what is
+missing and writes DIR/vmlinuz and DIR/initrd.gz with the file INIT as
+/init and each FILE at GUEST_PATH (executable), e.g.
+`/etc/udhcpc.sh=tests/vm/udhcpc.sh`. Needs root for the fetch (apt),
+nothing else.
 """
 import gzip
 import os
@@ -179,14 +181,19 @@ def build_initramfs(path, init, files=None):
 
 
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) < 3 or not all("=" in a for a in argv[3:]):
         print(__doc__, file=sys.stderr)
         return 2
     out, init = argv[1], argv[2]
     os.makedirs(out, exist_ok=True)
     cache = fetch(log=lambda s: print(s, file=sys.stderr))
-    with open(init) as f:
-        build_initramfs(os.path.join(out, "initrd.gz"), f.read())
+
+    def read(path):
+        with open(path) as f:
+            return f.read()
+    files = {guest: read(host) for guest, host in
+             (a.split("=", 1) for a in argv[3:])}
+    build_initramfs(os.path.join(out, "initrd.gz"), read(init), files)
     shutil.copy(os.path.join(cache, "vmlinuz"), os.path.join(out, "vmlinuz"))
     print(os.path.join(out, "vmlinuz"), os.path.join(out, "initrd.gz"))
     return 0
