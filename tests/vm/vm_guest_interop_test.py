@@ -33,6 +33,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -164,6 +165,9 @@ class VmGuestTest(unittest.TestCase):
         for tool in (QEMU, "passt", "dnsmasq", "dig", "curl"):
             if not iu.have(tool):
                 raise unittest.SkipTest(f"needs {tool} (tools/dev/install-deps)")
+        # Bazel's timeout is a SIGTERM: unwind, so that QEMU, passt and the
+        # namespaces still go.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         base = os.environ.get("TEST_TMPDIR") or None
         cls.tmp = tempfile.mkdtemp(prefix="nst-vm-", dir=base)
         # UNIX socket paths hold at most 107 bytes: TEST_TMPDIR's are
