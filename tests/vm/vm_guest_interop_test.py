@@ -330,6 +330,11 @@ class VmGuestTest(unittest.TestCase):
             log = nd.log()
             nd.close()
         self.results["netstackd"] = res
+        print("netstackd's TCP losses: " + " ".join(
+            f"{k}={v}" for k, v in sorted(counters.items())
+            if k.startswith("tcp.") and any(
+                w in k for w in ("retrans", "tlp", "loss_probe", "timeout"))),
+            flush=True)
         why = res["why"] + log
         lease = res["lease"]
         self.assertEqual(lease.get("ip"), "10.0.2.100", why)
