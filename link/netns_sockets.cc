@@ -1,6 +1,8 @@
 #include "link/netns_sockets.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -71,6 +73,13 @@ bool NetnsSockets::WantsMore() const {
 }
 
 void NetnsSockets::Work() {
+  // Signals are the main thread's business (its signalfd): a SIGTERM
+  // delivered here would take its default action and end the process.
+  // SIGSYS stays open for the system-call filter's report.
+  sigset_t all;
+  sigfillset(&all);
+  sigdelset(&all, SIGSYS);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   const bool ok = ::setns(netns_fd_, CLONE_NEWNET) == 0;
   {
     std::lock_guard<std::mutex> lock(mu_);

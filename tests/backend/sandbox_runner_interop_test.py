@@ -179,6 +179,18 @@ class SandboxRunnerTest(unittest.TestCase):
         self.assertIn("run netstackd as root, or allow user namespaces",
                       p.stderr)
 
+    def test_the_system_call_filter_stops_a_forbidden_call(self):
+        # --sandbox-test=execve: execve(/bin/true) once the sandbox is on.
+        p = self.run_sandbox("sleep 30", "--sandbox-test=execve")
+        self.assertEqual(p.returncode, 159, p.stderr)
+        self.assertIn("netstackd: system call 59 (execve) is not allowed "
+                      "after setup", p.stderr)
+        # The control: without the filter the call goes through, and
+        # netstackd becomes /bin/true (status 0).
+        p = self.run_sandbox("exit 3", "--sandbox=off",
+                             "--sandbox-test=execve")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
     def test_no_dns_config_leaves_resolv_conf(self):
         with open("/etc/resolv.conf") as f:
             host = f.read()

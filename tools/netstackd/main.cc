@@ -51,6 +51,7 @@
 #include "tools/common/stack_runtime.h"
 #include "tools/netstackd/fd_limit.h"
 #include "tools/netstackd/forward_api.h"
+#include "tools/netstackd/least_privilege.h"
 #include "tools/netstackd/port_forwards.h"
 #include "tools/netstackd/rtnl.h"
 #include "tools/netstackd/sandbox.h"
@@ -227,6 +228,14 @@ ABSL_FLAG(std::string, forward_api, "",
           "With --backend: a UNIX socket (mode 0600) at PATH for a JSON-lines "
           "API that adds, lists and removes forwards and reads the counters "
           "while netstackd runs (docs/SANDBOX.md); removed at exit.");
+ABSL_FLAG(std::string, sandbox, "on",
+          "on: once set up, drop every capability but those still used, set "
+          "no_new_privs and allow only the system calls the loop makes "
+          "(seccomp; docs/SECURITY.md); a forbidden call stops netstackd "
+          "with status 159. off: none of that (for debugging).");
+ABSL_FLAG(std::string, sandbox_test, "",
+          "Test only: 'execve' makes netstackd attempt execve(2) once the "
+          "sandbox is on, which the filter must stop.");
 ABSL_FLAG(bool, verbose, false,
           "With -- CMD: print the start lines and the counters at exit "
           "(otherwise netstackd is silent but for errors).");
@@ -273,6 +282,8 @@ struct Config {
   std::vector<Forward> forwards;
   ForwardPath forward_path = ForwardPath::kAuto;
   std::string forward_api;  // --forward-api PATH
+  bool sandbox = true;        // --sandbox
+  std::string sandbox_test;   // --sandbox-test
 };
 
 // CMD, the arguments after "--" (split off before the flags are parsed).
@@ -652,6 +663,16 @@ absl::StatusOr<Config> ParseConfig() {
     *out = static_cast<uint16_t>(v);
     return absl::OkStatus();
   };
+  const std::string sandbox = absl::GetFlag(FLAGS_sandbox);
+  if (sandbox != "on" && sandbox != "off") {
+    return Usage(absl::StrCat("--sandbox '", sandbox, "': want on or off"));
+  }
+  c.sandbox = sandbox == "on";
+  c.sandbox_test = absl::GetFlag(FLAGS_sandbox_test);
+  if (!c.sandbox_test.empty() && c.sandbox_test != "execve") {
+    return Usage(absl::StrCat("--sandbox-test '", c.sandbox_test,
+                              "': want execve"));
+  }
   c.http_root = absl::GetFlag(FLAGS_http_root);
   if (auto s = port("http-port", absl::GetFlag(FLAGS_http_port), &c.http_port);
       !s.ok()) {
@@ -1193,6 +1214,17 @@ int Run(const Config& c) {
     command.emplace(std::move(*started));
     if (!watch(command->pidfd(), &watch_command)) return 1;
   }
+  if (c.sandbox) {
+    LeastPrivilegeOptions lp;
+    lp.keep_net_bind_service = !c.forward_api.empty();
+    lp.serve_files = !c.http_root.empty();
+    if (absl::Status s = DropPrivileges(lp); !s.ok()) {
+      std::fprintf(stderr, "netstackd: --sandbox: %s (--sandbox=off runs "
+                   "without it)\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  if (c.sandbox_test == "execve") AttemptForbiddenCall();
   if (c.ready_fd >= 0) {
     const char ready = '1';
     if (write(c.ready_fd, &ready, 1) != 1) {

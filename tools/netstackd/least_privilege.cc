@@ -1,0 +1,275 @@
+#include "tools/netstackd/least_privilege.h"
+
+#include <linux/capability.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace netstack::tools {
+namespace {
+
+// Sanitizer runtimes make calls of their own: reports read /proc/self/maps
+// and symbolize, the leak check at exit stops the world with ptrace from a
+// cloned task.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+const std::vector<AllowedCall>& SanitizerCalls() {
+  static const auto* calls = new std::vector<AllowedCall>{
+      {"openat", "sanitizer: reads /proc/self/maps for a report"},
+      {"readlink", "sanitizer: its own path, for symbols"},
+      {"readlinkat", "sanitizer: its own path, for symbols"},
+      {"getdents64", "sanitizer: the leak check lists the threads"},
+      {"ptrace", "sanitizer: the leak check stops the threads"},
+      {"prctl", "sanitizer: the leak check allows its tracer"},
+      {"clone", "sanitizer: the leak check's tracer task"},
+      {"clone3", "sanitizer: the leak check's tracer task"},
+      {"wait4", "sanitizer: reaps its tracer"},
+      {"sched_getaffinity", "sanitizer: CPU count"},
+      {"sched_yield", "sanitizer: spins while the world stops"},
+      {"uname", "sanitizer: kernel version checks"},
+      {"prlimit64", "sanitizer: stack limits"},
+      {"getrlimit", "sanitizer: stack limits"},
+      {"sigaltstack", "sanitizer: its signal stack"},
+      {"getppid", "sanitizer: the tracer checks its parent"},
+  };
+  return *calls;
+}
+
+// The SIGSYS handler: async-signal-safe only (write, _exit).
+void OnSigsys(int, siginfo_t* info, void*) {
+  char buf[160];
+  const char* prefix = "netstackd: system call ";
+  size_t n = 0;
+  for (const char* p = prefix; *p != '\0'; ++p) buf[n++] = *p;
+  int nr = info->si_syscall;
+  char digits[12];
+  int d = 0;
+  if (nr < 0) nr = -nr;
+  do {
+    digits[d++] = static_cast<char>('0' + nr % 10);
+    nr /= 10;
+  } while (nr > 0 && d < 11);
+  while (d > 0) buf[n++] = digits[--d];
+  // The name, from libseccomp's table: a static string, no allocation.
+  const char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE,
+                                                      info->si_syscall);
+  if (name != nullptr) {
+    buf[n++] = ' ';
+    buf[n++] = '(';
+    for (const char* p = name; *p != '\0' && n < 100; ++p) buf[n++] = *p;
+    buf[n++] = ')';
+  }
+  const char* tail =
+      " is not allowed after setup (see docs/SECURITY.md); stopping\n";
+  for (const char* p = tail; *p != '\0' && n < sizeof(buf); ++p) {
+    buf[n++] = *p;
+  }
+  (void)!write(STDERR_FILENO, buf, n);
+  _exit(128 + SIGSYS);
+}
+
+absl::Status DropCapabilities(const LeastPrivilegeOptions& options) {
+  __u32 keep[2] = {0, 0};
+  if (options.keep_net_bind_service) {
+    keep[CAP_TO_INDEX(CAP_NET_BIND_SERVICE)] |=
+        CAP_TO_MASK(CAP_NET_BIND_SERVICE);
+  }
+  auto kept = [&](int cap) {
+    return (keep[CAP_TO_INDEX(cap)] & CAP_TO_MASK(cap)) != 0;
+  };
+  // The bounding set first: dropping from it needs CAP_SETPCAP, which
+  // goes with the rest below. EINVAL: a capability this kernel lacks.
+  for (int cap = 0; cap <= CAP_LAST_CAP; ++cap) {
+    if (kept(cap)) continue;
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL &&
+        errno != EPERM) {
+      return absl::InternalError(absl::StrCat(
+          "prctl(PR_CAPBSET_DROP, ", cap, "): ", std::strerror(errno)));
+    }
+  }
+  (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &header, data) != 0) {
+    return absl::InternalError(
+        absl::StrCat("capget: ", std::strerror(errno)));
+  }
+  for (int i = 0; i < 2; ++i) {
+    data[i].effective &= keep[i];
+    data[i].permitted &= keep[i];
+    data[i].inheritable = 0;
+  }
+  if (syscall(SYS_capset, &header, data) != 0) {
+    return absl::InternalError(
+        absl::StrCat("capset: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
+  struct sigaction sa {};
+  sa.sa_sigaction = OnSigsys;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGSYS, &sa, nullptr) != 0) {
+    return absl::InternalError(
+        absl::StrCat("sigaction(SIGSYS): ", std::strerror(errno)));
+  }
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_TRAP);
+  if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
+  auto fail = [&](const std::string& what, int rc) {
+    seccomp_release(ctx);
+    return absl::InternalError(
+        absl::StrCat("seccomp: ", what, ": ", std::strerror(-rc)));
+  };
+  // Every thread: the guest-socket thread must not escape the filter.
+  if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1); rc != 0) {
+    return fail("TSYNC", rc);
+  }
+  auto allow = [&](const AllowedCall& c) -> absl::Status {
+    const int nr = seccomp_syscall_resolve_name(c.name);
+    if (nr == __NR_SCMP_ERROR) {
+      return absl::OkStatus();  // not a call of this architecture
+    }
+    if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0); rc != 0) {
+      return absl::InternalError(absl::StrCat("seccomp: allow ", c.name,
+                                              ": ", std::strerror(-rc)));
+    }
+    return absl::OkStatus();
+  };
+  for (const AllowedCall& c : AllowedCalls()) {
+    if (absl::Status s = allow(c); !s.ok()) {
+      seccomp_release(ctx);
+      return s;
+    }
+  }
+  if (options.serve_files) {
+    int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat2), 0);
+    // openat: read-only, never creating.
+    if (rc == 0) {
+      rc = seccomp_rule_add(
+          ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
+          SCMP_A2(SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC,
+                  O_RDONLY));
+    }
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(pread64), 0);
+    if (rc != 0) return fail("the HTTP service's calls", rc);
+  }
+  if (kSanitized) {
+    for (const AllowedCall& c : SanitizerCalls()) {
+      if (absl::Status s = allow(c); !s.ok()) {
+        seccomp_release(ctx);
+        return s;
+      }
+    }
+  }
+  if (int rc = seccomp_load(ctx); rc != 0) return fail("load", rc);
+  seccomp_release(ctx);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<AllowedCall>& AllowedCalls() {
+  static const auto* calls = new std::vector<AllowedCall>{
+      // The event loop.
+      {"epoll_wait", "the event loop waits"},
+      {"epoll_pwait", "the event loop waits (glibc's epoll_wait)"},
+      {"epoll_pwait2", "the event loop waits (with a timespec timeout)"},
+      {"epoll_ctl", "fds join and leave the loop"},
+      {"timerfd_settime", "the loop's timer"},
+      {"read", "timerfd, signalfd, TAP frames, --exit-fd, the API"},
+      {"write", "TAP frames, stderr, the pcap file, --ready-fd"},
+      {"readv", "TAP frames"},
+      {"writev", "TAP frames with their virtio-net header"},
+      {"close", "every fd that ends"},
+      // Host sockets: the backend's flows, the forwards, DNS, ping, the
+      // API, the UNIX stream link.
+      {"socket", "a host socket per guest flow (TCP, UDP, ICMP)"},
+      {"connect", "a flow's host connection"},
+      {"bind", "--outbound-bind; forwards added through the API"},
+      {"listen", "forwards added through the API"},
+      {"accept4", "forward and API clients"},
+      {"getsockname", "ports the kernel chose"},
+      {"getpeername", "a connection's peer"},
+      {"getsockopt", "SO_ERROR after connect, TCP_INFO"},
+      {"setsockopt", "TCP_NODELAY, SO_LINGER, IP_RECVERR, buffer sizes"},
+      {"shutdown", "half-closes passed on"},
+      {"sendto", "datagrams, send()"},
+      {"recvfrom", "datagrams, recv()"},
+      {"sendmsg", "gathered sends, ICMP echoes"},
+      {"recvmsg", "the error queue (ICMP errors), SCM_RIGHTS-free reads"},
+      {"sendmmsg", "a software-GSO split in one call; UDP forwards"},
+      {"recvmmsg", "batched frames and datagrams"},
+      // The splice relay.
+      {"pipe2", "the relay's pipes"},
+      {"splice", "payload socket -> pipe -> socket, never in user memory"},
+      {"fcntl", "O_NONBLOCK, F_SETPIPE_SZ"},
+      {"ioctl", "FIONREAD, SIOCOUTQ on sockets; TUN queries"},
+      // Memory (the allocator).
+      {"brk", "the allocator"},
+      {"mmap", "the allocator; the packet and chunk pools"},
+      {"munmap", "the allocator"},
+      {"mremap", "the allocator"},
+      {"mprotect", "the allocator (new arenas)"},
+      {"madvise", "the allocator returns memory"},
+      // Time, threads, signals, the process.
+      {"clock_gettime", "the clock (when the vDSO falls back)"},
+      {"clock_nanosleep", "short waits"},
+      {"nanosleep", "short waits"},
+      {"gettimeofday", "the clock (pcap timestamps)"},
+      {"futex", "the guest-socket thread's mutex"},
+      {"getrandom", "initial sequence numbers, hash seeds"},
+      {"getpid", "logs"},
+      {"gettid", "logs"},
+      {"rt_sigreturn", "returning from a signal handler"},
+      {"rt_sigprocmask", "signalfd's mask"},
+      {"rt_sigaction", "abort()'s default action"},
+      {"kill", "SIGINT, SIGTERM, SIGHUP passed on to CMD"},
+      {"tgkill", "abort()"},
+      {"waitid", "CMD's exit"},
+      {"wait4", "CMD's exit (waitpid)"},
+      {"restart_syscall", "an interrupted wait resumes"},
+      {"exit", "a thread ends"},
+      {"exit_group", "netstackd ends"},
+      // Files: none are opened after setup. These remove what netstackd
+      // made and check that a namespace is still there.
+      {"unlink", "a UNIX forward's or the API's socket file at removal"},
+      {"umask", "the API socket is created 0600"},
+      {"newfstatat", "--netns PATH still there; stdio's first use"},
+      {"fstat", "stdio's first use"},
+      {"statx", "--netns PATH still there (newer glibc)"},
+      {"lseek", "stdio"},
+  };
+  return *calls;
+}
+
+absl::Status DropPrivileges(const LeastPrivilegeOptions& options) {
+  if (absl::Status s = DropCapabilities(options); !s.ok()) return s;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    return absl::InternalError(
+        absl::StrCat("PR_SET_NO_NEW_PRIVS: ", std::strerror(errno)));
+  }
+  return InstallFilter(options);
+}
+
+void AttemptForbiddenCall() {
+  char* const argv[] = {const_cast<char*>("true"), nullptr};
+  char* const envp[] = {nullptr};
+  execve("/bin/true", argv, envp);
+}
+
+}  // namespace netstack::tools

@@ -1,0 +1,61 @@
+// What netstackd keeps once it is set up (docs/SECURITY.md): the
+// capabilities it still uses, no way to gain new privileges, and only the
+// system calls its loop makes.
+//
+// Drop() runs after the links, the namespaces, the forwards and CMD are
+// set up, just before the event loop starts, on the main thread; the
+// filter is synchronised to every thread the process has then (the
+// guest-socket thread of netns_sockets.h). In order:
+//   1. the capability bounding set loses everything not kept (this needs
+//      CAP_SETPCAP, so it goes first), then the permitted, effective and
+//      inheritable sets are cut to the kept ones, and the ambient set is
+//      cleared;
+//   2. PR_SET_NO_NEW_PRIVS: no execve can give privileges back;
+//   3. a seccomp filter (libseccomp) allows the calls of AllowedCalls()
+//      and traps every other one: the SIGSYS handler writes
+//      "netstackd: system call N (NAME) is not allowed after setup (see
+//      docs/SECURITY.md)" to stderr and ends the process with status 159
+//      (128 + SIGSYS). A trap rather than a silent kill, so that a call we
+//      missed names itself.
+// CMD was started before this and is not affected: a child inherits a
+// filter only when forked after it.
+#ifndef TOOLS_NETSTACKD_LEAST_PRIVILEGE_H_
+#define TOOLS_NETSTACKD_LEAST_PRIVILEGE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace netstack::tools {
+
+struct LeastPrivilegeOptions {
+  // --forward-api may open a listener on a port below 1024 later.
+  bool keep_net_bind_service = false;
+  // --http-root: the HTTP service opens files below its root as requests
+  // come (openat2 with RESOLVE_BENEATH, or openat read-only) and reads
+  // them with pread.
+  bool serve_files = false;
+};
+
+// The system calls the filter allows, by name (x86_64), with the reason
+// for each group; docs/SECURITY.md lists them. Sanitizer builds add their
+// runtimes' own (reports, leak checks at exit).
+struct AllowedCall {
+  const char* name;
+  const char* why;
+};
+const std::vector<AllowedCall>& AllowedCalls();
+
+// Applies the three steps; an error names the step that failed (nothing
+// is half-applied that would leave more than before, but a failure after
+// step 1 leaves the capabilities dropped).
+absl::Status DropPrivileges(const LeastPrivilegeOptions& options);
+
+// Test-only (--sandbox-test=execve): calls execve("/bin/true"), which the
+// filter must stop. Returns only if the call was allowed (it should not).
+void AttemptForbiddenCall();
+
+}  // namespace netstack::tools
+
+#endif  // TOOLS_NETSTACKD_LEAST_PRIVILEGE_H_
