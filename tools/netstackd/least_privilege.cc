@@ -29,6 +29,8 @@ constexpr bool kSanitized = false;
 const std::vector<AllowedCall>& SanitizerCalls() {
   static const auto* calls = new std::vector<AllowedCall>{
       {"openat", "sanitizer: reads /proc/self/maps for a report"},
+      {"open", "sanitizer: /proc/self/maps, the leak check's task list"},
+      {"getdents", "sanitizer: the leak check lists the threads"},
       {"readlink", "sanitizer: its own path, for symbols"},
       {"readlinkat", "sanitizer: its own path, for symbols"},
       {"getdents64", "sanitizer: the leak check lists the threads"},
@@ -128,7 +130,8 @@ absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
     return absl::InternalError(
         absl::StrCat("sigaction(SIGSYS): ", std::strerror(errno)));
   }
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_TRAP);
+  scmp_filter_ctx ctx =
+      seccomp_init(options.log_only ? SCMP_ACT_LOG : SCMP_ACT_TRAP);
   if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
   auto fail = [&](const std::string& what, int rc) {
     seccomp_release(ctx);

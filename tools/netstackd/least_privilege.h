@@ -36,6 +36,10 @@ struct LeastPrivilegeOptions {
   // come (openat2 with RESOLVE_BENEATH, or openat read-only) and reads
   // them with pread.
   bool serve_files = false;
+  // --sandbox=log: a call outside the list is allowed and logged by the
+  // kernel (dmesg: "audit: type=1326 ... syscall=N") instead of trapped;
+  // for finding what a new code path needs.
+  bool log_only = false;
 };
 
 // The system calls the filter allows, by name (x86_64), with the reason

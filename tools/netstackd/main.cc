@@ -232,7 +232,8 @@ ABSL_FLAG(std::string, sandbox, "on",
           "on: once set up, drop every capability but those still used, set "
           "no_new_privs and allow only the system calls the loop makes "
           "(seccomp; docs/SECURITY.md); a forbidden call stops netstackd "
-          "with status 159. off: none of that (for debugging).");
+          "with status 159. log: the same, but a call outside the list is "
+          "allowed and logged by the kernel (dmesg). off: none of that.");
 ABSL_FLAG(std::string, sandbox_test, "",
           "Test only: 'execve' makes netstackd attempt execve(2) once the "
           "sandbox is on, which the filter must stop.");
@@ -283,6 +284,7 @@ struct Config {
   ForwardPath forward_path = ForwardPath::kAuto;
   std::string forward_api;  // --forward-api PATH
   bool sandbox = true;        // --sandbox
+  bool sandbox_log = false;   // --sandbox=log
   std::string sandbox_test;   // --sandbox-test
 };
 
@@ -664,10 +666,12 @@ absl::StatusOr<Config> ParseConfig() {
     return absl::OkStatus();
   };
   const std::string sandbox = absl::GetFlag(FLAGS_sandbox);
-  if (sandbox != "on" && sandbox != "off") {
-    return Usage(absl::StrCat("--sandbox '", sandbox, "': want on or off"));
+  if (sandbox != "on" && sandbox != "off" && sandbox != "log") {
+    return Usage(
+        absl::StrCat("--sandbox '", sandbox, "': want on, off or log"));
   }
-  c.sandbox = sandbox == "on";
+  c.sandbox = sandbox != "off";
+  c.sandbox_log = sandbox == "log";
   c.sandbox_test = absl::GetFlag(FLAGS_sandbox_test);
   if (!c.sandbox_test.empty() && c.sandbox_test != "execve") {
     return Usage(absl::StrCat("--sandbox-test '", c.sandbox_test,
@@ -1218,6 +1222,7 @@ int Run(const Config& c) {
     LeastPrivilegeOptions lp;
     lp.keep_net_bind_service = !c.forward_api.empty();
     lp.serve_files = !c.http_root.empty();
+    lp.log_only = c.sandbox_log;
     if (absl::Status s = DropPrivileges(lp); !s.ok()) {
       std::fprintf(stderr, "netstackd: --sandbox: %s (--sandbox=off runs "
                    "without it)\n", std::string(s.message()).c_str());
