@@ -1,0 +1,187 @@
+"""Seed 004's nginx/ab run through netstackd's port forward (-t), three
+ways in one run, against the kernel's own veth as the ceiling.
+
+nginx (tests/backend/nginx_runner.py: a minimal nginx.conf in a temp
+directory, one worker, listen 80 on IPv4 and IPv6) serves a 10 MiB file
+from the guest; `ab -n 100 -c 5` runs in H:
+
+  spliced:  netstackd -t 8080:80 -- nginx, ab to 127.0.0.1:8080 in H;
+            kernel socket to pipe to the guest's loopback (the default).
+  stack:    the same with --forward-path=stack: through netstack's TCP to
+            the guest's lease over the TAP.
+  veth:     no netstackd: nginx in namespace G, a veth between H and G
+            (MTU 1500 and the kernel's other defaults, or
+            $NST_NGINX_VETH_MTU), ab to G's veth address.
+
+netstackd runs in H (BackendTopology: only lo and a veth into an empty
+sink namespace, no default route; asserted before each start). The veth of
+the third way is made after both netstackd runs and removed at once; its
+addresses are TEST-NET-1 and on-link only.
+
+Asserted: all 100 requests complete, none failed, no non-2xx, the
+Document Length is the file's; for the spliced run every byte of the
+forward was spliced and the bytes from the guest are exactly what ab
+received, no backend flow made; for the stack run nothing was spliced and
+the backend relayed exactly what ab received. Speeds are printed (req/s,
+MB/s, the ratios to veth), never asserted: the goals live in
+docs/BENCHMARKS.md.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from tests.backend import nginx_runner as nr
+from tests.backend.backend_topology import BackendTopology
+from tests.interop import interop_util as iu
+
+SIZE = 10 << 20
+REQUESTS, CONCURRENCY = 100, 5
+HOST_PORT = 8080
+VETH_H, VETH_G = "192.0.2.1", "192.0.2.2"  # TEST-NET-1, on-link only
+# The ceiling's veth MTU; unset: the kernel's default (1500). By hand,
+# NST_NGINX_VETH_MTU=65520 compares against a veth with loopback-like MTU.
+VETH_MTU = os.environ.get("NST_NGINX_VETH_MTU")
+
+
+class NginxForwardTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root")
+        why = nr.have_tools()
+        if why:
+            raise unittest.SkipTest(why)
+        cls.topo = BackendTopology()
+        cls.tmp = tempfile.mkdtemp(prefix="nst-nginx-")
+        try:
+            cls.topo.setup()
+            cls.site = nr.NginxSite(cls.tmp, size=SIZE)
+        except BaseException:
+            cls.topo.close()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.topo.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def in_h(self):
+        return self.topo.in_ns(self.topo.h)
+
+    def ab(self, label, url):
+        t0 = time.monotonic()
+        r, text = nr.ab(self.in_h(), url, n=REQUESTS, c=CONCURRENCY)
+        r["wall"] = time.monotonic() - t0
+        self.assertEqual(r["returncode"], 0, f"{label}: {text}")
+        self.assertEqual(r.get("complete"), REQUESTS, f"{label}: {text}")
+        self.assertEqual(r.get("failed"), 0, f"{label}: {text}")
+        self.assertEqual(r["non_2xx"], 0, f"{label}: {text}")
+        self.assertEqual(r.get("document_length"), SIZE, f"{label}: {text}")
+        self.assertEqual(r.get("html_transferred"), REQUESTS * SIZE,
+                         f"{label}: {text}")
+        return r
+
+    def through_netstackd(self, label, *flags):
+        """nginx as netstackd's CMD with -t 8080:80; ab's figures and
+        netstackd's counters at exit."""
+        err = open(os.path.join(self.tmp, f"netstackd-{label}.err"), "w+")
+        self.addCleanup(err.close)
+        prefix = self.topo.sandbox_args("--verbose", *flags, "-t",
+                                        f"{HOST_PORT}:80", "--")
+        server = self.site.start(prefix, stderr=err)
+        self.addCleanup(server.stop)
+        try:
+            server.wait_listening()
+        except AssertionError as e:
+            err.seek(0)
+            self.fail(f"{label}: {e}\n{err.read()}")
+        r = self.ab(label, f"http://127.0.0.1:{HOST_PORT}/{self.site.name}")
+        rc = server.stop()
+        err.seek(0)
+        text = err.read()
+        self.assertEqual(rc, 0, f"{label}: netstackd {rc}\n{text}")
+        return r, iu.parse_counters(text), text
+
+    def direct_over_veth(self):
+        """The ceiling: ab in H to nginx in G over a kernel veth; the veth
+        is gone again when this returns."""
+        h, g = self.topo.h, self.topo.g
+        mtu = ["mtu", VETH_MTU] if VETH_MTU else []
+        iu.run("ip", "link", "add", "nstngh", "netns", h, *mtu, "type",
+               "veth", "peer", "name", "nstngg", "netns", g, *mtu)
+        try:
+            iu.run("ip", "-n", h, "addr", "add", f"{VETH_H}/24", "dev",
+                   "nstngh")
+            iu.run("ip", "-n", g, "addr", "add", f"{VETH_G}/24", "dev",
+                   "nstngg")
+            iu.run("ip", "-n", h, "link", "set", "nstngh", "up")
+            iu.run("ip", "-n", g, "link", "set", "nstngg", "up")
+            for ns in (h, g):
+                routes = iu.run("ip", "-n", ns, "-4", "route", "show",
+                                "default").stdout.strip()
+                self.assertEqual(routes, "", f"{ns} has a default route")
+            server = self.site.start(self.topo.in_ns(g))
+            try:
+                server.wait_listening()
+                r = self.ab("veth", f"http://{VETH_G}/{self.site.name}")
+            finally:
+                server.stop()
+        finally:
+            iu.run("ip", "-n", h, "link", "del", "nstngh", check=False)
+        self.topo.assert_isolated()
+        return r
+
+    def test_ab_spliced_stack_and_veth(self):
+        results = {}
+        r, c, text = self.through_netstackd("spliced")
+        results["spliced"] = r
+        self.assertIn("forward.1.path splice", text)
+        self.assertEqual(c["forward.1.accepted"], REQUESTS, text)
+        for k in ("failed", "active", "accept_errors"):
+            self.assertEqual(c[f"forward.1.{k}"], 0, f"{k}\n{text}")
+        self.assertEqual(c["forward.1.bytes_from_guest"],
+                         r["total_transferred"], text)
+        self.assertGreater(c["forward.1.bytes_to_guest"], 0, text)
+        self.assertEqual(c["forward.1.spliced_bytes"],
+                         c["forward.1.bytes_to_guest"] +
+                         c["forward.1.bytes_from_guest"], text)
+        self.assertEqual(c["backend.tcp_inbound_opened"], 0, text)
+        self.assertEqual(c["backend.tcp_flows_opened"], 0, text)
+        r["spliced_bytes"] = c["forward.1.spliced_bytes"]
+
+        r, c, text = self.through_netstackd("stack", "--forward-path=stack")
+        results["stack"] = r
+        self.assertIn("forward.1.path stack", text)
+        self.assertEqual(c["forward.1.accepted"], REQUESTS, text)
+        self.assertEqual(c["forward.1.failed"], 0, text)
+        self.assertEqual(c["forward.1.spliced_bytes"], 0, text)
+        self.assertEqual(c["backend.tcp_inbound_established"], REQUESTS, text)
+        self.assertEqual(c["backend.tcp_inbound_refused"], 0, text)
+        self.assertEqual(c["backend.tcp_bytes_guest_to_host"],
+                         r["total_transferred"], text)
+        self.assertEqual(c["backend.tcp_flows_open"], 0, text)
+        r["spliced_bytes"] = 0
+
+        results["veth"] = self.direct_over_veth()
+
+        veth = results["veth"]
+        lines = [f"  nginx {SIZE >> 20} MiB, ab -n {REQUESTS} -c "
+                 f"{CONCURRENCY} (veth MTU {VETH_MTU or 'default'}):"]
+        for way in ("spliced", "stack", "veth"):
+            r = results[way]
+            lines.append(
+                f"    {way:8s} {r['requests_per_second']:8.2f} req/s "
+                f"{r['mb_per_second']:8.1f} MB/s  {r['seconds']:.3f} s"
+                + ("" if way == "veth" else
+                   f"  {r['requests_per_second'] / veth['requests_per_second']:.2f}x veth"
+                   f"  spliced {r['spliced_bytes']} B"))
+        print("\n".join(lines), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
