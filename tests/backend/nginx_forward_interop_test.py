@@ -24,10 +24,12 @@ forward was spliced and the bytes from the guest are exactly what ab
 received, no backend flow made; for the stack run nothing was spliced and
 the backend relayed exactly what ab received. Speeds are printed (req/s,
 MB/s, the ratios to veth), never asserted: the goals live in
-docs/BENCHMARKS.md.
+docs/BENCHMARKS.md. NST_NGINX_ROUNDS=N repeats the three ways N times,
+alternating, and prints medians.
 """
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,8 @@ VETH_H, VETH_G = "192.0.2.1", "192.0.2.2"  # TEST-NET-1, on-link only
 # The ceiling's veth MTU; unset: the kernel's default (1500). By hand,
 # NST_NGINX_VETH_MTU=65520 compares against a veth with loopback-like MTU.
 VETH_MTU = os.environ.get("NST_NGINX_VETH_MTU")
+# Rounds of the three ways (alternating); by hand, for figures.
+ROUNDS = int(os.environ.get("NST_NGINX_ROUNDS") or 1)
 
 
 class NginxForwardTest(unittest.TestCase):
@@ -136,12 +140,18 @@ class NginxForwardTest(unittest.TestCase):
         self.topo.assert_isolated()
         return r
 
-    def test_ab_spliced_stack_and_veth(self):
-        results = {}
+    def assert_connections(self, n, text):
+        """ab (2.4) sometimes opens a spare connection as it finishes and
+        never sends on it (8 of 30 runs against a plain server: 3,008
+        connections for 3,000 requests): up to CONCURRENCY - 1 more than
+        REQUESTS, carrying no bytes (the byte counts are exact)."""
+        self.assertGreaterEqual(n, REQUESTS, text)
+        self.assertLess(n, REQUESTS + CONCURRENCY, text)
+
+    def spliced(self):
         r, c, text = self.through_netstackd("spliced")
-        results["spliced"] = r
         self.assertIn("forward.1.path splice", text)
-        self.assertEqual(c["forward.1.accepted"], REQUESTS, text)
+        self.assert_connections(c["forward.1.accepted"], text)
         for k in ("failed", "active", "accept_errors"):
             self.assertEqual(c[f"forward.1.{k}"], 0, f"{k}\n{text}")
         self.assertEqual(c["forward.1.bytes_from_guest"],
@@ -153,33 +163,51 @@ class NginxForwardTest(unittest.TestCase):
         self.assertEqual(c["backend.tcp_inbound_opened"], 0, text)
         self.assertEqual(c["backend.tcp_flows_opened"], 0, text)
         r["spliced_bytes"] = c["forward.1.spliced_bytes"]
+        return r
 
+    def stack(self):
         r, c, text = self.through_netstackd("stack", "--forward-path=stack")
-        results["stack"] = r
         self.assertIn("forward.1.path stack", text)
-        self.assertEqual(c["forward.1.accepted"], REQUESTS, text)
+        self.assert_connections(c["forward.1.accepted"], text)
         self.assertEqual(c["forward.1.failed"], 0, text)
         self.assertEqual(c["forward.1.spliced_bytes"], 0, text)
-        self.assertEqual(c["backend.tcp_inbound_established"], REQUESTS, text)
+        self.assertEqual(c["backend.tcp_inbound_established"],
+                         c["forward.1.accepted"], text)
         self.assertEqual(c["backend.tcp_inbound_refused"], 0, text)
         self.assertEqual(c["backend.tcp_bytes_guest_to_host"],
                          r["total_transferred"], text)
         self.assertEqual(c["backend.tcp_flows_open"], 0, text)
         r["spliced_bytes"] = 0
+        return r
 
-        results["veth"] = self.direct_over_veth()
-
-        veth = results["veth"]
+    def test_ab_spliced_stack_and_veth(self):
+        """Each way once (NST_NGINX_ROUNDS=N by hand: N rounds, the three
+        ways alternating, and medians)."""
+        ways = {"spliced": self.spliced, "stack": self.stack,
+                "veth": self.direct_over_veth}
+        results = {way: [] for way in ways}
+        for _ in range(ROUNDS):
+            for way, run in ways.items():
+                results[way].append(run())
+        med = {way: {k: statistics.median(r[k] for r in rs)
+                     for k in ("requests_per_second", "mb_per_second",
+                               "seconds")}
+               for way, rs in results.items()}
         lines = [f"  nginx {SIZE >> 20} MiB, ab -n {REQUESTS} -c "
-                 f"{CONCURRENCY} (veth MTU {VETH_MTU or 'default'}):"]
-        for way in ("spliced", "stack", "veth"):
-            r = results[way]
-            lines.append(
-                f"    {way:8s} {r['requests_per_second']:8.2f} req/s "
-                f"{r['mb_per_second']:8.1f} MB/s  {r['seconds']:.3f} s"
-                + ("" if way == "veth" else
-                   f"  {r['requests_per_second'] / veth['requests_per_second']:.2f}x veth"
-                   f"  spliced {r['spliced_bytes']} B"))
+                 f"{CONCURRENCY}, veth MTU {VETH_MTU or 'default'}, "
+                 f"{ROUNDS} round(s):"]
+        for way in ways:
+            for r in results[way]:
+                lines.append(f"    {way:8s} {r['requests_per_second']:8.2f} "
+                             f"req/s {r['mb_per_second']:8.1f} MB/s "
+                             f"{r['seconds']:7.3f} s  spliced "
+                             f"{r.get('spliced_bytes', 0)} B")
+        for way in ways:
+            m = med[way]
+            ratio = m["requests_per_second"] / med["veth"]["requests_per_second"]
+            lines.append(f"  median {way:8s} {m['requests_per_second']:8.2f} "
+                         f"req/s {m['mb_per_second']:8.1f} MB/s  "
+                         f"{ratio:.2f}x veth")
         print("\n".join(lines), file=sys.stderr)
 
 
