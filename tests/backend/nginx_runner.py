@@ -6,8 +6,13 @@ backend's interop tests and benchmarks (seed 004's nginx/ab run).
                                            # ["ip", "netns", "exec", NS] or
                                            # netstackd ... --
   server.wait_listening()                  # port 80 in nginx's namespace
-  r = ab(client_prefix, url, n=100, c=5)   # ab's figures, parsed
-  rc = server.stop()
+  r, text = ab(client_prefix, url, n=100, c=5)  # ab's figures, parsed
+  rc = server.stop()                       # the prefix's exit status
+
+A benchmark imports it as tests/backend/nginx_forward_interop_test.py and
+bench/backend_iperf3.py import their helpers (sys.path at the repository
+root). ab 2.4 sometimes opens one spare connection as it finishes and
+sends nothing on it: count connections as "at least n, fewer than n + c".
 
 The nginx.conf is minimal and self-contained: daemon off, one worker,
 sendfile on, the pid file and both logs in the site's directory, `listen 80`
@@ -122,13 +127,14 @@ class NginxServer:
         pid = self.nginx_pid()
         if pid is None:
             return False
-        want = f":{self.site.port:04X} "
+        port = f":{self.site.port:04X}"
+        listen = "0A"  # TCP_LISTEN in the table's "st" column
         try:
             for table in ("tcp", "tcp6"):
                 with open(f"/proc/{pid}/net/{table}") as f:
-                    rows = f.read().splitlines()[1:]
-                if not any(r.split()[1].endswith(want.strip())
-                           and r.split()[3] == "0A" for r in rows):
+                    rows = [r.split() for r in f.read().splitlines()[1:]]
+                if not any(r[1].endswith(port) and r[3] == listen
+                           for r in rows):
                     return False
         except (FileNotFoundError, ProcessLookupError):
             return False
