@@ -9,10 +9,10 @@ backend's interop tests and benchmarks (seed 004's nginx/ab run).
   r, text = ab(client_prefix, url, n=100, c=5)  # ab's figures, parsed
   rc = server.stop()                       # the prefix's exit status
 
-A benchmark imports it as tests/backend/nginx_forward_interop_test.py and
-bench/backend_iperf3.py import their helpers (sys.path at the repository
-root). ab 2.4 sometimes opens one spare connection as it finishes and
-sends nothing on it: count connections as "at least n, fewer than n + c".
+A benchmark under bench/ imports it as bench/backend_iperf3.py imports
+BackendTopology (the repository root on sys.path). ab 2.4 sometimes opens
+one spare connection as it finishes and sends nothing on it: count
+connections as "at least n, fewer than n + c".
 
 The nginx.conf is minimal and self-contained: daemon off, one worker,
 sendfile on, the pid file and both logs in the site's directory, `listen 80`
