@@ -77,10 +77,18 @@ class NginxForwardTest(unittest.TestCase):
     def in_h(self):
         return self.topo.in_ns(self.topo.h)
 
-    def ab(self, label, url):
+    def ab(self, label, url, server):
+        """ab's figures, checked, with the CPU seconds each side spent:
+        "cpu" maps ab, nginx and netstackd to their share."""
+        cpu0 = server.cpu_seconds()
         t0 = time.monotonic()
         r, text = nr.ab(self.in_h(), url, n=REQUESTS, c=CONCURRENCY)
         r["wall"] = time.monotonic() - t0
+        cpu1 = server.cpu_seconds()
+        r["cpu"] = {"ab": r["client_cpu"],
+                    "nginx": cpu1.get("nginx", 0) - cpu0.get("nginx", 0),
+                    "netstackd": (cpu1.get("netstackd", 0) -
+                                  cpu0.get("netstackd", 0))}
         self.assertEqual(r["returncode"], 0, f"{label}: {text}")
         self.assertEqual(r.get("complete"), REQUESTS, f"{label}: {text}")
         self.assertEqual(r.get("failed"), 0, f"{label}: {text}")
@@ -104,7 +112,8 @@ class NginxForwardTest(unittest.TestCase):
         except AssertionError as e:
             err.seek(0)
             self.fail(f"{label}: {e}\n{err.read()}")
-        r = self.ab(label, f"http://127.0.0.1:{HOST_PORT}/{self.site.name}")
+        r = self.ab(label, f"http://127.0.0.1:{HOST_PORT}/{self.site.name}",
+                    server)
         rc = server.stop()
         err.seek(0)
         text = err.read()
@@ -132,7 +141,8 @@ class NginxForwardTest(unittest.TestCase):
             server = self.site.start(self.topo.in_ns(g))
             try:
                 server.wait_listening()
-                r = self.ab("veth", f"http://{VETH_G}/{self.site.name}")
+                r = self.ab("veth", f"http://{VETH_G}/{self.site.name}",
+                            server)
             finally:
                 server.stop()
         finally:
@@ -189,25 +199,36 @@ class NginxForwardTest(unittest.TestCase):
         for _ in range(ROUNDS):
             for way, run in ways.items():
                 results[way].append(run())
+        for rs in results.values():
+            for r in rs:
+                r["cpu_total"] = sum(r["cpu"].values())
         med = {way: {k: statistics.median(r[k] for r in rs)
                      for k in ("requests_per_second", "mb_per_second",
-                               "seconds")}
+                               "seconds", "cpu_total")}
                for way, rs in results.items()}
         lines = [f"  nginx {SIZE >> 20} MiB, ab -n {REQUESTS} -c "
                  f"{CONCURRENCY}, veth MTU {VETH_MTU or 'default'}, "
                  f"{ROUNDS} round(s):"]
         for way in ways:
             for r in results[way]:
+                cpu = r["cpu"]
                 lines.append(f"    {way:8s} {r['requests_per_second']:8.2f} "
                              f"req/s {r['mb_per_second']:8.1f} MB/s "
-                             f"{r['seconds']:7.3f} s  spliced "
-                             f"{r.get('spliced_bytes', 0)} B")
+                             f"{r['seconds']:7.3f} s  CPU ms/request: ab "
+                             f"{cpu['ab'] * 1e3 / REQUESTS:.2f} nginx "
+                             f"{cpu['nginx'] * 1e3 / REQUESTS:.2f} netstackd "
+                             f"{cpu['netstackd'] * 1e3 / REQUESTS:.2f} total "
+                             f"{sum(cpu.values()) * 1e3 / REQUESTS:.2f}  "
+                             f"spliced {r.get('spliced_bytes', 0)} B")
         for way in ways:
             m = med[way]
             ratio = m["requests_per_second"] / med["veth"]["requests_per_second"]
+            cpu_ratio = m["cpu_total"] / med["veth"]["cpu_total"]
             lines.append(f"  median {way:8s} {m['requests_per_second']:8.2f} "
                          f"req/s {m['mb_per_second']:8.1f} MB/s  "
-                         f"{ratio:.2f}x veth")
+                         f"{ratio:.2f}x veth; CPU "
+                         f"{m['cpu_total'] * 1e3 / REQUESTS:.2f} ms/request, "
+                         f"{cpu_ratio:.2f}x veth's")
         print("\n".join(lines), file=sys.stderr)
 
 

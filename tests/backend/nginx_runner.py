@@ -22,6 +22,7 @@ caller does (BackendTopology).
 """
 import os
 import re
+import resource
 import signal
 import subprocess
 import time
@@ -159,6 +160,30 @@ class NginxServer:
         except FileNotFoundError:
             return "(no error log)"
 
+    def cpu_seconds(self):
+        """{command name: CPU seconds (user + system)} of the runner and
+        everything under it that is still alive (netstackd, nginx's master
+        and worker), all threads. Take it before and after a run: the
+        difference is what the server side spent on it."""
+        out = {}
+        todo = [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+                comm = stat[stat.index("(") + 1:stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2:].split()
+                ticks = int(fields[11]) + int(fields[12])  # utime, stime
+                out[comm] = out.get(comm, 0) + ticks / os.sysconf(
+                    "SC_CLK_TCK")
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        todo += [int(c) for c in f.read().split()]
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                continue
+        return out
+
     def stop(self, timeout=20):
         """SIGTERM to the runner (netstackd passes it on to nginx; `ip
         netns exec` is nginx itself): nginx's fast shutdown. Returns the
@@ -212,10 +237,15 @@ def parse_ab(text):
 def ab(prefix, url, n=100, c=5, timeout=120):
     """`ab -n N -c C URL` under `prefix` (the client's namespace); returns
     (parsed figures, ab's whole output). ab's own -s (30 s) bounds each
-    request; `timeout` bounds the run."""
+    request; `timeout` bounds the run. "client_cpu" is the CPU seconds ab
+    used (the prefix must exec ab, as `ip netns exec` does)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([*prefix, AB, "-n", str(n), "-c", str(c), "-s", "30",
                         url], capture_output=True, text=True, timeout=timeout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = p.stdout + p.stderr
     r = parse_ab(p.stdout)
     r["returncode"] = p.returncode
+    r["client_cpu"] = (after.ru_utime - before.ru_utime +
+                       after.ru_stime - before.ru_stime)
     return r, text
