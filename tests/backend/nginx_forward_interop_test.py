@@ -25,7 +25,8 @@ received, no backend flow made; for the stack run nothing was spliced and
 the backend relayed exactly what ab received. Speeds are printed (req/s,
 MB/s, the ratios to veth), never asserted: the goals live in
 docs/BENCHMARKS.md. NST_NGINX_ROUNDS=N repeats the three ways N times,
-alternating, and prints medians.
+alternating, and prints medians; NST_NGINX_SIZE and NST_NGINX_REQUESTS
+change the file's size and ab's -n.
 """
 import os
 import shutil
@@ -40,8 +41,11 @@ from tests.backend import nginx_runner as nr
 from tests.backend.backend_topology import BackendTopology
 from tests.interop import interop_util as iu
 
-SIZE = 10 << 20
-REQUESTS, CONCURRENCY = 100, 5
+# Seed 004's run; by hand, NST_NGINX_SIZE=100 NST_NGINX_REQUESTS=3000
+# measure connections rather than bytes.
+SIZE = int(os.environ.get("NST_NGINX_SIZE") or 10 << 20)
+REQUESTS = int(os.environ.get("NST_NGINX_REQUESTS") or 100)
+CONCURRENCY = 5
 HOST_PORT = 8080
 VETH_H, VETH_G = "192.0.2.1", "192.0.2.2"  # TEST-NET-1, on-link only
 # The ceiling's veth MTU; unset: the kernel's default (1500). By hand,
@@ -206,7 +210,7 @@ class NginxForwardTest(unittest.TestCase):
                      for k in ("requests_per_second", "mb_per_second",
                                "seconds", "cpu_total")}
                for way, rs in results.items()}
-        lines = [f"  nginx {SIZE >> 20} MiB, ab -n {REQUESTS} -c "
+        lines = [f"  nginx {SIZE} bytes, ab -n {REQUESTS} -c "
                  f"{CONCURRENCY}, veth MTU {VETH_MTU or 'default'}, "
                  f"{ROUNDS} round(s):"]
         for way in ways:
@@ -214,11 +218,11 @@ class NginxForwardTest(unittest.TestCase):
                 cpu = r["cpu"]
                 lines.append(f"    {way:8s} {r['requests_per_second']:8.2f} "
                              f"req/s {r['mb_per_second']:8.1f} MB/s "
-                             f"{r['seconds']:7.3f} s  CPU ms/request: ab "
-                             f"{cpu['ab'] * 1e3 / REQUESTS:.2f} nginx "
-                             f"{cpu['nginx'] * 1e3 / REQUESTS:.2f} netstackd "
-                             f"{cpu['netstackd'] * 1e3 / REQUESTS:.2f} total "
-                             f"{sum(cpu.values()) * 1e3 / REQUESTS:.2f}  "
+                             f"{r['seconds']:7.3f} s  CPU us/request: ab "
+                             f"{cpu['ab'] * 1e6 / REQUESTS:.0f} nginx "
+                             f"{cpu['nginx'] * 1e6 / REQUESTS:.0f} netstackd "
+                             f"{cpu['netstackd'] * 1e6 / REQUESTS:.0f} total "
+                             f"{sum(cpu.values()) * 1e6 / REQUESTS:.0f}  "
                              f"spliced {r.get('spliced_bytes', 0)} B")
         for way in ways:
             m = med[way]
@@ -227,7 +231,7 @@ class NginxForwardTest(unittest.TestCase):
             lines.append(f"  median {way:8s} {m['requests_per_second']:8.2f} "
                          f"req/s {m['mb_per_second']:8.1f} MB/s  "
                          f"{ratio:.2f}x veth; CPU "
-                         f"{m['cpu_total'] * 1e3 / REQUESTS:.2f} ms/request, "
+                         f"{m['cpu_total'] * 1e6 / REQUESTS:.0f} us/request, "
                          f"{cpu_ratio:.2f}x veth's")
         print("\n".join(lines), file=sys.stderr)
 
