@@ -67,8 +67,11 @@ std::string FormatRrJson(const RrResult& r, const std::string& server,
 
 RrClient::RrClient(Net& net, RrClientOptions options,
                    absl::AnyInvocable<void()> on_done)
-    : net_(net), loop_(net.loop()), options_(std::move(options)),
-      on_done_(std::move(on_done)), tick_([this](Instant now) { OnTick(now); }) {
+    : net_(net),
+      loop_(net.loop()),
+      options_(std::move(options)),
+      on_done_(std::move(on_done)),
+      tick_([this](Instant now) { OnTick(now); }) {
   figures_.mode = options_.mode;
 }
 
@@ -130,9 +133,8 @@ absl::Status RrClient::Step(uint32_t bits) {
       std::array<uint8_t, 1> probe;
       absl::StatusOr<size_t> r = stream_->Read(probe);
       return absl::UnavailableError(absl::StrCat(
-          "connect ", figures_.connections, " to ",
-          options_.server.ToString(), " failed: ",
-          r.ok() ? "hung up" : r.status().message()));
+          "connect ", figures_.connections, " to ", options_.server.ToString(),
+          " failed: ", r.ok() ? "hung up" : r.status().message()));
     }
     if (!(bits & ready::kWritable)) return absl::OkStatus();
     connected_ = true;
@@ -150,14 +152,14 @@ absl::Status RrClient::Step(uint32_t bits) {
   absl::StatusOr<size_t> n = stream_->Read(in);
   if (!n.ok()) {
     if (transport::IsWouldBlock(n.status())) return absl::OkStatus();
-    return absl::UnavailableError(absl::StrCat(
-        "waiting for response ", figures_.transactions + 1, ": ",
-        n.status().message()));
+    return absl::UnavailableError(absl::StrCat("waiting for response ",
+                                               figures_.transactions + 1, ": ",
+                                               n.status().message()));
   }
   if (*n == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "the server closed the connection after ", figures_.transactions,
-        " transactions"));
+    return absl::UnavailableError(
+        absl::StrCat("the server closed the connection after ",
+                     figures_.transactions, " transactions"));
   }
   if (!awaiting_response_ || *n != 1 || in[0] != kResponse) {
     return absl::DataLossError(absl::StrCat(
@@ -196,8 +198,8 @@ void RrClient::OnTick(Instant now) {
   }
   if (now >= end_ && !awaiting_response_) return Finish(absl::OkStatus());
   // After the end, only the last response is awaited (until its timeout).
-  loop_.timers().Schedule(tick_, now >= end_ ? now + kTick
-                                             : std::min(end_, now + kTick));
+  loop_.timers().Schedule(
+      tick_, now >= end_ ? now + kTick : std::min(end_, now + kTick));
 }
 
 void RrClient::Finish(absl::Status status) {
@@ -225,7 +227,9 @@ void RrClient::Finish(absl::Status status) {
 
 RrServer::RrServer(Net& net, transport::SocketAddress local,
                    StreamOptions options, std::FILE* progress)
-    : net_(net), local_(local), options_(std::move(options)),
+    : net_(net),
+      local_(local),
+      options_(std::move(options)),
       progress_(progress) {}
 
 RrServer::~RrServer() { Stop(); }

@@ -77,7 +77,8 @@ std::string FormatRrJson(const RrResult& r, const std::string& server,
 class RrClient {
  public:
   // `on_done` runs (from the loop) once the test ended either way.
-  RrClient(Net& net, RrClientOptions options, absl::AnyInvocable<void()> on_done);
+  RrClient(Net& net, RrClientOptions options,
+           absl::AnyInvocable<void()> on_done);
 
   absl::Status Start();
   // Ends the test now (Ctrl-C): an Aborted error.

@@ -102,7 +102,8 @@ TEST_F(RrTest, CrrOpensAConnectionPerTransaction) {
 }
 
 TEST_F(RrTest, ServerThatNeverAnswersIsAnErrorNotAHang) {
-  absl::StatusOr<std::unique_ptr<Listener>> listener = net_->Listen(address_, {});
+  absl::StatusOr<std::unique_ptr<Listener>> listener =
+      net_->Listen(address_, {});
   ASSERT_TRUE(listener.ok()) << listener.status();
   std::vector<std::unique_ptr<Stream>> held;  // accepted, never read
   (*listener)->SetHandler([&] {
@@ -128,7 +129,8 @@ TEST_F(RrTest, ServerThatNeverAnswersIsAnErrorNotAHang) {
 }
 
 TEST_F(RrTest, ServerThatClosesIsAnError) {
-  absl::StatusOr<std::unique_ptr<Listener>> listener = net_->Listen(address_, {});
+  absl::StatusOr<std::unique_ptr<Listener>> listener =
+      net_->Listen(address_, {});
   ASSERT_TRUE(listener.ok()) << listener.status();
   std::vector<std::unique_ptr<Stream>> closed;
   (*listener)->SetHandler([&] {
