@@ -20,6 +20,18 @@ ABSL_FLAG(bool, one_off, false,
           "Server role: exit after one test (iperf3 -1).");
 ABSL_FLAG(bool, reverse, false,
           "Client role: the server sends, the client receives (iperf3 -R).");
+ABSL_FLAG(bool, rr, false,
+          "Kernel roles, instead of iperf3: netperf's TCP_RR. The client "
+          "sends a 1-byte request and waits for the 1-byte response on one "
+          "connection, back to back for --duration, and reports "
+          "transactions/s and the mean, p50, p99 and max microseconds per "
+          "transaction. The server (--rr or --crr) answers every byte it "
+          "reads with one byte, on any number of connections. Not iperf3's "
+          "protocol: both ends must be tcp_benchmark.");
+ABSL_FLAG(bool, crr, false,
+          "Kernel roles: netperf's TCP_CRR, as --rr but each transaction is "
+          "connect, 1-byte request, 1-byte response, close (timed from the "
+          "connect). The server is the same as for --rr.");
 
 ABSL_FLAG(double, duration, 10, "Seconds of data transfer per measurement.");
 ABSL_FLAG(double, interval, 1, "Seconds between interval lines; 0 = none.");

@@ -18,6 +18,8 @@ ABSL_DECLARE_FLAG(std::string, connect);
 ABSL_DECLARE_FLAG(int, port);
 ABSL_DECLARE_FLAG(bool, one_off);
 ABSL_DECLARE_FLAG(bool, reverse);
+ABSL_DECLARE_FLAG(bool, rr);
+ABSL_DECLARE_FLAG(bool, crr);
 
 // Measurement.
 ABSL_DECLARE_FLAG(double, duration);

@@ -6,6 +6,9 @@
 //       [--duration 10] [--streams 4] [--reverse] [--json]
 //   tcp_benchmark --role=server --stack=netstack --packet veth1 --netns b
 //       --addr 10.9.0.2/24
+//   tcp_benchmark --role=server --stack=kernel --rr [--port 5201]
+//   tcp_benchmark --role=client --stack=kernel --rr|--crr --connect HOST:PORT
+//       [--duration 10] [--json]     (request/response, request_response.h)
 //   tcp_benchmark            (no --role: the driver, see driver.h)
 //
 // Either role talks to stock iperf3 3.x as well as to itself. Exit status:
@@ -35,6 +38,7 @@
 #include "tools/tcp_benchmark/iperf3_server.h"
 #include "tools/tcp_benchmark/kernel_net.h"
 #include "tools/tcp_benchmark/netstack_net.h"
+#include "tools/tcp_benchmark/request_response.h"
 #include "tools/tcp_benchmark/test_summary.h"
 
 namespace netstack::tools::bench {
@@ -49,6 +53,7 @@ absl::Status Usage(const std::string& message) {
 struct RoleConfig {
   bool server = false;
   bool kernel = false;
+  std::optional<RrMode> rr;  // --rr/--crr instead of iperf3
   transport::SocketAddress remote;  // client
   uint16_t port = 0;                // server
   KernelNetOptions kernel_options;
@@ -86,6 +91,18 @@ absl::StatusOr<RoleConfig> ParseRoleConfig() {
   c.server = role == "server";
   c.kernel = stack == "kernel";
   if (absl::Status s = CheckMeasurementFlags(); !s.ok()) return s;
+  if (absl::GetFlag(FLAGS_rr) && absl::GetFlag(FLAGS_crr)) {
+    return Usage("--rr and --crr exclude each other");
+  }
+  if (absl::GetFlag(FLAGS_rr) || absl::GetFlag(FLAGS_crr)) {
+    if (!c.kernel) return Usage("--rr/--crr apply to --stack=kernel only");
+    if (absl::GetFlag(FLAGS_reverse) || absl::GetFlag(FLAGS_one_off) ||
+        absl::GetFlag(FLAGS_streams) != 1) {
+      return Usage("--reverse, --one_off and --streams are iperf3's; not "
+                   "with --rr/--crr");
+    }
+    c.rr = absl::GetFlag(FLAGS_rr) ? RrMode::kRr : RrMode::kCrr;
+  }
   if (c.server) {
     const int port = absl::GetFlag(FLAGS_port);
     if (port < 1 || port > 65535) return Usage("--port must be in 1..65535");
@@ -221,6 +238,64 @@ int RunClient(Net& net, const RoleConfig& c) {
   return 0;
 }
 
+// --rr/--crr server: answers until SIGINT/SIGTERM.
+int RunRrServer(Net& net, const RoleConfig& c) {
+  RrServer server(net, ServerAddress(c), c.stream_options,
+                  absl::GetFlag(FLAGS_json) ? stderr : stdout);
+  absl::Status s = net.loop().HandleSignals(
+      {SIGINT, SIGTERM, SIGUSR1}, [&](int signo, Instant) {
+        if (signo == SIGUSR1) return PrintCounters(net, "SIGUSR1");
+        server.Stop();
+        net.loop().Stop();
+      });
+  if (s.ok()) s = server.Start();
+  if (s.ok()) s = net.loop().Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::fprintf(absl::GetFlag(FLAGS_json) ? stderr : stdout,
+               "RR server: %llu connections, %llu bytes answered\n",
+               static_cast<unsigned long long>(server.connections()),
+               static_cast<unsigned long long>(server.bytes_answered()));
+  return 0;
+}
+
+int RunRrClient(Net& net, const RoleConfig& c) {
+  const bool json = absl::GetFlag(FLAGS_json);
+  RrClientOptions o;
+  o.server = c.remote;
+  o.mode = *c.rr;
+  o.duration = absl::GetFlag(FLAGS_duration);
+  o.stream_options = c.stream_options;
+  RrClient client(net, o, [&] { net.loop().Stop(); });
+  absl::Status s = net.loop().HandleSignals(
+      {SIGINT, SIGTERM, SIGUSR1}, [&](int signo, Instant) {
+        if (signo == SIGUSR1) return PrintCounters(net, "SIGUSR1");
+        client.Interrupt();
+      });
+  if (s.ok()) s = client.Start();
+  if (s.ok()) s = net.loop().Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (!client.result().ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s: %s\n", RrModeName(o.mode),
+                 std::string(client.result().status().message()).c_str());
+    return 1;
+  }
+  std::fprintf(json ? stderr : stdout, "%s",
+               FormatRrText(*client.result()).c_str());
+  if (json) {
+    std::printf("%s\n", FormatRrJson(*client.result(), c.remote.ToString(),
+                                     net.Describe())
+                            .c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 int RunRole() {
   absl::StatusOr<RoleConfig> config = ParseRoleConfig();
   if (!config.ok()) {
@@ -235,6 +310,10 @@ int RunRole() {
     std::fprintf(stderr, "tcp_benchmark: %s\n",
                  std::string(net.status().message()).c_str());
     return net.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (config->rr) {
+    return config->server ? RunRrServer(**net, *config)
+                          : RunRrClient(**net, *config);
   }
   return config->server ? RunServer(**net, *config) : RunClient(**net, *config);
 }
@@ -252,9 +331,16 @@ int main(int argc, char** argv) {
       "  tcp_benchmark --role=client --stack=kernel|netstack --connect "
       "HOST:PORT [--duration S] [--interval S] [--streams N] [--reverse] "
       "[--cc reno|cubic] [--json]\n"
+      "  tcp_benchmark --role=server --stack=kernel --rr [--port N]\n"
+      "  tcp_benchmark --role=client --stack=kernel --rr|--crr --connect "
+      "HOST:PORT [--duration S] [--json]\n"
       "  tcp_benchmark [driver flags]   (no --role: the driver)\n"
       "Both roles speak iperf3's protocol (TCP), so either end may be stock "
-      "iperf3 (iperf3 -s / iperf3 -c). --stack=kernel uses the host's "
+      "iperf3 (iperf3 -s / iperf3 -c). --rr and --crr (kernel roles only) "
+      "are netperf's TCP_RR and TCP_CRR instead: 1-byte requests and "
+      "responses, on one connection or a new one each; the client prints "
+      "transactions/s and microseconds per transaction (mean, p50, p99, "
+      "max), and both ends must be tcp_benchmark. --stack=kernel uses the host's "
       "sockets, with --recv_mode=plain|splice and "
       "--send_mode=plain|vmsplice|sendfile; --stack=netstack runs our stack "
       "on --packet or --tap (with --netns, --addr, --mtu, GSO and fault "
@@ -272,6 +358,12 @@ int main(int argc, char** argv) {
   // splice() and sendfile() into a reset socket raise SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   if (absl::GetFlag(FLAGS_role).empty()) {
+    if (absl::GetFlag(FLAGS_rr) || absl::GetFlag(FLAGS_crr)) {
+      std::fprintf(stderr,
+                   "tcp_benchmark: --rr/--crr need --role (the driver measures "
+                   "throughput only; see --help)\n");
+      return 2;
+    }
     return netstack::tools::bench::RunDriver(argv[0]);
   }
   return netstack::tools::bench::RunRole();

@@ -1,0 +1,116 @@
+"""bench/backend_benchmark's arithmetic, without namespaces: the median of
+rounds, the better peer, the ratios and the goals' verdicts, the table and
+--from-json. The measurements themselves need root and the peers; this
+checks what turns them into the table and the goals."""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "backend_benchmark")
+
+
+def load():
+    loader = importlib.machinery.SourceFileLoader("backend_benchmark", SCRIPT)
+    spec = importlib.util.spec_from_loader("backend_benchmark", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+bb = load()
+M = bb.Measurement
+
+
+def gbps(v):
+    return M(v, "Gbit/s")
+
+
+def rr(v):
+    return M(v, "trans/s", mean_us=1e6 / v, p99_us=1.0)
+
+
+class Median(unittest.TestCase):
+    def test_median_of_rounds_skips_failures(self):
+        m = bb.median_measurement([gbps(3), M(error="x"), gbps(1), gbps(2)])
+        self.assertEqual(m.value, 2)
+        self.assertEqual(m.extra["rounds"], [3, 1, 2])
+        self.assertEqual(m.extra["failed_rounds"], 1)
+
+    def test_every_round_failed_is_an_error(self):
+        self.assertEqual(bb.median_measurement([M(error="a"),
+                                                M(error="b")]).error, "b")
+
+    def test_rate_mean_follows_the_median(self):
+        m = bb.median_measurement([rr(1000), rr(3000)])
+        self.assertEqual(m.value, 2000)
+        self.assertAlmostEqual(m.extra["mean_us"], 500)
+
+
+class Goals(unittest.TestCase):
+    def results(self, nd, pasta, slirp, veth):
+        out = {}
+        for tool, values in (("netstackd", nd), ("pasta", pasta),
+                             ("slirp4netns", slirp), ("veth", veth)):
+            for name, v in values.items():
+                out[(tool, name)] = v
+        return out
+
+    def test_better_peer_is_the_higher_of_the_two(self):
+        r = self.results({"rr": rr(100)}, {"rr": rr(50)}, {"rr": rr(80)}, {})
+        self.assertEqual(bb.best_peer(r, "rr").value, 80)
+        self.assertAlmostEqual(bb.ratio(r[("netstackd", "rr")],
+                                        bb.best_peer(r, "rr")), 1.25)
+
+    def test_a_failed_peer_is_not_the_better_one(self):
+        r = self.results({}, {"rr": M(error="stalled")}, {"rr": rr(80)}, {})
+        self.assertEqual(bb.best_peer(r, "rr").value, 80)
+
+    def test_verdicts(self):
+        g = {"tcp-g2h-65520": (gbps(15), gbps(10), gbps(4), gbps(30)),  # 1.5x
+             "tcp-h2g-65520": (gbps(10), gbps(8), gbps(6), gbps(30)),   # 1.25x
+             "tcp-g2h-1500": (gbps(15), gbps(1), gbps(4), gbps(30)),    # 3.75x, 50%
+             "tcp-h2g-1500": (gbps(14), gbps(1), gbps(5), gbps(30)),    # 2.8x, 47%
+             "rr": (rr(100), rr(100), rr(90), rr(300)),
+             "crr": (rr(99), rr(100), rr(90), rr(300))}
+        r = self.results(*[{k: v[i] for k, v in g.items()} for i in range(4)])
+        verdicts = [ok for _, ok in bb.goals(r, {"netstackd": 0.05})]
+        self.assertEqual(verdicts, [True, False, True, True, False, False,
+                                    True, False, True])
+        self.assertEqual([ok for _, ok in bb.goals({}, {})], [None] * 9)
+
+    def test_slow_start_misses(self):
+        self.assertEqual(bb.goals({}, {"netstackd": 0.1})[-1][1], False)
+
+
+class FromJson(unittest.TestCase):
+    def test_table_and_goals_from_an_earlier_run(self):
+        run = {"versions": {}, "duration": 2, "repeat": 3,
+               "results": {"netstackd/rr": {"value": 200, "unit": "trans/s",
+                                            "mean_us": 5000.0},
+                           "pasta/rr": {"value": 100, "unit": "trans/s",
+                                        "mean_us": 10000.0},
+                           "slirp4netns/rr": {"value": None, "unit": "",
+                                              "error": "boom"}},
+               "startup_seconds": {"netstackd": 0.04}}
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(run, f)
+            f.flush()
+            out = subprocess.run([sys.executable, SCRIPT, "--from-json",
+                                  f.name, "--plot", ""], capture_output=True,
+                                 text=True, check=True).stdout
+        self.assertIn("| TCP_RR   | 200 (5000 us) | 100 (10000 us) | error"
+                      "       | 2.00x        | -       |", out)
+        self.assertIn("MET    rr: no worse than the better peer (got 2.00x",
+                      out)
+        self.assertIn("MET    netstackd -- true under 100 ms (median 40 ms)",
+                      out)
+
+
+if __name__ == "__main__":
+    unittest.main()
