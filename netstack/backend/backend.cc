@@ -253,9 +253,10 @@ bool Backend::OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) {
   return true;
 }
 
-absl::Status Backend::AdoptInboundTcp(int host_fd,
-                                      const transport::SocketAddress& source,
-                                      const transport::SocketAddress& guest) {
+absl::Status Backend::AdoptInboundTcp(
+    int host_fd, const transport::SocketAddress& source,
+    const transport::SocketAddress& guest,
+    std::shared_ptr<InboundTcpCounts> counts) {
   ++counters_.tcp_inbound_opened;
   auto refuse = [&](absl::Status s) {
     ++counters_.tcp_inbound_refused;
@@ -279,6 +280,7 @@ absl::Status Backend::AdoptInboundTcp(int host_fd,
     sock->Abort();
     return refuse(absl::AlreadyExistsError(tuple.local.ToString()));
   }
+  if (counts) it->second->CountInbound(std::move(counts));
   it->second->StartInbound(host_fd, std::move(sock));
   return absl::OkStatus();
 }

@@ -163,6 +163,15 @@ struct BackendCounters {
 
 class TcpFlow;
 
+// What the inbound flows of one forward moved (AdoptInboundTcp's
+// `counts`): shared, so a forward removed while its connections run
+// keeps counting until they end.
+struct InboundTcpCounts {
+  uint64_t active = 0;
+  uint64_t bytes_to_guest = 0;
+  uint64_t bytes_from_guest = 0;
+};
+
 class Backend : public tcp::SynHandler {
  public:
   // Puts `nic` of `stack` in gateway mode with the plan's addresses and
@@ -216,9 +225,12 @@ class Backend : public tcp::SynHandler {
   // stack's (the real client's address, so the guest sees it); port 0
   // picks one. Counted as a TCP flow (tcp_inbound_*); the flow limit
   // applies. Errors: ResourceExhausted at the limit; those of Connect.
-  absl::Status AdoptInboundTcp(int host_fd,
-                               const transport::SocketAddress& source,
-                               const transport::SocketAddress& guest);
+  // `counts`, when given, also counts the flow's bytes and whether it is
+  // running.
+  absl::Status AdoptInboundTcp(
+      int host_fd, const transport::SocketAddress& source,
+      const transport::SocketAddress& guest,
+      std::shared_ptr<InboundTcpCounts> counts = nullptr);
 
   // tcp::SynHandler
   bool OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) override;

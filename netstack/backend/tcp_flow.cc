@@ -29,6 +29,7 @@ TcpFlow::TcpFlow(Backend& backend, const transport::FourTuple& tuple)
     : backend_(backend), tuple_(tuple) {}
 
 TcpFlow::~TcpFlow() {
+  if (inbound_counts_) --inbound_counts_->active;
   if (phase_ != Phase::kEnded) {
     // The backend is going away with the flow live.
     if (phase_ == Phase::kConnecting || phase_ == Phase::kConnectDone) {
@@ -295,6 +296,9 @@ bool TcpFlow::PumpGuestToHost() {
       return false;
     }
     backend_.counters_.tcp_bytes_guest_to_host += static_cast<uint64_t>(sent);
+    if (inbound_counts_) {
+      inbound_counts_->bytes_from_guest += static_cast<uint64_t>(sent);
+    }
     size_t left = static_cast<size_t>(sent);
     while (pending_first_ < pending_n_ && left > 0) {
       buffer::PayloadView& v = pending_[pending_first_];
@@ -347,6 +351,9 @@ bool TcpFlow::PumpHostToGuest() {
         return false;
       }
       backend_.counters_.tcp_bytes_host_to_guest += static_cast<uint64_t>(n);
+      if (inbound_counts_) {
+        inbound_counts_->bytes_to_guest += static_cast<uint64_t>(n);
+      }
       continue;
     }
     if (n == 0) {

@@ -54,6 +54,12 @@ class TcpFlow : public eventloop::Handler {
   // toward the guest, connecting. Relaying starts once the guest accepts;
   // if it refuses, the host socket is reset.
   void StartInbound(int host_fd, std::unique_ptr<tcp::TcpSocket> sock);
+  // Also counts this flow's bytes (and, while it lives, one active) in
+  // `counts`: its forward's.
+  void CountInbound(std::shared_ptr<InboundTcpCounts> counts) {
+    ++counts->active;
+    inbound_counts_ = std::move(counts);
+  }
   // Applies a finished connect; true when the flow has ended and may be
   // freed.
   bool Sweep(Instant now);
@@ -75,6 +81,7 @@ class TcpFlow : public eventloop::Handler {
   static constexpr uint32_t kMinRecvRoom = 4096;
 
  private:
+  std::shared_ptr<InboundTcpCounts> inbound_counts_;
   enum class Phase : uint8_t {
     kConnecting,       // the host connect() runs
     kConnectDone,      // ... and finished: Sweep applies it

@@ -212,6 +212,11 @@ class PortForwardTest(unittest.TestCase):
               file=sys.stderr)
         self.assertEqual(c["forward.1.accepted"], 3)
         self.assertEqual(c["forward.2.accepted"], 1)
+        # The forward counts its flows' bytes too (not spliced).
+        self.assertGreaterEqual(c["forward.1.bytes_from_guest"], 3 * PAYLOAD)
+        self.assertGreater(c["forward.1.bytes_to_guest"], 0)
+        self.assertEqual(c["forward.1.active"], 0)
+        self.assertEqual(c["forward.1.spliced_bytes"], 0)
         self.assertEqual(c["backend.tcp_inbound_opened"], 4)
         self.assertEqual(c["backend.tcp_inbound_established"], 3)
         self.assertEqual(c["backend.tcp_inbound_refused"], 1)

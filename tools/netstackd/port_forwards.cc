@@ -47,6 +47,9 @@ struct PortForwards::Forward {
   ForwardCounters counters;
   // -u through the stack: what its flows in the backend's table moved.
   backend::InboundUdpCounts udp_stack;
+  // -t through the stack: what its flows moved (they may outlive this).
+  std::shared_ptr<backend::InboundTcpCounts> tcp_stack =
+      std::make_shared<backend::InboundTcpCounts>();
 };
 
 // recvmmsg/sendmmsg arrays: kSize datagrams of up to 64 KiB (the largest
@@ -570,7 +573,8 @@ void PortForwards::OnAccept(Forward& f, const ForwardRule& rule, int fd,
   }
   const transport::SocketAddress guest{transport::IpAddress(plan.lease4),
                                        rule.guest_port};
-  if (!options_.backend->AdoptInboundTcp(fd, source, guest).ok()) {
+  if (!options_.backend->AdoptInboundTcp(fd, source, guest, f.tcp_stack)
+           .ok()) {
     ++f.counters.failed;
   }
 }
@@ -663,6 +667,9 @@ std::vector<ForwardInfo> PortForwards::List() const {
     i.counters.udp_refused_limit += u.refused_limit;
     i.counters.udp_dropped += u.dropped;
     i.counters.udp_expired += u.flows_expired;
+    i.counters.active += f->tcp_stack->active;
+    i.counters.bytes_to_guest += f->tcp_stack->bytes_to_guest;
+    i.counters.bytes_from_guest += f->tcp_stack->bytes_from_guest;
     for (const auto& [r, e] : relays_) {
       if (e.forward_id != id) continue;
       const forward::RelayStats& s = r->stats();
