@@ -35,6 +35,10 @@ def rr(v):
     return M(v, "trans/s", mean_us=1e6 / v, p99_us=1.0)
 
 
+def req(v):
+    return M(v, "req/s", mb_per_second=v * 10.48576)
+
+
 class Median(unittest.TestCase):
     def test_median_of_rounds_skips_failures(self):
         m = bb.median_measurement([gbps(3), M(error="x"), gbps(1), gbps(2)])
@@ -77,15 +81,70 @@ class Goals(unittest.TestCase):
              "tcp-g2h-1500": (gbps(15), gbps(1), gbps(4), gbps(30)),    # 3.75x, 50%
              "tcp-h2g-1500": (gbps(14), gbps(1), gbps(5), gbps(30)),    # 2.8x, 47%
              "rr": (rr(100), rr(100), rr(90), rr(300)),
-             "crr": (rr(99), rr(100), rr(90), rr(300))}
+             "crr": (rr(99), rr(100), rr(90), rr(300)),
+             "nginx": (req(95), req(60), req(20), req(100))}      # 0.95x veth
         r = self.results(*[{k: v[i] for k, v in g.items()} for i in range(4)])
+        r[("netstackd", "nginx-stack")] = req(39)  # 1.95x slirp4netns
         verdicts = [ok for _, ok in bb.goals(r, {"netstackd": 0.05})]
         self.assertEqual(verdicts, [True, False, True, True, False, False,
-                                    True, False, True])
-        self.assertEqual([ok for _, ok in bb.goals({}, {})], [None] * 9)
+                                    True, False, True, False, True])
+        self.assertEqual([ok for _, ok in bb.goals({}, {})], [None] * 11)
+
+    def test_nginx_stack_is_against_slirp4netns_not_the_better_peer(self):
+        r = self.results({"nginx-stack": req(41)}, {"nginx": req(100)},
+                         {"nginx": req(20)}, {})
+        text, ok = bb.goals(r, {})[-2]
+        self.assertIn("2.05x", text)
+        self.assertTrue(ok)
+        r[("netstackd", "nginx-stack")] = M(error="Failed requests: 3")
+        self.assertIsNone(bb.goals(r, {})[-2][1])
 
     def test_slow_start_misses(self):
         self.assertEqual(bb.goals({}, {"netstackd": 0.1})[-1][1], False)
+
+
+class Ab(unittest.TestCase):
+    GOOD = {"returncode": 0, "complete": 100, "failed": 0, "non_2xx": 0,
+            "document_length": 10 << 20, "requests_per_second": 80.5,
+            "mb_per_second": 844.1, "seconds": 1.242}
+
+    def test_a_whole_run_is_a_figure(self):
+        m = bb.ab_measurement(dict(self.GOOD), "", 10 << 20)
+        self.assertIsNone(m.error)
+        self.assertEqual((m.value, m.unit), (80.5, "req/s"))
+        self.assertEqual(bb.fmt(m), "80.5 (844 MB/s)")
+
+    def test_failed_or_missing_requests_are_an_error(self):
+        for change, word in (({"failed": 2}, "Failed requests: 2"),
+                             ({"complete": 97}, "Complete requests: 97"),
+                             ({"non_2xx": 100}, "Non-2xx"),
+                             ({"document_length": 5}, "Document Length: 5"),
+                             ({"returncode": 1}, "ab exited 1")):
+            m = bb.ab_measurement(dict(self.GOOD, **change),
+                                  "a\nb\nlast line", 10 << 20)
+            self.assertIn(word, m.error)
+            # ab's last lines only when it failed as a program.
+            self.assertEqual("last line" in m.error, "returncode" in change)
+            self.assertEqual(bb.fmt(m), "error")
+
+    def test_ab_that_printed_nothing_is_an_error(self):
+        m = bb.ab_measurement({"returncode": 22, "non_2xx": 0},
+                              "apr_socket_recv: Connection refused (111)",
+                              10 << 20)
+        self.assertIn("Connection refused", m.error)
+
+
+class Table(unittest.TestCase):
+    def test_nginx_stack_is_netstackd_only_with_ratios_to_nginx(self):
+        r = {("veth", "nginx"): req(100), ("netstackd", "nginx"): req(90),
+             ("pasta", "nginx"): req(30), ("slirp4netns", "nginx"): req(20),
+             ("netstackd", "nginx-stack"): req(45)}
+        ws = [w for w in bb.WORKLOADS if w[0].startswith("nginx")]
+        lines = bb.table(r, ws, bb.TOOLS).splitlines()
+        self.assertIn("| 90.0 (944 MB/s) | 30.0 (315 MB/s) |", lines[2])
+        self.assertIn("| 3.00x        | 0.90x   |", lines[2])
+        self.assertIn("| n/a               | 45.0 (472 MB/s) | n/a ", lines[3])
+        self.assertIn("| 1.50x        | 0.45x   |", lines[3])
 
 
 class FromJson(unittest.TestCase):

@@ -181,9 +181,14 @@ class SandboxRunnerTest(unittest.TestCase):
 
     def test_the_system_call_filter_stops_a_forbidden_call(self):
         # --sandbox-test=execve: execve(/bin/true) once the sandbox is on.
-        p = self.run_sandbox("sleep 30", "--sandbox-test=execve")
+        p = self.run_sandbox("exec sleep 30", "--sandbox-test=execve")
         self.assertEqual(p.returncode, 159, p.stderr)
         self.assertIn("netstackd: system call 59 (execve) is not allowed "
+                      "after setup", p.stderr)
+        # kill(2) may signal CMD only.
+        p = self.run_sandbox("exec sleep 30", "--sandbox-test=kill")
+        self.assertEqual(p.returncode, 159, p.stderr)
+        self.assertIn("netstackd: system call 62 (kill) is not allowed "
                       "after setup", p.stderr)
         # The control: without the filter the call goes through, and
         # netstackd becomes /bin/true (status 0).

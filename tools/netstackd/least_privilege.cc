@@ -147,7 +147,24 @@ absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
     if (nr == __NR_SCMP_ERROR) {
       return absl::OkStatus();  // not a call of this architecture
     }
-    if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0); rc != 0) {
+    int rc = 0;
+    switch (c.arg0) {
+      case AllowedCall::Arg0::kAny:
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
+        break;
+      case AllowedCall::Arg0::kCmdPid:
+        if (options.cmd_pid <= 0) return absl::OkStatus();  // never
+        rc = seccomp_rule_add(
+            ctx, SCMP_ACT_ALLOW, nr, 1,
+            SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(options.cmd_pid)));
+        break;
+      case AllowedCall::Arg0::kOwnPid:
+        rc = seccomp_rule_add(
+            ctx, SCMP_ACT_ALLOW, nr, 1,
+            SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(getpid())));
+        break;
+    }
+    if (rc != 0) {
       return absl::InternalError(absl::StrCat("seccomp: allow ", c.name,
                                               ": ", std::strerror(-rc)));
     }
@@ -241,8 +258,10 @@ const std::vector<AllowedCall>& AllowedCalls() {
       {"rt_sigreturn", "returning from a signal handler"},
       {"rt_sigprocmask", "signalfd's mask"},
       {"rt_sigaction", "abort()'s default action"},
-      {"kill", "SIGINT, SIGTERM, SIGHUP passed on to CMD"},
-      {"tgkill", "abort()"},
+      {"kill", "SIGINT, SIGTERM, SIGHUP passed on to CMD (its pid only)",
+       AllowedCall::Arg0::kCmdPid},
+      {"tgkill", "abort() (netstackd's own pid only)",
+       AllowedCall::Arg0::kOwnPid},
       {"waitid", "CMD's exit"},
       {"wait4", "CMD's exit (waitpid)"},
       {"restart_syscall", "an interrupted wait resumes"},
@@ -269,7 +288,11 @@ absl::Status DropPrivileges(const LeastPrivilegeOptions& options) {
   return InstallFilter(options);
 }
 
-void AttemptForbiddenCall() {
+void AttemptForbiddenCall(const std::string& what) {
+  if (what == "kill") {
+    (void)kill(1, 0);
+    return;
+  }
   char* const argv[] = {const_cast<char*>("true"), nullptr};
   char* const envp[] = {nullptr};
   execve("/bin/true", argv, envp);

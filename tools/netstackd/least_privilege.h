@@ -40,6 +40,8 @@ struct LeastPrivilegeOptions {
   // kernel (dmesg: "audit: type=1326 ... syscall=N") instead of trapped;
   // for finding what a new code path needs.
   bool log_only = false;
+  // -- CMD: the one process kill(2) may signal; 0: none.
+  int cmd_pid = 0;
 };
 
 // The system calls the filter allows, by name (x86_64), with the reason
@@ -48,6 +50,10 @@ struct LeastPrivilegeOptions {
 struct AllowedCall {
   const char* name;
   const char* why;
+  // What the first argument must be: anything, CMD's pid (kill: only CMD
+  // can be signalled; without CMD, nothing), or netstackd's own (tgkill:
+  // abort()).
+  enum class Arg0 { kAny, kCmdPid, kOwnPid } arg0 = Arg0::kAny;
 };
 const std::vector<AllowedCall>& AllowedCalls();
 
@@ -56,9 +62,10 @@ const std::vector<AllowedCall>& AllowedCalls();
 // step 1 leaves the capabilities dropped).
 absl::Status DropPrivileges(const LeastPrivilegeOptions& options);
 
-// Test-only (--sandbox-test=execve): calls execve("/bin/true"), which the
-// filter must stop. Returns only if the call was allowed (it should not).
-void AttemptForbiddenCall();
+// Test-only (--sandbox-test=WHAT), a call the filter must stop:
+// "execve": execve("/bin/true"); "kill": kill(1, 0), a process that is
+// not CMD. Returns if the call was allowed (it should not be).
+void AttemptForbiddenCall(const std::string& what);
 
 }  // namespace netstack::tools
 

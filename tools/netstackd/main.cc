@@ -235,8 +235,9 @@ ABSL_FLAG(std::string, sandbox, "on",
           "with status 159. log: the same, but a call outside the list is "
           "allowed and logged by the kernel (dmesg). off: none of that.");
 ABSL_FLAG(std::string, sandbox_test, "",
-          "Test only: 'execve' makes netstackd attempt execve(2) once the "
-          "sandbox is on, which the filter must stop.");
+          "Test only: once the sandbox is on, attempt a call the filter must "
+          "stop: 'execve' (execve /bin/true) or 'kill' (kill(1, 0), not "
+          "CMD).");
 ABSL_FLAG(bool, verbose, false,
           "With -- CMD: print the start lines and the counters at exit "
           "(otherwise netstackd is silent but for errors).");
@@ -673,9 +674,10 @@ absl::StatusOr<Config> ParseConfig() {
   c.sandbox = sandbox != "off";
   c.sandbox_log = sandbox == "log";
   c.sandbox_test = absl::GetFlag(FLAGS_sandbox_test);
-  if (!c.sandbox_test.empty() && c.sandbox_test != "execve") {
+  if (!c.sandbox_test.empty() && c.sandbox_test != "execve" &&
+      c.sandbox_test != "kill") {
     return Usage(absl::StrCat("--sandbox-test '", c.sandbox_test,
-                              "': want execve"));
+                              "': want execve or kill"));
   }
   c.http_root = absl::GetFlag(FLAGS_http_root);
   if (auto s = port("http-port", absl::GetFlag(FLAGS_http_port), &c.http_port);
@@ -1223,13 +1225,14 @@ int Run(const Config& c) {
     lp.keep_net_bind_service = !c.forward_api.empty();
     lp.serve_files = !c.http_root.empty();
     lp.log_only = c.sandbox_log;
+    if (command) lp.cmd_pid = command->pid();
     if (absl::Status s = DropPrivileges(lp); !s.ok()) {
       std::fprintf(stderr, "netstackd: --sandbox: %s (--sandbox=off runs "
                    "without it)\n", std::string(s.message()).c_str());
       return 1;
     }
   }
-  if (c.sandbox_test == "execve") AttemptForbiddenCall();
+  if (!c.sandbox_test.empty()) AttemptForbiddenCall(c.sandbox_test);
   if (c.ready_fd >= 0) {
     const char ready = '1';
     if (write(c.ready_fd, &ready, 1) != 1) {
