@@ -114,6 +114,12 @@ void NetnsSockets::Work() {
 
 absl::StatusOr<int> NetnsSockets::Take(Kind kind) {
   std::unique_lock<std::mutex> lock(mu_);
+  // An error left from an earlier attempt (fds ran out for a while) is
+  // stale: clear it and wait for a fresh attempt, whose outcome counts.
+  if (stock_[kind].empty() && error_[kind] != 0) {
+    error_[kind] = 0;
+    wake_worker_.notify_one();
+  }
   wake_taker_.wait(lock, [&] {
     return stop_ || !stock_[kind].empty() || error_[kind] != 0;
   });

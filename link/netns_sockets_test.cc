@@ -4,6 +4,7 @@
 #include <linux/sockios.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -106,6 +107,43 @@ TEST(NetnsSockets, DestroyingClosesTheStock) {
   const int after = open("/dev/null", O_RDONLY);
   EXPECT_EQ(after, before);
   close(after);
+  close(ns);
+}
+
+// Out of fds for a while: the failure is reported then, and once fds are
+// back the next Take gets a socket (not the stale error).
+TEST(NetnsSockets, AfterRunningOutOfFdsTheNextTakeSucceeds) {
+  const int ns = NewNetns();
+  if (ns < 0) GTEST_SKIP() << "needs CAP_SYS_ADMIN";
+  auto made = NetnsSockets::Create(ns);
+  ASSERT_TRUE(made.ok());
+  NetnsSockets& sockets = **made;
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> filler;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
+    filler.push_back(fd);
+  }
+  // Drain the stock; the thread cannot make more.
+  std::vector<int> taken;
+  absl::StatusOr<int> fd = -1;
+  for (int i = 0; i < 64; ++i) {
+    fd = sockets.Take(NetnsSockets::kTcp4);
+    if (!fd.ok()) break;
+    taken.push_back(*fd);
+  }
+  EXPECT_FALSE(fd.ok()) << "never ran out";
+  // The thread's retry (woken by that Take) fails too while fds are out.
+  usleep(100 * 1000);
+  for (int f : filler) close(f);
+  for (int f : taken) close(f);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  fd = sockets.Take(NetnsSockets::kTcp4);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  close(*fd);
   close(ns);
 }
 
