@@ -263,24 +263,30 @@ void UdpFlowTable::ReadHost(Flow& flow, Instant now) {
       ++counters_.to_guest_dropped_no_buffer;
       continue;
     }
-    const size_t max = flow.key.local.ip.is_v4() ? udp::UdpLayer::kMaxIpv4Payload
-                                                 : udp::UdpLayer::kMaxIpv6Payload;
-    if (static_cast<size_t>(n) > max) {
-      ++counters_.to_guest_dropped_too_big;
-      continue;
-    }
-    Touch(flow, now);
-    const buffer::PayloadView view(std::move(chunk), 0,
-                                   static_cast<uint32_t>(n));
-    if (!udp_.SendFrom(flow.key.remote, flow.key.local,
-                       std::span<const buffer::PayloadView>(&view, 1), now)
-             .ok()) {
-      ++counters_.to_guest_dropped_send;
-      continue;
-    }
-    ++counters_.datagrams_to_guest;
-    counters_.bytes_to_guest += static_cast<uint64_t>(n);
+    (void)SendToGuest(flow, std::move(chunk), static_cast<size_t>(n), now);
   }
+}
+
+bool UdpFlowTable::SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n,
+                               Instant now) {
+  const size_t max = flow.key.local.ip.is_v4()
+                         ? udp::UdpLayer::kMaxIpv4Payload
+                         : udp::UdpLayer::kMaxIpv6Payload;
+  if (n > max) {
+    ++counters_.to_guest_dropped_too_big;
+    return false;
+  }
+  Touch(flow, now);
+  const buffer::PayloadView view(std::move(chunk), 0, static_cast<uint32_t>(n));
+  if (!udp_.SendFrom(flow.key.remote, flow.key.local,
+                     std::span<const buffer::PayloadView>(&view, 1), now)
+           .ok()) {
+    ++counters_.to_guest_dropped_send;
+    return false;
+  }
+  ++counters_.datagrams_to_guest;
+  counters_.bytes_to_guest += n;
+  return true;
 }
 
 bool UdpFlowTable::ReadErrors(Flow& flow, Instant now) {
@@ -438,13 +444,6 @@ void UdpFlowTable::ReadInbound(int host_fd, const SocketAddress& guest,
     const std::optional<SocketAddress> client =
         FromSockaddr(from, msg.msg_namelen);
     if (!client) continue;
-    const size_t max = guest.ip.is_v4() ? udp::UdpLayer::kMaxIpv4Payload
-                                        : udp::UdpLayer::kMaxIpv6Payload;
-    if (static_cast<size_t>(n) > max) {
-      ++counters_.to_guest_dropped_too_big;
-      ++counts.dropped;
-      continue;
-    }
     Flow* flow = nullptr;
     if (auto it = inbound_.find(InboundKey{host_fd, *client});
         it != inbound_.end()) {
@@ -453,18 +452,10 @@ void UdpFlowTable::ReadInbound(int host_fd, const SocketAddress& guest,
       flow = OpenInbound(host_fd, *client, guest, gateway, counts, now);
       if (flow == nullptr) continue;  // counted
     }
-    Touch(*flow, now);
-    const buffer::PayloadView view(std::move(chunk), 0,
-                                   static_cast<uint32_t>(n));
-    if (!udp_.SendFrom(flow->key.remote, flow->key.local,
-                       std::span<const buffer::PayloadView>(&view, 1), now)
-             .ok()) {
-      ++counters_.to_guest_dropped_send;
+    if (!SendToGuest(*flow, std::move(chunk), static_cast<size_t>(n), now)) {
       ++counts.dropped;
       continue;
     }
-    ++counters_.datagrams_to_guest;
-    counters_.bytes_to_guest += static_cast<uint64_t>(n);
     ++counts.datagrams_to_guest;
     counts.bytes_to_guest += static_cast<uint64_t>(n);
   }

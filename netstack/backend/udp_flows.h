@@ -173,6 +173,9 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   void Touch(Flow& flow, Instant now);
   void SendToHost(Flow& flow, const buffer::PayloadView& payload, Instant now);
   void ReadHost(Flow& flow, Instant now);
+  // One datagram of `n` bytes in `chunk` to the guest from the flow's
+  // peer; false when dropped (counted: too big, or the stack refused).
+  bool SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n, Instant now);
   // Drains the error queue; false if the flow was closed.
   bool ReadErrors(Flow& flow, Instant now);
   bool IsSelf(const transport::IpAddress& ip) const;

@@ -39,7 +39,14 @@ class BackendTopology:
         iu.run("ip", "-n", name, "link", "set", "lo", "up")
 
     def setup(self):
-        for ns in (self.h, self.s, self.g):
+        self.setup_host()
+        self.add_ns(self.g)
+        iu.run("ip", "-n", self.g, "tuntap", "add", "dev", "nsttap", "mode",
+               "tap")
+
+    def setup_host(self):
+        """H and S, joined by a veth; H's addresses on it."""
+        for ns in (self.h, self.s):
             self.add_ns(ns)
         iu.run("ip", "link", "add", "hveth", "netns", self.h, "type", "veth",
                "peer", "name", "sveth", "netns", self.s)
@@ -48,8 +55,6 @@ class BackendTopology:
                "nodad")
         iu.run("ip", "-n", self.h, "link", "set", "hveth", "up")
         iu.run("ip", "-n", self.s, "link", "set", "sveth", "up")
-        iu.run("ip", "-n", self.g, "tuntap", "add", "dev", "nsttap", "mode",
-               "tap")
 
     def configure_guest(self):
         g = ["ip", "-n", self.g]

@@ -62,15 +62,7 @@ class VmTopology(BackendTopology):
     """H and S of BackendTopology; the guest is a VM, so there is no G."""
 
     def setup(self):
-        for ns in (self.h, self.s):
-            self.add_ns(ns)
-        iu.run("ip", "link", "add", "hveth", "netns", self.h, "type", "veth",
-               "peer", "name", "sveth", "netns", self.s)
-        iu.run("ip", "-n", self.h, "addr", "add", f"{H4}/24", "dev", "hveth")
-        iu.run("ip", "-n", self.h, "addr", "add", f"{H6}/64", "dev", "hveth",
-               "nodad")
-        iu.run("ip", "-n", self.h, "link", "set", "hveth", "up")
-        iu.run("ip", "-n", self.s, "link", "set", "sveth", "up")
+        self.setup_host()
         iu.run("ip", "netns", "exec", self.s, "sysctl", "-qw",
                "net.ipv6.conf.all.disable_ipv6=1")
 
