@@ -1,5 +1,6 @@
 #include "link/fd_util.h"
 
+#include <fcntl.h>
 #include <net/if.h>
 #include <net/if_arp.h>
 #include <sys/ioctl.h>
@@ -13,6 +14,44 @@
 #include "netstack/base/dcheck.h"
 
 namespace netstack::link {
+
+absl::StatusOr<DirEntryRef> DirEntryRef::Of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "."
+                    : slash == 0              ? "/"
+                                              : path.substr(0, slash);
+  std::string name =
+      slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' does not name a file"));
+  }
+  UniqueFd fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return ErrnoStatus(errno, absl::StrCat("open directory '", dir, "'"));
+  }
+  DirEntryRef e;
+  e.dir_ = std::move(fd);
+  e.name_ = std::move(name);
+  e.path_ = path;
+  return e;
+}
+
+int DirEntryRef::Unlink() const {
+  if (!dir_.valid()) {
+    errno = EBADF;
+    return -1;
+  }
+  return ::unlinkat(dir_.get(), name_.c_str(), 0);
+}
+
+int DirEntryRef::Stat(struct stat* st) const {
+  if (!dir_.valid()) {
+    errno = EBADF;
+    return -1;
+  }
+  return ::fstatat(dir_.get(), name_.c_str(), st, 0);
+}
 
 void UniqueFd::reset(int fd) {
   if (fd_ >= 0) {

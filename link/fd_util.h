@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <sys/stat.h>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,6 +46,28 @@ class UniqueFd {
 
  private:
   int fd_ = -1;
+};
+
+// A file's name in its directory, held through an O_PATH fd of the
+// directory, so that the file can still be checked and removed after the
+// process's root has moved: netstackd detaches its mount namespace once it
+// is set up (tools/netstackd/least_privilege.h), and removes its socket
+// files at exit through these.
+class DirEntryRef {
+ public:
+  DirEntryRef() = default;
+  // Opens `path`'s directory (its last component need not exist yet).
+  static absl::StatusOr<DirEntryRef> Of(const std::string& path);
+  bool valid() const { return dir_.valid(); }
+  // unlinkat(2) and fstatat(2) of the name: 0, or -1 with errno.
+  int Unlink() const;
+  int Stat(struct stat* st) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  UniqueFd dir_;
+  std::string name_;
+  std::string path_;
 };
 
 // `what` followed by ": " and strerror(err), with the absl code that

@@ -1,6 +1,7 @@
 #include "link/fd_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -12,6 +13,30 @@
 
 namespace netstack::link {
 namespace {
+
+// The entry follows its directory, not the path: after the directory is
+// renamed (as a moved root would hide it), Stat and Unlink still reach
+// the file.
+TEST(DirEntryRef, ReachesTheFileAfterItsPathChanged) {
+  char dir[] = "/tmp/nst-direntry-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/sock";
+  close(open(file.c_str(), O_CREAT | O_WRONLY, 0600));
+  absl::StatusOr<DirEntryRef> e = DirEntryRef::Of(file);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string moved = std::string(dir) + ".moved";
+  ASSERT_EQ(rename(dir, moved.c_str()), 0);
+  struct stat st;
+  EXPECT_EQ(e->Stat(&st), 0);
+  EXPECT_EQ(e->Unlink(), 0);
+  EXPECT_NE(e->Stat(&st), 0);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(access((moved + "/sock").c_str(), F_OK), -1);
+  rmdir(moved.c_str());
+  EXPECT_FALSE(DirEntryRef::Of("/tmp/").ok());
+  EXPECT_FALSE(DirEntryRef::Of("/nonexistent-dir/x").ok());
+  EXPECT_FALSE(DirEntryRef{}.valid());
+}
 
 TEST(UniqueFdTest, ClosesOnDestructionAndReset) {
   int fds[2];

@@ -93,8 +93,20 @@ void NetnsSockets::Work() {
   if (!ok) return;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    wake_worker_.wait(lock, [&] { return stop_ || WantsMore(); });
+    wake_worker_.wait(lock, [&] {
+      return stop_ || task_ != nullptr || WantsMore();
+    });
     if (stop_) return;
+    if (task_ != nullptr) {
+      absl::FunctionRef<absl::Status()>* task = task_;
+      lock.unlock();
+      absl::Status result = (*task)();
+      lock.lock();
+      task_result_ = std::move(result);
+      task_ = nullptr;
+      wake_taker_.notify_all();
+      continue;
+    }
     for (int k = 0; k < kKinds; ++k) {
       while (stock_[k].size() < kStock && error_[k] == 0 && !stop_) {
         lock.unlock();
@@ -110,6 +122,21 @@ void NetnsSockets::Work() {
       }
     }
   }
+}
+
+absl::Status NetnsSockets::RunOnWorker(absl::FunctionRef<absl::Status()> fn) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // One call at a time (the callers are on the main thread).
+  wake_taker_.wait(lock, [&] { return stop_ || task_ == nullptr; });
+  if (stop_) return absl::UnavailableError("the guest's socket maker has stopped");
+  task_ = &fn;
+  wake_worker_.notify_one();
+  wake_taker_.wait(lock, [&] { return task_ == nullptr || stop_; });
+  if (task_ != nullptr) {  // stopped before it ran
+    task_ = nullptr;
+    return absl::UnavailableError("the guest's socket maker has stopped");
+  }
+  return std::exchange(task_result_, absl::OkStatus());
 }
 
 absl::StatusOr<int> NetnsSockets::Take(Kind kind) {

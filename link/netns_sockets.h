@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -48,6 +49,12 @@ class NetnsSockets {
   // Errors: socket(2)'s (EMFILE and the like), as a status.
   absl::StatusOr<int> Take(Kind kind);
 
+  // Runs `fn` on the worker thread and returns what it returned; waits
+  // for it. For what is per thread in Linux and must reach every thread:
+  // the capability sets and the mount namespace (least_privilege.h).
+  // Unavailable if the worker has stopped.
+  absl::Status RunOnWorker(absl::FunctionRef<absl::Status()> fn);
+
   static Kind KindOf(bool tcp, bool v4) {
     return tcp ? (v4 ? kTcp4 : kTcp6) : (v4 ? kUdp4 : kUdp6);
   }
@@ -66,6 +73,10 @@ class NetnsSockets {
   // The errno of the last failed socket() per kind (0: none); a Take
   // that finds the stock empty after a failure gets it and clears it.
   std::array<int, kKinds> error_{};
+  // RunOnWorker's call, while one waits: the worker runs it, stores the
+  // result and clears the pointer.
+  absl::FunctionRef<absl::Status()>* task_ = nullptr;
+  absl::Status task_result_;
   bool stop_ = false;
   bool entered_ = false;
   int enter_errno_ = 0;

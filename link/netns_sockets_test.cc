@@ -110,6 +110,38 @@ TEST(NetnsSockets, DestroyingClosesTheStock) {
   close(ns);
 }
 
+// RunOnWorker runs on the worker (another thread, in the namespace) and
+// hands back its result; one call after another works.
+TEST(NetnsSockets, RunOnWorkerRunsThereAndReturnsItsStatus) {
+  const int ns = NewNetns();
+  if (ns < 0) GTEST_SKIP() << "needs CAP_SYS_ADMIN";
+  auto made = NetnsSockets::Create(ns);
+  ASSERT_TRUE(made.ok());
+  pid_t tid = 0;
+  ino_t netns = 0;
+  EXPECT_TRUE((*made)
+                  ->RunOnWorker([&] {
+                    tid = gettid();
+                    const int self =
+                        open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+                    netns = NsInode(self);
+                    close(self);
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  EXPECT_NE(tid, 0);
+  EXPECT_NE(tid, gettid());
+  EXPECT_EQ(netns, NsInode(ns));
+  const absl::Status failed = (*made)->RunOnWorker(
+      [] { return absl::InternalError("from the worker"); });
+  EXPECT_EQ(failed, absl::InternalError("from the worker"));
+  // Taking sockets still works after.
+  absl::StatusOr<int> fd = (*made)->Take(NetnsSockets::kTcp4);
+  ASSERT_TRUE(fd.ok());
+  close(*fd);
+  close(ns);
+}
+
 // Out of fds for a while: the failure is reported then, and once fds are
 // back the next Take gets a socket (not the stale error).
 TEST(NetnsSockets, AfterRunningOutOfFdsTheNextTakeSucceeds) {

@@ -237,10 +237,20 @@ UnixStreamEndpoint::UnixStreamEndpoint(UniqueFd epoll, UniqueFd listener,
       max_frame_(std::min(options.mtu + kEthernetOverhead, kMaxFrameLen)),
       rx_batch_(options.rx_batch),
       frames_(options.rx_batch),
-      tx_tail_(new uint8_t[kPrefixLen + kMaxFrameLen]) {}
+      tx_tail_(new uint8_t[kPrefixLen + kMaxFrameLen]) {
+  // Held by its directory: removed at the end even after netstackd's root
+  // has moved (its mount namespace detached after setup).
+  if (unlink_on_close_) {
+    if (auto e = DirEntryRef::Of(path_); e.ok()) socket_file_ = *std::move(e);
+  }
+}
 
 UnixStreamEndpoint::~UnixStreamEndpoint() {
-  if (unlink_on_close_) ::unlink(path_.c_str());
+  if (socket_file_.valid()) {
+    (void)socket_file_.Unlink();
+  } else if (unlink_on_close_) {
+    ::unlink(path_.c_str());
+  }
 }
 
 std::string UnixStreamEndpoint::Name() const {

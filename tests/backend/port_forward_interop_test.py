@@ -358,6 +358,15 @@ class PortForwardTest(unittest.TestCase):
                                   "spec": "18080"})
             self.assertFalse(bad["ok"])
             self.assertIn("Address already in use", bad["error"])
+            # After setup netstackd has no filesystem (docs/SECURITY.md):
+            # a unix: forward could not bind its path, and says so.
+            unix = os.path.join(self.tmp, "late.sock")
+            bad = self.api(path, {"op": "add", "proto": "tcp",
+                                  "spec": f"unix:{unix}:9000"})
+            self.assertFalse(bad["ok"])
+            self.assertIn("a unix: forward can only be given on the command "
+                          "line", bad["error"])
+            self.assertFalse(os.path.exists(unix))
             self.assertEqual(self.echo("127.0.0.1", 18085),
                              (0, f"{ECHO} True", ""))
             self.assertEqual(self.udp_clients(("::1", 19100), count=5), [5])
@@ -384,7 +393,7 @@ class PortForwardTest(unittest.TestCase):
             counters = self.api(path, {"op": "counters"})["counters"]
             self.assertEqual(counters["forward.1.active"], 1,
                              "the download still runs")
-            self.assertEqual(counters["forward_api.errors"], 2)
+            self.assertEqual(counters["forward_api.errors"], 3)
             out, e = dl.communicate(timeout=60)
         finally:
             if dl.poll() is None:

@@ -12,7 +12,7 @@ network namespace with a process in it that was not there before, no
 resolv.conf file of ours in /tmp, no new mount in H's view, no process
 from the run. The unprivileged runs use uid 65534 and set /dev/net/tun to
 0666 for their time (it is 0600 on these machines; restored after).
-Needs root, curl, dnsmasq, setpriv, unshare, nsenter, lsns.
+Needs root, curl, dnsmasq, setpriv, unshare, nsenter.
 """
 import glob
 import hashlib
@@ -35,9 +35,24 @@ USERNS_OFF = [sys.executable, os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "userns_off.py")]
 
 
-def net_namespaces():
-    out = iu.run("lsns", "-n", "-t", "net", "-o", "NS").stdout.split()
-    return set(out)
+def net_namespaces(tags):
+    """The network namespaces that hold a process of this test's: one whose
+    command line has one of `tags` (this test's netstackd copy, its CMD
+    markers). Other tests on the machine make namespaces of their own at
+    the same time; a machine-wide count would see theirs."""
+    found = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+            ns = os.readlink(f"/proc/{pid}/ns/net")
+        except OSError:
+            continue  # gone meanwhile, or a kernel thread
+        if any(t in cmdline for t in tags):
+            found.add(ns)
+    return found
 
 
 class SandboxRunnerTest(unittest.TestCase):
@@ -45,8 +60,7 @@ class SandboxRunnerTest(unittest.TestCase):
     def setUpClass(cls):
         if os.geteuid() != 0:
             raise unittest.SkipTest("needs root")
-        for tool in ("curl", "dnsmasq", "setpriv", "unshare", "nsenter",
-                     "lsns"):
+        for tool in ("curl", "dnsmasq", "setpriv", "unshare", "nsenter"):
             if not iu.have(tool):
                 raise unittest.SkipTest(f"needs {tool}")
         cls.topo = BackendTopology()
@@ -93,12 +107,25 @@ class SandboxRunnerTest(unittest.TestCase):
 
     def snapshot(self):
         return {
-            "netns": net_namespaces(),
+            "netns": net_namespaces((self.tmp, f"nstsandbox{os.getpid()}")),
             "resolv": set(glob.glob("/tmp/netstackd-resolv.*")),
             "mounts": iu.run(*self.topo.in_ns(self.topo.h, "cat",
                                               "/proc/self/mountinfo")).stdout,
             "h_links": self.topo.links(self.topo.h),
         }
+
+    def mount_points(self, mountinfo):
+        """The mount points of a mountinfo text, with their counts, less
+        /run/netns/NAME of namespaces other tests on the machine make and
+        delete meanwhile (ours carry the test's pid)."""
+        points = {}
+        for line in mountinfo.splitlines():
+            point = line.split()[4]
+            if (point.startswith("/run/netns/") and
+                    f"-{os.getpid()}-" not in point):
+                continue
+            points[point] = points.get(point, 0) + 1
+        return points
 
     def assert_nothing_left(self, before, marker):
         after = self.snapshot()
@@ -106,8 +133,8 @@ class SandboxRunnerTest(unittest.TestCase):
                          "network namespaces left with processes in them")
         self.assertEqual(after["resolv"], before["resolv"],
                          "resolv.conf files left in /tmp")
-        self.assertEqual(len(after["mounts"].splitlines()),
-                         len(before["mounts"].splitlines()),
+        self.assertEqual(self.mount_points(after["mounts"]),
+                         self.mount_points(before["mounts"]),
                          "mounts left in H's mount namespace")
         self.assertEqual(after["h_links"], before["h_links"])
         left = iu.run("pgrep", "-f", marker, check=False).stdout.split()
@@ -195,6 +222,84 @@ class SandboxRunnerTest(unittest.TestCase):
         p = self.run_sandbox("exit 3", "--sandbox=off",
                              "--sandbox-test=execve")
         self.assertEqual(p.returncode, 0, p.stderr)
+
+    def thread_states(self, pid):
+        """Per thread of process `pid`: its status fields that matter here,
+        what its root directory holds, and its mount namespace."""
+        states = {}
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            task = f"/proc/{pid}/task/{tid}"
+            with open(f"{task}/status") as f:
+                fields = dict(line.rstrip("\n").split(":\t", 1)
+                              for line in f if ":\t" in line)
+            states[tid] = {
+                "CapEff": fields["CapEff"], "CapPrm": fields["CapPrm"],
+                "CapBnd": fields["CapBnd"], "CapInh": fields["CapInh"],
+                "NoNewPrivs": fields["NoNewPrivs"],
+                "Seccomp": fields["Seccomp"],
+                "root": sorted(os.listdir(f"{task}/root")),
+                "mnt": os.readlink(f"{task}/ns/mnt"),
+            }
+        return states
+
+    def test_every_thread_is_confined(self):
+        """After setup, each of netstackd's threads (the main loop and the
+        guest-socket thread of the spliced forwards) has no capability
+        left, no_new_privs, the filter, and a root directory that is an
+        empty tmpfs in a mount namespace of its own (docs/SECURITY.md). A
+        sanitizer build keeps /proc in it for the leak check."""
+        # --config=asan runs set ASAN_OPTIONS for every test.
+        want_root = ["proc"] if "ASAN_OPTIONS" in os.environ else []
+        zero = "0000000000000000"
+        mode = os.stat("/dev/net/tun").st_mode & 0o7777
+        os.chmod("/dev/net/tun", 0o666)  # for uid 65534, as above
+        try:
+            self.check_confined(want_root, zero)
+        finally:
+            os.chmod("/dev/net/tun", mode)
+
+    def check_confined(self, want_root, zero):
+        for label, wrap in (("root", ()), ("uid 65534", NOBODY)):
+            marker = f"nstsandbox{os.getpid()}conf{len(label)}"
+            before = self.snapshot()
+            p = subprocess.Popen(
+                self.args("-t", "18080:80", "--", "sh", "-c",
+                          "echo up; exec sleep 30", marker, wrap=wrap),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                if p.stdout.readline().strip() != "up":
+                    p.wait(timeout=10)
+                    self.fail(f"{label}: CMD did not start: exit "
+                              f"{p.returncode}: {p.stderr.read()}")
+                filtered = iu.wait_for(
+                    lambda: all(s["Seccomp"] == "2" for s in
+                                self.thread_states(p.pid).values()),
+                    timeout=10)
+                states = self.thread_states(p.pid)
+                self.assertTrue(filtered, f"{label}: {states}")
+                self.assertGreaterEqual(len(states), 2,
+                                        f"{label}: the guest-socket thread")
+                own_mnt = os.readlink("/proc/self/ns/mnt")
+                for tid, s in states.items():
+                    what = f"{label}, thread {tid}: {s}"
+                    for cap in ("CapEff", "CapPrm", "CapBnd", "CapInh"):
+                        self.assertEqual(s[cap], zero, what)
+                    self.assertEqual(s["NoNewPrivs"], "1", what)
+                    self.assertEqual(s["root"], want_root, what)
+                    self.assertNotEqual(s["mnt"], own_mnt, what)
+                self.assertEqual(len({s["mnt"] for s in states.values()}), 1,
+                                 f"{label}: one mount namespace: {states}")
+                os.kill(p.pid, signal.SIGTERM)
+                rc = p.wait(timeout=10)
+                err = p.stderr.read()
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                p.stdout.close()
+                p.stderr.close()
+            self.assertEqual(rc, 128 + signal.SIGTERM, f"{label}: {err}")
+            self.assert_nothing_left(before, marker)
 
     def test_no_dns_config_leaves_resolv_conf(self):
         with open("/etc/resolv.conf") as f:
@@ -307,6 +412,48 @@ class SandboxRunnerTest(unittest.TestCase):
             if target.poll() is None:
                 target.kill()
                 target.wait()
+
+    def test_netns_name_quits_when_the_namespace_is_deleted(self):
+        """--netns NAME: netstackd watches /run/netns/NAME once a second,
+        through an fd of its directory since its own root is empty by
+        then; `ip netns del` ends it, status 0."""
+        name = f"nstsbx-{os.getpid()}-att"
+        iu.run("ip", "netns", "add", name)
+        nd = None
+        try:
+            ready_r, ready_w = os.pipe()
+            nd = subprocess.Popen(self.args("--netns", name, "--ready-fd",
+                                            str(ready_w)),
+                                  pass_fds=(ready_w,), stderr=subprocess.PIPE,
+                                  text=True)
+            os.close(ready_w)
+            self.assertEqual(os.read(ready_r, 1), b"1", "no ready byte")
+            os.close(ready_r)
+            got = iu.run("ip", "-n", name, "-4", "addr", "show", "tap0")
+            self.assertIn("10.0.2.100/24", got.stdout)
+            time.sleep(1.5)  # a check or two that finds it still there
+            if nd.poll() is not None:
+                self.fail(f"netstackd quit early: {nd.stderr.read()}")
+            states = self.thread_states(nd.pid)
+            self.assertEqual([s["root"] for s in states.values()],
+                             [["proc"] if "ASAN_OPTIONS" in os.environ
+                              else []] * len(states))
+            t0 = time.monotonic()
+            iu.run("ip", "netns", "del", name)
+            rc = nd.wait(timeout=10)
+            err = nd.stderr.read()
+            self.assertEqual(rc, 0, err)
+            self.assertIn(f"/run/netns/{name} is gone; quitting", err)
+            print(f"  --netns {name}: quit "
+                  f"{(time.monotonic() - t0) * 1000:.0f} ms after ip netns "
+                  f"del", file=sys.stderr)
+        finally:
+            if nd is not None:
+                if nd.poll() is None:
+                    nd.kill()
+                    nd.wait()
+                nd.stderr.close()
+            iu.run("ip", "netns", "del", name, check=False)
 
 
 if __name__ == "__main__":

@@ -182,12 +182,21 @@ ForwardApi::ForwardApi(eventloop::EventLoop& loop, PortForwards& forwards,
       forwards_(forwards),
       counter_text_(std::move(counters)),
       path_(std::move(path)),
-      fd_(std::move(fd)) {}
+      fd_(std::move(fd)) {
+  // By its directory: removable at exit after the root has moved.
+  if (auto e = link::DirEntryRef::Of(path_); e.ok()) {
+    socket_file_ = *std::move(e);
+  }
+}
 
 ForwardApi::~ForwardApi() {
   clients_.clear();
   if (loop_.IsRegistered(fd_.get())) (void)loop_.Remove(fd_.get());
-  (void)unlink(path_.c_str());
+  if (socket_file_.valid()) {
+    (void)socket_file_.Unlink();
+  } else {
+    (void)unlink(path_.c_str());
+  }
 }
 
 void ForwardApi::OnReadable(Instant now) {

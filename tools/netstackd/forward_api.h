@@ -83,6 +83,7 @@ class ForwardApi : public eventloop::Handler {
   PortForwards& forwards_;
   std::function<std::string()> counter_text_;
   std::string path_;
+  link::DirEntryRef socket_file_;  // path_, by its directory
   link::UniqueFd fd_;
   ForwardApiCounters counters_;
   absl::flat_hash_map<Client*, std::unique_ptr<Client>> clients_;

@@ -3,7 +3,10 @@
 #include <linux/capability.h>
 #include <seccomp.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
 namespace netstack::tools {
@@ -269,7 +273,9 @@ const std::vector<AllowedCall>& AllowedCalls() {
       {"exit_group", "netstackd ends"},
       // Files: none are opened after setup. These remove what netstackd
       // made and check that a namespace is still there.
-      {"unlink", "a UNIX forward's or the API's socket file at removal"},
+      {"unlinkat",
+       "a socket file at removal (--unix, unix: forwards, the API), by its "
+       "directory (link::DirEntryRef)"},
       {"umask", "the API socket is created 0600"},
       {"newfstatat", "--netns PATH still there; stdio's first use"},
       {"fstat", "stdio's first use"},
@@ -279,14 +285,116 @@ const std::vector<AllowedCall>& AllowedCalls() {
   return *calls;
 }
 
-absl::Status DropPrivileges(const LeastPrivilegeOptions& options) {
+namespace {
+
+absl::Status Errno(const char* what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// Step 0 on the calling thread: a mount namespace of its own whose root is
+// an empty read-only tmpfs. Returns an fd of the new namespace, for the
+// other threads to join.
+absl::StatusOr<int> DetachFilesystem() {
+  // Also unshares the thread's root and cwd (CLONE_FS), so the other
+  // threads keep theirs until they join below.
+  if (unshare(CLONE_NEWNS) != 0) return Errno("unshare(CLONE_NEWNS)");
+  const int ns = open("/proc/thread-self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  if (ns < 0) return Errno("open /proc/thread-self/ns/mnt");
+  auto fail = [&](const char* what) {
+    absl::Status s = Errno(what);
+    close(ns);
+    return s;
+  };
+  // Nothing we do here reaches the host's mounts, nor theirs us.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return fail("mount --make-rprivate /");
+  }
+  // The new root, on a directory every system has; in this namespace only.
+  constexpr const char* kNewRoot = "/tmp";
+  constexpr unsigned long kFlags = MS_NODEV | MS_NOEXEC | MS_NOSUID;
+  if (mount("netstackd", kNewRoot, "tmpfs", kFlags,
+            "size=4k,nr_inodes=8,mode=0755") != 0) {
+    return fail("mount tmpfs");
+  }
+  if (kSanitized) {
+    // The leak check at exit lists /proc/self/task and reads the maps.
+    if (mkdir("/tmp/proc", 0555) != 0) return fail("mkdir proc");
+    if (mount("/proc", "/tmp/proc", nullptr, MS_BIND | MS_REC, nullptr) !=
+        0) {
+      return fail("bind-mount /proc");
+    }
+  }
+  if (mount(nullptr, kNewRoot, nullptr, MS_REMOUNT | MS_RDONLY | kFlags,
+            nullptr) != 0) {
+    return fail("remount the new root read-only");
+  }
+  // pivot_root(".", "."): the old root ends up on top of the new one, at
+  // the same place, and the lazy unmount takes it away.
+  if (chdir(kNewRoot) != 0) return fail("chdir to the new root");
+  if (syscall(SYS_pivot_root, ".", ".") != 0) return fail("pivot_root");
+  if (umount2(".", MNT_DETACH) != 0) return fail("unmount the old root");
+  if (chdir("/") != 0) return fail("chdir /");
+  return ns;
+}
+
+// Step 0 on another thread: join the namespace made above (its root and
+// cwd become the namespace's root).
+absl::Status JoinMountNamespace(int ns) {
+  if (setns(ns, CLONE_NEWNS) != 0) return Errno("setns(CLONE_NEWNS)");
+  if (chdir("/") != 0) return Errno("chdir /");
+  return absl::OkStatus();
+}
+
+// Steps 1 and 2, which act on the calling thread only.
+absl::Status DropOnThisThread(const LeastPrivilegeOptions& options) {
   if (absl::Status s = DropCapabilities(options); !s.ok()) return s;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    return absl::InternalError(
-        absl::StrCat("PR_SET_NO_NEW_PRIVS: ", std::strerror(errno)));
+    return Errno("PR_SET_NO_NEW_PRIVS");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DropPrivileges(const LeastPrivilegeOptions& options) {
+  auto everywhere = [&](absl::FunctionRef<absl::Status()> step,
+                        const char* what) -> absl::Status {
+    if (absl::Status s = step(); !s.ok()) return s;
+    if (!options.on_other_threads) return absl::OkStatus();
+    absl::Status s = options.on_other_threads(step);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(what, " on the guest-socket "
+                                                 "thread: ", s.message()));
+    }
+    return s;
+  };
+  if (options.detach_filesystem) {
+    absl::StatusOr<int> ns = DetachFilesystem();
+    if (!ns.ok()) {
+      return absl::Status(ns.status().code(),
+                          absl::StrCat("detaching the filesystem: ",
+                                       ns.status().message()));
+    }
+    absl::Status joined = absl::OkStatus();
+    if (options.on_other_threads) {
+      joined = options.on_other_threads([&] { return JoinMountNamespace(*ns); });
+    }
+    close(*ns);
+    if (!joined.ok()) {
+      return absl::Status(joined.code(),
+                          absl::StrCat("detaching the filesystem on the "
+                                       "guest-socket thread: ",
+                                       joined.message()));
+    }
+  }
+  if (absl::Status s =
+          everywhere([&] { return DropOnThisThread(options); }, "dropping");
+      !s.ok()) {
+    return s;
   }
   return InstallFilter(options);
 }
+
 
 void AttemptForbiddenCall(const std::string& what) {
   if (what == "kill") {

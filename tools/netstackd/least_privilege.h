@@ -6,6 +6,14 @@
 // set up, just before the event loop starts, on the main thread; the
 // filter is synchronised to every thread the process has then (the
 // guest-socket thread of netns_sockets.h). In order:
+//   0. the mount namespace is detached: netstackd's own (unshared, made
+//      private so nothing propagates either way) gets an empty, read-only
+//      tmpfs as its root (pivot_root), and the old root is unmounted
+//      (lazily, MNT_DETACH). After this no path leads anywhere: what
+//      netstackd still needs from the filesystem it holds by fds opened
+//      during setup (the TAP, the pcap file, the HTTP root, and its socket
+//      files' directories for their removal at exit, link::DirEntryRef).
+//      A sanitizer build keeps /proc in the new root, for the leak check;
 //   1. the capability bounding set loses everything not kept (this needs
 //      CAP_SETPCAP, so it goes first), then the permitted, effective and
 //      inheritable sets are cut to the kept ones, and the ambient set is
@@ -22,9 +30,11 @@
 #ifndef TOOLS_NETSTACKD_LEAST_PRIVILEGE_H_
 #define TOOLS_NETSTACKD_LEAST_PRIVILEGE_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 
 namespace netstack::tools {
@@ -42,6 +52,14 @@ struct LeastPrivilegeOptions {
   bool log_only = false;
   // -- CMD: the one process kill(2) may signal; 0: none.
   int cmd_pid = 0;
+  // Step 0 (above).
+  bool detach_filesystem = true;
+  // Capabilities, no_new_privs and the mount namespace are per thread in
+  // Linux: this runs a step on every other thread netstackd has (the
+  // guest-socket thread, netns_sockets.h's RunOnWorker) and returns the
+  // first error. Unset: there is no other thread.
+  std::function<absl::Status(absl::FunctionRef<absl::Status()>)>
+      on_other_threads;
 };
 
 // The system calls the filter allows, by name (x86_64), with the reason

@@ -51,6 +51,7 @@
 #include "tools/common/stack_runtime.h"
 #include "tools/netstackd/fd_limit.h"
 #include "tools/netstackd/forward_api.h"
+#include "link/netns_sockets.h"
 #include "tools/netstackd/least_privilege.h"
 #include "tools/netstackd/port_forwards.h"
 #include "tools/netstackd/rtnl.h"
@@ -791,6 +792,7 @@ int Run(const Config& c) {
   link::UniqueFd watched_pid;  // --netns-pid: quit when it exits
   std::string watched_path;    // --netns: quit when it is gone
   struct stat watched_stat {};
+  link::DirEntryRef watched_entry;  // watched_path
   {
     absl::Status s = absl::OkStatus();
     if (!absl::GetFlag(FLAGS_userns).empty()) {
@@ -819,6 +821,16 @@ int Run(const Config& c) {
       ns = OpenNetnsPath(c.netns_path, &watched_path);
       if (ns.ok() && fstat(ns->get(), &watched_stat) != 0) {
         ns = link::ErrnoStatus(errno, absl::StrCat("stat ", watched_path));
+      }
+      // Watched by its directory: the check still works once the
+      // filesystem is detached (least_privilege.h).
+      if (ns.ok()) {
+        auto entry = link::DirEntryRef::Of(watched_path);
+        if (entry.ok()) {
+          watched_entry = *std::move(entry);
+        } else {
+          ns = entry.status();
+        }
       }
     }
     if (!ns.ok()) {
@@ -1153,7 +1165,7 @@ int Run(const Config& c) {
   eventloop::Timer netns_check;
   netns_check.set_callback([&](Instant now) {
     struct stat now_stat;
-    if (stat(watched_path.c_str(), &now_stat) != 0 ||
+    if (watched_entry.Stat(&now_stat) != 0 ||
         now_stat.st_dev != watched_stat.st_dev ||
         now_stat.st_ino != watched_stat.st_ino) {
       std::fprintf(stderr, "netstackd: %s is gone; quitting\n",
@@ -1226,10 +1238,26 @@ int Run(const Config& c) {
     lp.serve_files = !c.http_root.empty();
     lp.log_only = c.sandbox_log;
     if (command) lp.cmd_pid = command->pid();
+    if (link::NetnsSockets* other = forwards ? forwards->guest_sockets()
+                                             : nullptr) {
+      lp.on_other_threads = [other](absl::FunctionRef<absl::Status()> step) {
+        return other->RunOnWorker(step);
+      };
+    }
     if (absl::Status s = DropPrivileges(lp); !s.ok()) {
       std::fprintf(stderr, "netstackd: --sandbox: %s (--sandbox=off runs "
                    "without it)\n", std::string(s.message()).c_str());
       return 1;
+    }
+    if (forwards && lp.detach_filesystem) forwards->FilesystemDetached();
+    // What --netns PATH looks like from here on: once the mount namespace
+    // is detached, the name no longer leads into the namespace's own
+    // mount (the nsfs inode fstat gave) but to the file under it. Either
+    // goes away with `ip netns del`, which unmounts and unlinks it.
+    if (watched_entry.valid() && watched_entry.Stat(&watched_stat) != 0) {
+      std::fprintf(stderr, "netstackd: %s is gone; quitting\n",
+                   watched_path.c_str());
+      return 0;
     }
   }
   if (!c.sandbox_test.empty()) AttemptForbiddenCall(c.sandbox_test);

@@ -299,13 +299,23 @@ class PortForwards::Listener : public eventloop::Handler {
       (void)owner_.options_.loop->Modify(fd_.get(),
                                          eventloop::EventLoop::kReadable);
     });
+    // The socket file, by its directory: removable after the root moved.
+    if (!rule_.unix_path.empty()) {
+      if (auto e = link::DirEntryRef::Of(rule_.unix_path); e.ok()) {
+        socket_file_ = *std::move(e);
+      }
+    }
   }
   ~Listener() override {
     if (owner_.options_.loop->IsRegistered(fd_.get())) {
       (void)owner_.options_.loop->Remove(fd_.get());
     }
     // The socket file this listener's bind() made goes with it.
-    if (!rule_.unix_path.empty()) (void)unlink(rule_.unix_path.c_str());
+    if (socket_file_.valid()) {
+      (void)socket_file_.Unlink();
+    } else if (!rule_.unix_path.empty()) {
+      (void)unlink(rule_.unix_path.c_str());
+    }
   }
   int fd() const { return fd_.get(); }
 
@@ -341,6 +351,7 @@ class PortForwards::Listener : public eventloop::Handler {
   PortForwards& owner_;
   Forward& f_;
   const ForwardRule& rule_;
+  link::DirEntryRef socket_file_;  // rule_.unix_path, by its directory
   UniqueFd fd_;
   eventloop::Timer resume_;  // watches the socket again after an error
 };
@@ -452,6 +463,14 @@ absl::StatusOr<uint64_t> PortForwards::Add(
   }
   if (f->udp && udp_via_socket() && !udp_batch_) {
     udp_batch_ = std::make_unique<UdpBatch>();
+  }
+  for (const ForwardRule& rule : f->rules) {
+    if (!rule.unix_path.empty() && filesystem_detached_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          spec, ": a unix: forward can only be given on the command line: "
+                "after setup netstackd has no filesystem (--sandbox=on, "
+                "docs/SECURITY.md)"));
+    }
   }
   for (const ForwardRule& rule : f->rules) {
     std::vector<std::pair<int, sockaddr_storage>> addrs;

@@ -110,6 +110,12 @@ class PortForwards {
                                const std::vector<ForwardRule>& rules);
   absl::Status Remove(uint64_t id);
   std::vector<ForwardInfo> List() const;
+  // Once netstackd's root has moved (least_privilege.h), a unix: forward
+  // could not bind its path: Add refuses one with a message that says so.
+  void FilesystemDetached() { filesystem_detached_ = true; }
+  // The guest-socket thread of the spliced forwards, if there is one: the
+  // privileges are dropped there too (least_privilege.h).
+  link::NetnsSockets* guest_sockets() { return guest_sockets_.get(); }
   // "forward.N.name value" lines, and totals.
   std::string FormatCounters() const;
 
@@ -142,6 +148,7 @@ class PortForwards {
   std::unique_ptr<link::NetnsSockets> guest_sockets_;
   absl::Status guest_sockets_error_;
   uint64_t next_id_ = 1;
+  bool filesystem_detached_ = false;
   std::map<uint64_t, std::unique_ptr<Forward>> forwards_;
   forward::PipePool pipes_;
   struct RelayEntry {
