@@ -17,6 +17,7 @@ packing. Prints one JSON line: what was sent, what the socket refused
       MSS, SACK-permitted, timestamps and window scale, as Linux sends.
       --seconds S: send the COUNT frames over and over until S seconds
       passed (the bench's flood under a transfer); "sent" counts them all.
+      --rate R: at most R frames a second (default: as fast as it goes).
       --srcs A,B,...: source addresses taken in turn with the
       destinations (pairs (SRCS[j % len], DSTS[j // len]) for j = i //
       ports), for a listener with one address.
@@ -181,7 +182,7 @@ def frag_frames(a):
     return frames
 
 
-def blast(dev, frames, seconds):
+def blast(dev, frames, seconds, rate=0):
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.bind((dev, 0))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
@@ -198,6 +199,10 @@ def blast(dev, frames, seconds):
                 if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
                     raise
                 refused += 1
+            if rate and (sent + refused) % 64 == 0:
+                ahead = t0 + (sent + refused) / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
         if not seconds or time.monotonic() >= deadline:
             break
     dt = time.monotonic() - t0
@@ -290,11 +295,13 @@ def main():
     syn.add_argument("--dsts", default="")
     syn.add_argument("--srcs", default="")
     syn.add_argument("--seconds", type=float, default=0)
+    syn.add_argument("--rate", type=float, default=0)
     fr = sub.add_parser("frag")
     for n in ("dev", "dst_mac", "src", "dst", "kind"):
         fr.add_argument(n)
     fr.add_argument("count", type=int)
     fr.add_argument("--seconds", type=float, default=0)
+    fr.add_argument("--rate", type=float, default=0)
     uf = sub.add_parser("udpflows")
     uf.add_argument("addr")
     uf.add_argument("port", type=int)
@@ -305,7 +312,7 @@ def main():
     if a.mode == "udpflows":
         return udp_flows(a.addr, a.port, a.count, a.timeout, a.size)
     frames = syn_frames(a) if a.mode == "syn" else frag_frames(a)
-    r = blast(a.dev, frames, a.seconds)
+    r = blast(a.dev, frames, a.seconds, a.rate)
     r["frames"] = len(frames)
     print(json.dumps(r), flush=True)
 

@@ -55,8 +55,13 @@ def link_stats(ns, dev):
     rx_packets, rx_dropped."""
     out = iu.run("ip", "-n", ns, "-s", "-j", "link", "show", dev).stdout
     s = json.loads(out)[0]["stats64"]
+    q = json.loads(iu.run("tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev",
+                          dev).stdout or "[]")
     return {"tx_packets": s["tx"]["packets"], "tx_dropped": s["tx"]["dropped"],
-            "rx_packets": s["rx"]["packets"], "rx_dropped": s["rx"]["dropped"]}
+            "rx_packets": s["rx"]["packets"], "rx_dropped": s["rx"]["dropped"],
+            # Dropped by the device's queueing discipline before the device
+            # saw them (not in tx_dropped).
+            "qdisc_drops": sum(x.get("drops", 0) for x in q)}
 
 
 def tcp_snmp(ns):
@@ -73,6 +78,12 @@ def gateway_mac(topo, addr="10.0.2.2"):
     out = iu.run("ip", "-n", topo.g, "neigh", "show", addr).stdout
     m = re.search(r"lladdr (\S+)", out)
     assert m, f"the guest has no neighbour entry for {addr}: {out!r}"
+    # Fixed from now on: a flood drops the guest's own ARP probes at the
+    # TAP too, its entry fails, and its kernel then queues and discards
+    # what it sends (RSTs among them) while it resolves again, out of
+    # every counter the accounting reads.
+    iu.run("ip", "-n", topo.g, "neigh", "replace", addr, "lladdr",
+           m.group(1), "nud", "permanent", "dev", "nsttap")
     return m.group(1)
 
 
@@ -193,15 +204,20 @@ def syn_outcomes(c):
     """How the SYNs netstackd's TCP layer read ended, from its counters
     (a delta of two counter readings): held for a host connect, its
     retransmission absorbed while held, dropped at the held-SYN cap, sent a
-    RST at once (the backend refused it: flow limit, policy; or no listener
-    at all), answered by a listener (a half-open connection, a SYN cookie),
+    RST at once (the backend refused it: flow limit, policy), answered by a listener (a half-open connection, a SYN cookie),
     or dropped by a listener (its queues full, cookies off; the connection
     limit)."""
     return {
         "held": c.get("tcp.syns_held", 0),
         "held_retransmit": c.get("tcp.held_syn_retransmits", 0),
         "held_limit": c.get("tcp.held_syn_limit_drops", 0),
-        "refused_rst": c.get("drop.tcp_no_listener", 0),
+        # The backend's refusals (each a RST); not drop.tcp_no_listener,
+        # which also counts the guest's RSTs that arrive after their
+        # connection ended. Host mode has no SynHandler: a SYN to a port
+        # without a listener would be drop.tcp_no_listener there.
+        "refused_rst": sum(c.get(f"backend.tcp_refused_{k}", 0) for k in (
+            "flow_limit", "host_loopback", "no_service",
+            "mapped_destination")),
         # passive_opens also counts a cookie's connection and a held SYN
         # accepted (already counted as held).
         "half_open": c.get("tcp.passive_opens", 0)
@@ -231,13 +247,20 @@ def syn_accounting(sent, nd_delta, link_delta, snmp_delta):
     outcomes = syn_outcomes(nd_delta)
     syns_in = sum(outcomes.values())
     rsts_in = nd_delta.get("tcp.segments_in", 0) - syns_in
-    rsts_out = snmp_delta.get("OutRsts", 0)
+    # The flood's own frames are never dropped by the qdisc (the socket
+    # would have said ENOBUFS: flood_peer's "refused", asserted 0), so
+    # what the qdisc dropped are the kernel's RSTs.
+    rsts_out = snmp_delta.get("OutRsts", 0) - link_delta["qdisc_drops"]
     rsts_dropped = rsts_out - rsts_in
     # Every guest frame netstackd read that is not TCP: the others.
     other = nd_delta.get("link.nsttap.rx_frames", 0) - nd_delta.get(
         "tcp.segments_in", 0)
     dropped_syns = link_delta["tx_dropped"] - rsts_dropped
     return {"outcomes": outcomes, "syns_in": syns_in, "rsts_in": rsts_in,
+            "link_tx": link_delta["tx_packets"],
+            "netstackd_rx": nd_delta.get("link.nsttap.rx_frames", 0),
+            "netstackd_rx_dropped": nd_delta.get("link.nsttap.rx_dropped", 0),
             "rsts_out": rsts_out, "dropped_at_link": link_delta["tx_dropped"],
+            "qdisc_drops": link_delta["qdisc_drops"],
             "dropped_syns": dropped_syns, "other_frames": other,
             "unexplained": sent - syns_in - dropped_syns}
