@@ -74,22 +74,45 @@ class SynFloodCase(unittest.TestCase):
         r = fu.flood(ns, "syn", dev, mac, src, dst, port, SYNS, *extra)
         if sample:
             sample()
-        # netstackd reads what the TAP still queues; then it is quiet.
-        last = {}
+        # netstackd reads what the TAP still queues; SYN-ACKs it
+        # retransmits draw more RSTs from the guest for a while yet (a
+        # listener's half-open connections back off over a minute). Read
+        # the guest kernel's RSTs first, its link next, netstackd last,
+        # once netstackd has read every frame the link passed on and no
+        # new SYN reached it for a second: every RST counted was then
+        # either read or dropped at the link.
+        def snapshot():
+            sn, l = fu.tcp_snmp(ns), fu.link_stats(ns, dev)
+            return nd.counters(), l, sn
 
-        def quiet():
-            now = nd.counters()
-            done = now.get("tcp.segments_in") == last.get("tcp.segments_in")
-            last.clear()
-            last.update(now)
-            return done
+        last = [snapshot()]
+        in_flight = [0]
 
-        iu.wait_for(quiet, 30, interval=0.5)
-        c1, l1, s1 = nd.counters(), fu.link_stats(ns, dev), fu.tcp_snmp(ns)
+        def settled():
+            now = snapshot()
+            prev, last[0] = last[0], now
+            c, l, sn = now
+            # Frames the link passed that netstackd had not read yet (the
+            # guest's RSTs still trickle in while SYN-ACKs back off).
+            in_flight[0] = (l["tx_packets"] - l0["tx_packets"]) - (
+                c.get(f"link.{dev}.rx_frames", 0)
+                - c0.get(f"link.{dev}.rx_frames", 0))
+            syns = sum(fu.syn_outcomes(c).values())
+            return (abs(in_flight[0]) <= 16 and
+                    syns == sum(fu.syn_outcomes(prev[0]).values()))
+
+        if not iu.wait_for(settled, 60, interval=1.0):
+            c, l, sn = last[0]
+            self.fail("the guest and netstackd did not settle: netstackd read "
+                      f"{c.get(f'link.{dev}.rx_frames', 0) - c0.get(f'link.{dev}.rx_frames', 0)}"
+                      f" frames, the link passed {l['tx_packets'] - l0['tx_packets']}; "
+                      f"SYN outcomes {fu.syn_outcomes(fu.delta(c, c0))}")
+        c1, l1, s1 = last[0]
         peak = sampler.stop()
         mem1 = fu.memory_kib(pid)
         acc = fu.syn_accounting(r["sent"], fu.delta(c1, c0),
                                 fu.delta(l1, l0), fu.delta(s1, s0))
+        acc["in_flight"] = in_flight[0]
         mem = {"rss_before": mem0["VmRSS"], "rss_peak_sampled": peak,
                "hwm": mem1["VmHWM"], "rss_after": mem1["VmRSS"]}
         fu.log(f"{r['sent']} SYNs in {r['seconds']:.3f} s "
@@ -100,9 +123,10 @@ class SynFloodCase(unittest.TestCase):
         self.assertEqual(r["refused"], 0)
         # Every SYN has one outcome or was dropped at the link; a frame the
         # guest sent besides SYNs and RSTs (a router solicitation) may take
-        # a drop's place.
-        self.assertLessEqual(abs(acc["unexplained"]), acc["other_frames"] + 2,
-                             acc)
+        # a drop's place ...
+        # ... and an RST in flight when the counters were read may too.
+        self.assertLessEqual(abs(acc["unexplained"]),
+                             acc["other_frames"] + abs(in_flight[0]) + 2, acc)
         self.assertGreater(acc["syns_in"], 0, acc)
         self.assertLess(mem["hwm"], MAX_HWM_KIB, mem)
         return r, acc, mem
@@ -173,9 +197,19 @@ class BackendSynFloodTest(SynFloodCase):
             return (last["backend.tcp_flows_open"] == 0 and
                     last["backend.tcp_host_fds_open"] == 0)
 
-        self.assertTrue(iu.wait_for(released, 60, interval=1.0),
-                        f"flows_open {last.get('backend.tcp_flows_open')}, "
-                        f"host fds {last.get('backend.tcp_host_fds_open')}")
+        # A flow whose SYN-ACK and the guest's RST both went missing in
+        # the flood lives until its SYN-ACK retransmissions give up
+        # (syn_retries 6: 127 s), as Linux's would (tcp_synack_retries).
+        ok = iu.wait_for(released, 150, interval=1.0)
+        if not ok:
+            ss = [iu.run(*self.topo.in_ns(ns, "ss", "-tanH"), check=False)
+                  .stdout for ns in (self.topo.g, self.topo.h)]
+            self.fail(f"flows_open {last.get('backend.tcp_flows_open')}, "
+                      f"host fds {last.get('backend.tcp_host_fds_open')}\n"
+                      f"netstackd: {self.nd.connections_dump()}\n"
+                      f"ss in G:\n{ss[0][-3000:]}\nss in H:\n"
+                      f"{ss[1][-3000:]}")
+        fu.log("all flows released")
 
     def new_flow_works(self):
         r = iu.run(*self.topo.in_ns(self.topo.g, sys.executable, "-c", f"""
