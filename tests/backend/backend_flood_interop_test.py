@@ -111,7 +111,8 @@ class SynFloodCase(unittest.TestCase):
         peak = sampler.stop()
         mem1 = fu.memory_kib(pid)
         acc = fu.syn_accounting(r["sent"], fu.delta(c1, c0),
-                                fu.delta(l1, l0), fu.delta(s1, s0))
+                                fu.delta(l1, l0), fu.delta(s1, s0),
+                                refused=r["refused"])
         acc["in_flight"] = in_flight[0]
         mem = {"rss_before": mem0["VmRSS"], "rss_peak_sampled": peak,
                "hwm": mem1["VmHWM"], "rss_after": mem1["VmRSS"]}
@@ -119,8 +120,10 @@ class SynFloodCase(unittest.TestCase):
                f"({r['rate']:.0f}/s, {r['refused']} refused by the socket)")
         fu.log(f"accounting: {acc}")
         fu.log(f"netstackd memory (KiB): {mem}")
-        self.assertEqual(r["sent"], SYNS)
-        self.assertEqual(r["refused"], 0)
+        # The guest's own qdisc may refuse some (ENOBUFS) when its kernel's
+        # RSTs fill it too: those never left, and are not counted as sent.
+        self.assertEqual(r["sent"] + r["refused"], SYNS)
+        self.assertLess(r["refused"], SYNS // 10)
         # Every SYN has one outcome or was dropped at the link; a frame the
         # guest sent besides SYNs and RSTs (a router solicitation) may take
         # a drop's place ...

@@ -236,21 +236,24 @@ def delta(after, before):
             if isinstance(v, int)}
 
 
-def syn_accounting(sent, nd_delta, link_delta, snmp_delta):
+def syn_accounting(sent, nd_delta, link_delta, snmp_delta, refused=0):
     """Explains every SYN sent: those netstackd's TCP read (by outcome) and
     those the TAP dropped. The guest link's transmit drops also hold the
     guest kernel's own frames (RSTs to our SYN-ACKs, Tcp OutRsts); those
     netstackd did not read were dropped. Returns (outcomes, dropped SYNs,
     unexplained): unexplained = sent - outcomes - dropped SYNs, which is 0
     unless the guest sent frames other than SYNs and RSTs meanwhile (its
-    IPv6 router solicitations and such, counted as `other`)."""
+    IPv6 router solicitations and such, counted as `other`). `sent`: the
+    frames the socket took; `refused`: those it refused (ENOBUFS, the
+    guest's own queueing discipline full), never sent."""
     outcomes = syn_outcomes(nd_delta)
     syns_in = sum(outcomes.values())
     rsts_in = nd_delta.get("tcp.segments_in", 0) - syns_in
-    # The flood's own frames are never dropped by the qdisc (the socket
-    # would have said ENOBUFS: flood_peer's "refused", asserted 0), so
-    # what the qdisc dropped are the kernel's RSTs.
-    rsts_out = snmp_delta.get("OutRsts", 0) - link_delta["qdisc_drops"]
+    # A flood frame the qdisc dropped was refused to the sender (ENOBUFS:
+    # flood_peer's "refused", not in `sent`); the qdisc's other drops are
+    # the kernel's RSTs.
+    rsts_out = snmp_delta.get("OutRsts", 0) - (link_delta["qdisc_drops"]
+                                               - refused)
     rsts_dropped = rsts_out - rsts_in
     # Every guest frame netstackd read that is not TCP: the others.
     other = nd_delta.get("link.nsttap.rx_frames", 0) - nd_delta.get(
