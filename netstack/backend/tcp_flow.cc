@@ -230,8 +230,12 @@ void TcpFlow::OnGuestEvents(uint32_t events) {
 
 void TcpFlow::EndOnGuestError(const absl::Status& e) {
   // A guest RST becomes an abortive close on the host; a guest side that
-  // timed out, too.
-  const bool reset = transport::ErrnoOf(e) == ECONNRESET;
+  // timed out, too. A RST to our SYN-ACK (the guest's kernel answering a
+  // SYN it never sent: a SYN flood from a raw socket) reaches the socket
+  // as ECONNREFUSED (RFC 9293 3.10.7.4, SYN-RECEIVED of no listener): a
+  // guest reset too, not a guest error.
+  const int err = transport::ErrnoOf(e);
+  const bool reset = err == ECONNRESET || err == ECONNREFUSED;
   End(reset ? FlowEnd::kGuestReset : FlowEnd::kGuestError,
       /*host_abortive=*/true, false);
 }

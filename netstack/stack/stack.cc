@@ -392,6 +392,31 @@ std::string Stack::FormatCounters() const {
   const auto& r = reassembler_.stats();
   absl::StrAppend(&out, "reassembly.bytes_held ", r.bytes_held, "\n",
                   "reassembly.peak_bytes_held ", r.peak_bytes_held, "\n");
+  // What a fragment flood did (docs/SECURITY.md): the datagrams begun,
+  // finished and held, and, by reason, the fragments refused and the
+  // datagrams discarded (a timeout, an eviction at the memory limit, an
+  // overlap). Non-zero ones only: a clean run prints none of them.
+  if (r.fragments_received != 0) {
+    absl::StrAppend(&out, "reassembly.fragments_received ",
+                    r.fragments_received, "\n",
+                    "reassembly.fragments_accepted ", r.fragments_accepted,
+                    "\n", "reassembly.datagrams_started ",
+                    r.datagrams_started, "\n",
+                    "reassembly.datagrams_completed ", r.datagrams_completed,
+                    "\n", "reassembly.datagrams_held ", r.datagrams_held,
+                    "\n");
+  }
+  for (size_t i = 0; i < ip::kDropReasonCount; ++i) {
+    const std::string name(ip::DropReasonName(static_cast<ip::DropReason>(i)));
+    if (r.fragment_drops[i] != 0) {
+      absl::StrAppend(&out, "reassembly.fragment_drop.", name, " ",
+                      r.fragment_drops[i], "\n");
+    }
+    if (r.datagram_drops[i] != 0) {
+      absl::StrAppend(&out, "reassembly.datagram_drop.", name, " ",
+                      r.datagram_drops[i], "\n");
+    }
+  }
   // The payload chunks (chunk.h): what is held now, and the allocations
   // refused, at the limit (a link drops the frame: rx_dropped) or because
   // only the receive reserve was left (queued data waits).

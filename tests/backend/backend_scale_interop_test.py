@@ -30,23 +30,20 @@ A round that does not complete names the flows that did not answer and
 dumps netstackd's counters. Needs root, prlimit and setpriv
 (util-linux).
 """
-import json
 import os
 import resource
-import subprocess
 import sys
-import threading
 import time
 import unittest
 
 from tests.backend.backend_topology import H4, H6, BackendTopology
+from tests.backend.scale_client import ECHO_PORT, SCALE_PEER, ScaleClient
 from tests.interop import interop_util as iu
 
 FLOWS = iu.env_int("NST_SCALE_FLOWS", 10000)
 WAVE = iu.env_int("NST_SCALE_WAVE", 500)
 ROUND_TIMEOUT = iu.env_int("NST_SCALE_ROUND_TIMEOUT", 30)
 DEFAULT_LIMIT = 4096  # BackendLimits::max_tcp_flows
-ECHO_PORT = 7010
 # What one flow may cost netstackd: its TCP socket, the host socket's
 # bookkeeping and the buffers a few hundred bytes need; 5 KiB measured at
 # 10,000 flows. 32 leaves room for the chunk pool (64 MiB, touched lazily:
@@ -54,7 +51,6 @@ ECHO_PORT = 7010
 # 64 KiB chunk a flow would cost if it pinned one.
 MAX_RSS_PER_FLOW_KIB = 32
 
-SCALE_PEER = iu.runfile("tests/backend/scale_peer.py")
 # netstackd started as from a shell with the common soft fd limit of 1024
 # (and this process's hard limit, or 4096) ...
 LOW_SOFT_FD_LIMIT = (
@@ -113,41 +109,6 @@ class Proc:
     def comm(self):
         with open(f"/proc/{self.pid}/comm") as f:
             return f.read().strip()
-
-
-class ScaleClient:
-    """scale_peer.py client in G, driven line by line."""
-
-    def __init__(self, topo):
-        self.p = subprocess.Popen(
-            topo.in_ns(topo.g, sys.executable, SCALE_PEER, "client", H4,
-                       str(ECHO_PORT), H6, str(ECHO_PORT)),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,
-            text=True)
-
-    def ask(self, line, timeout):
-        """Sends one command; returns its JSON answer."""
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-        answer = []
-        t = threading.Thread(target=lambda: answer.append(
-            self.p.stdout.readline()), daemon=True)
-        t.start()
-        t.join(timeout)
-        if not answer or not answer[0]:
-            raise AssertionError(f"scale client: no answer to '{line}' in "
-                                 f"{timeout} s (exit {self.p.poll()})")
-        return json.loads(answer[0])
-
-    def close(self):
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait()
-        for f in (self.p.stdin, self.p.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
 
 
 class BackendScaleTest(unittest.TestCase):

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""A SYN flood from the guest against an established transfer (issue 15
+part 2): what the transfer keeps.
+
+  backend:  G (kernel, TAP) -- netstackd --backend (in H) -- H's sockets
+            flood_peer.py in G sends SYNs from its own 4-tuples at a
+            closed port of H (each a host connect(), refused) or an open
+            one (scale_peer.py's echo server: each a host connection until
+            --max-tcp-flows, then a RST at once)
+  stack:    the kernel -- TAP -- netstackd in host mode (--discard-port),
+            the kernel flooding the stack's own listener (SYN cookies)
+
+Per case: iperf3 (backend; one TCP connection, CUBIC) or one TCP
+connection into the discard port (stack) for --seconds alone, then for
+--seconds while the flood runs over and over (its SYN count and rate
+printed), alternating --repeat times; medians and the ratio during/alone.
+Backend transfers run both ways: the guest sending (its frames share the
+TAP's transmit ring with the flood) and -R (the host sending; only the
+guest's ACKs share it). --rates adds floods paced at those SYNs per
+second. Also printed: netstackd's VmHWM after each case.
+
+Every namespace is made here, with names carrying our pid, and removed at
+exit; H has no default route (asserted before netstackd starts). Needs
+root, iperf3 and an opt build of netstackd:
+bazel build --config=opt //tools/netstackd.
+
+Usage: bench/flood_benchmark.py [--netstackd PATH] [--seconds 4]
+           [--repeat 2] [--rates 100000,30000] [--cases closed,open,stack]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--netstackd", default=os.path.join(
+    HERE, "..", "bazel-out", "k8-optopt", "bin", "tools", "netstackd",
+    "netstackd"))
+ap.add_argument("--seconds", type=float, default=4)
+ap.add_argument("--repeat", type=int, default=2)
+ap.add_argument("--rates", default="100000,30000")
+ap.add_argument("--cases", default="closed,open,stack")
+ap.add_argument("--syns", type=int, default=100000)
+ARGS = ap.parse_args()
+os.environ["NETSTACKD"] = os.path.abspath(ARGS.netstackd)
+
+from tests.backend import flood_util as fu  # noqa: E402
+from tests.backend.backend_topology import G4, H4, BackendTopology  # noqa
+from tests.interop import interop_util as iu  # noqa: E402
+
+H4B = "198.51.100.2"
+PORTS = {"closed": 7099, "open": 7100}
+
+
+def flooded(topo, flood_args, rate, measure):
+    """measure() alone and under the flood, ARGS.repeat times each."""
+    alone, during, floods = [], [], []
+    extra = ("--rate", rate) if rate else ()
+    for _ in range(ARGS.repeat):
+        alone.append(measure())
+        bg = fu.Background(topo, *flood_args, "--seconds", ARGS.seconds + 1.5,
+                           *extra)
+        time.sleep(0.5)
+        during.append(measure())
+        floods.append(bg.join())
+        time.sleep(1.0)
+    return alone, during, floods
+
+
+def row(label, alone, during, floods, hwm):
+    a, d = statistics.median(alone), statistics.median(during)
+    rate = statistics.median(f["rate"] for f in floods)
+    sent = statistics.median(f["sent"] for f in floods)
+    print(f"| {label} | {rate:,.0f} | {sent:,.0f} | {a / 1e9:.2f} | "
+          f"{d / 1e9:.2f} | {d / a:.2f} | {hwm / 1024:.1f} |", flush=True)
+
+
+def backend_cases(cases, rates):
+    topo = BackendTopology()
+    try:
+        topo.setup()
+        h = topo.h
+        iu.run("ip", "-n", h, "addr", "add", f"{H4B}/24", "dev", "hveth")
+        iu.run(*topo.in_ns(h, "sysctl", "-q", "-w", "net.core.somaxconn=16384",
+                           "net.ipv4.tcp_max_syn_backlog=16384"))
+        topo.spawn(h, sys.executable, iu.runfile("tests/backend/scale_peer.py"),
+                   "server", str(PORTS["open"]), H4, H4B)
+        fu.start_iperf3_server(topo)
+        nd = topo.netstackd()
+        topo.configure_guest()
+        pid = fu.netstackd_pid(nd)
+        mac = fu.gateway_mac(topo)
+        for case in cases:
+            if case not in PORTS:
+                continue
+            args = ("syn", "nsttap", mac, G4, H4, PORTS[case], ARGS.syns,
+                    "--dsts", f"{H4},{H4B}")
+            for reverse in (False, True):
+                for rate in [0] + rates:
+                    alone, during, floods = flooded(
+                        topo.g, args, rate, lambda: fu.iperf3_rate(
+                            topo, H4, ARGS.seconds, reverse=reverse))
+                    label = (f"backend, {case} port, "
+                             f"{'H to G' if reverse else 'G to H'}, "
+                             f"{'paced' if rate else 'full rate'}")
+                    row(label, alone, during, floods,
+                        fu.memory_kib(pid)["VmHWM"])
+        nd.stop()
+        nd.close()
+    finally:
+        topo.close()
+
+
+def stack_case(rates):
+    topo = iu.Topology("tap", "nstfb")
+    net4 = "10.87.0"
+    try:
+        flags = topo.setup(net4, "fd00:87")
+        ns = topo.peer_ns
+        iu.run("ip", "-n", ns, "addr", "add", f"{net4}.3/24", "dev", "nsttap")
+        nd = iu.Netstackd(flags + ["--discard-port", "9"])
+        nd.start()
+        pid = fu.netstackd_pid(nd)
+        iu.run(*topo.peer("ping", "-c", "1", "-W", "2", f"{net4}.2"),
+               check=False)
+        mac = iu.run("ip", "-n", ns, "neigh", "show", f"{net4}.2").stdout \
+            .split("lladdr")[1].split()[0]
+        script = f"""
+import socket, struct, time
+s = socket.create_connection(("{net4}.2", 9), timeout=5)
+buf = bytes(1 << 18)
+t = time.monotonic()
+end = t + {ARGS.seconds}
+while time.monotonic() < end:
+    s.send(buf)
+info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+print(struct.unpack_from("Q", info, 120)[0] * 8 / (time.monotonic() - t))
+"""
+
+        def measure():
+            r = iu.run(*topo.peer(sys.executable, "-c", script),
+                       timeout=ARGS.seconds + 30)
+            return float(r.stdout.strip())
+
+        args = ("syn", "nsttap", mac, f"{net4}.1", f"{net4}.2", 9, ARGS.syns,
+                "--srcs", f"{net4}.1,{net4}.3")
+        for rate in [0] + rates:
+            alone, during, floods = flooded(ns, args, rate, measure)
+            row(f"stack listener, kernel to stack, "
+                f"{'paced' if rate else 'full rate'}", alone, during, floods,
+                fu.memory_kib(pid)["VmHWM"])
+        nd.stop()
+        nd.close()
+    finally:
+        topo.close()
+
+
+def main():
+    rates = [int(r) for r in ARGS.rates.split(",") if r]
+    cases = ARGS.cases.split(",")
+    print(f"netstackd {ARGS.netstackd}; {ARGS.seconds} s per transfer, "
+          f"{ARGS.repeat} repetitions, medians")
+    print("| case | flood SYN/s | SYNs sent | alone Gbit/s | "
+          "under flood Gbit/s | ratio | netstackd VmHWM MiB |")
+    print("|---|---|---|---|---|---|---|")
+    backend_cases(cases, rates)
+    if "stack" in cases:
+        stack_case(rates)
+
+
+if __name__ == "__main__":
+    main()

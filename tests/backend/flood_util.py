@@ -1,0 +1,269 @@
+"""What the flood tests (backend_flood_interop_test.py,
+backend_exhaustion_interop_test.py) and bench/flood_benchmark.py share:
+flood_peer.py run in the guest, netstackd's memory, the guest link's
+kernel counters, a transfer's rate (iperf3) and ping RTTs while something
+else runs.
+
+SYN accounting. The guest's frames cross the TAP, whose transmit ring
+drops what netstackd has not read in time (`ip -s link`: TX dropped in
+G, the link's own counter). A SYN netstackd read reaches TCP, which
+counts it under one outcome; the accounting in syn_accounting() checks
+that outcomes + drops at the link == SYNs sent, with the guest kernel's
+own frames (its RSTs to SYN-ACKs it never asked for, Tcp OutRsts in its
+/proc/net/snmp) taken out of the link's numbers.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+from tests.interop import interop_util as iu
+
+FLOOD_PEER = iu.runfile("tests/backend/flood_peer.py")
+# netstackd built with ASan/UBSan (--config=asan): slower, and more memory.
+with open(iu.NETSTACKD, "rb") as _f:
+    SANITIZED = b"__asan_init" in _f.read()
+
+
+def log(msg):
+    print(f"flood: {msg}", file=sys.stderr, flush=True)
+
+
+def netstackd_pid(nd):
+    return int(nd.log().split(", pid ")[1].split()[0])
+
+
+def memory_kib(pid):
+    """{"VmRSS": KiB, "VmHWM": KiB} of `pid`."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1])
+    return out
+
+
+def fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def link_stats(ns, dev):
+    """The kernel's counters of `dev` in `ns`: tx_packets, tx_dropped,
+    rx_packets, rx_dropped."""
+    out = iu.run("ip", "-n", ns, "-s", "-j", "link", "show", dev).stdout
+    s = json.loads(out)[0]["stats64"]
+    q = json.loads(iu.run("tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev",
+                          dev).stdout or "[]")
+    return {"tx_packets": s["tx"]["packets"], "tx_dropped": s["tx"]["dropped"],
+            "rx_packets": s["rx"]["packets"], "rx_dropped": s["rx"]["dropped"],
+            # Dropped by the device's queueing discipline before the device
+            # saw them (not in tx_dropped).
+            "qdisc_drops": sum(x.get("drops", 0) for x in q)}
+
+
+def tcp_snmp(ns):
+    """The Tcp line of /proc/net/snmp in `ns` (IPv4 and IPv6 share it)."""
+    out = iu.run("ip", "netns", "exec", ns, "cat", "/proc/net/snmp").stdout
+    rows = [l.split()[1:] for l in out.splitlines() if l.startswith("Tcp:")]
+    return {k: int(v) for k, v in zip(rows[0], rows[1])}
+
+
+def gateway_mac(topo, addr="10.0.2.2"):
+    """netstackd's MAC, as the guest resolved it (a ping first)."""
+    iu.run(*topo.in_ns(topo.g, "ping", "-c", "1", "-W", "2", addr),
+           check=False)
+    out = iu.run("ip", "-n", topo.g, "neigh", "show", addr).stdout
+    m = re.search(r"lladdr (\S+)", out)
+    assert m, f"the guest has no neighbour entry for {addr}: {out!r}"
+    # Fixed from now on: a flood drops the guest's own ARP probes at the
+    # TAP too, its entry fails, and its kernel then queues and discards
+    # what it sends (RSTs among them) while it resolves again, out of
+    # every counter the accounting reads.
+    iu.run("ip", "-n", topo.g, "neigh", "replace", addr, "lladdr",
+           m.group(1), "nud", "permanent", "dev", "nsttap")
+    return m.group(1)
+
+
+def flood(ns, *args, timeout=300):
+    """flood_peer.py ARGS in `ns`; its JSON report."""
+    r = iu.run("ip", "netns", "exec", ns, sys.executable, FLOOD_PEER,
+               *[str(a) for a in args], timeout=timeout, check=False)
+    assert r.returncode == 0, f"flood_peer {args}: {r.stderr}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+class Background:
+    """flood_peer.py in a thread (its report in .result)."""
+
+    def __init__(self, ns, *args):
+        self.result = None
+        self.error = None
+
+        def go():
+            try:
+                self.result = flood(ns, *args)
+            except BaseException as e:  # reported by join()
+                self.error = e
+
+        self.t = threading.Thread(target=go, daemon=True)
+        self.t.start()
+
+    def join(self, timeout=300):
+        self.t.join(timeout)
+        if self.error:
+            raise self.error
+        assert self.result is not None, "flood_peer did not finish"
+        return self.result
+
+
+class MemorySampler:
+    """Samples VmRSS of `pid` every 50 ms until stop(); .peak_rss."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.peak_rss = 0
+        self.stopping = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stopping.is_set():
+            try:
+                self.peak_rss = max(self.peak_rss,
+                                    memory_kib(self.pid)["VmRSS"])
+            except (OSError, KeyError):
+                return
+            time.sleep(0.05)
+
+    def stop(self):
+        self.stopping.set()
+        self.t.join(5)
+        return self.peak_rss
+
+
+def iperf3_rate(topo, server, seconds, port=5201, reverse=False):
+    """Bits per second of an iperf3 TCP transfer from G to `server` (H's
+    iperf3 server, already started) over `seconds` (-R: H to G)."""
+    cmd = ["iperf3", "-c", server, "-p", str(port), "-t", str(seconds), "-J",
+           "--connect-timeout", "5000"]
+    if reverse:
+        cmd.append("-R")
+    r = iu.run(*topo.in_ns(topo.g, *cmd), timeout=seconds + 60, check=False)
+    try:
+        j = json.loads(r.stdout)
+    except ValueError:
+        raise AssertionError(f"iperf3: {r.stdout[-2000:]} {r.stderr[-2000:]}")
+    if "error" in j:
+        raise AssertionError(f"iperf3: {j['error']}")
+    return j["end"]["sum_received"]["bits_per_second"]
+
+
+def start_iperf3_server(topo, port=5201):
+    p = topo.spawn(topo.h, "iperf3", "-s", "-p", str(port))
+    ok = iu.wait_for(lambda: f":{port} " in iu.run(
+        *topo.in_ns(topo.h, "ss", "-ltnH")).stdout, 10)
+    assert ok, "iperf3 -s did not start in H"
+    return p
+
+
+def ping_rtts(topo, addr, count, interval=0.2, timeout=60):
+    """RTTs in ms of `count` pings from G to `addr` (lost ones missing)."""
+    r = iu.run(*topo.in_ns(topo.g, "ping", "-n", "-c", str(count), "-i",
+                           str(interval), "-W", "1", addr),
+               timeout=timeout, check=False)
+    return [float(m) for m in re.findall(r"time=([\d.]+) ms", r.stdout)]
+
+
+class PingSampler:
+    """Pings from G in the background; rtts() when done."""
+
+    def __init__(self, topo, addr, count, interval=0.2):
+        self.out = []
+        self.t = threading.Thread(target=lambda: self.out.extend(
+            ping_rtts(topo, addr, count, interval)), daemon=True)
+        self.t.start()
+        self.count = count
+
+    def rtts(self):
+        self.t.join(self.count * 1.5 + 30)
+        return self.out
+
+
+def rtt_summary(rtts, count):
+    if not rtts:
+        return f"0 of {count} answered"
+    s = sorted(rtts)
+    return (f"{len(s)} of {count} answered, median {s[len(s) // 2]:.3f} ms, "
+            f"max {s[-1]:.3f} ms")
+
+
+def syn_outcomes(c):
+    """How the SYNs netstackd's TCP layer read ended, from its counters
+    (a delta of two counter readings): held for a host connect, its
+    retransmission absorbed while held, dropped at the held-SYN cap, sent a
+    RST at once (the backend refused it: flow limit, policy), answered by a listener (a half-open connection, a SYN cookie),
+    or dropped by a listener (its queues full, cookies off; the connection
+    limit)."""
+    return {
+        "held": c.get("tcp.syns_held", 0),
+        "held_retransmit": c.get("tcp.held_syn_retransmits", 0),
+        "held_limit": c.get("tcp.held_syn_limit_drops", 0),
+        # The backend's refusals (each a RST); not drop.tcp_no_listener,
+        # which also counts the guest's RSTs that arrive after their
+        # connection ended. Host mode has no SynHandler: a SYN to a port
+        # without a listener would be drop.tcp_no_listener there.
+        "refused_rst": sum(c.get(f"backend.tcp_refused_{k}", 0) for k in (
+            "flow_limit", "host_loopback", "no_service",
+            "mapped_destination")),
+        # passive_opens also counts a cookie's connection and a held SYN
+        # accepted (already counted as held).
+        "half_open": c.get("tcp.passive_opens", 0)
+        - c.get("tcp.syn_cookies_accepted", 0)
+        - c.get("tcp.held_syns_accepted", 0),
+        "cookie": c.get("tcp.syn_cookies_sent", 0),
+        "listen_overflow": c.get("drop.tcp_listen_overflow", 0),
+        "half_open_limit": c.get("drop.tcp_half_open_limit", 0)
+        - c.get("tcp.held_syn_limit_drops", 0),
+        "connection_limit": c.get("drop.tcp_connection_limit", 0),
+    }
+
+
+def delta(after, before):
+    return {k: v - before.get(k, 0) for k, v in after.items()
+            if isinstance(v, int)}
+
+
+def syn_accounting(sent, nd_delta, link_delta, snmp_delta, refused=0):
+    """Explains every SYN sent: those netstackd's TCP read (by outcome) and
+    those the TAP dropped. The guest link's transmit drops also hold the
+    guest kernel's own frames (RSTs to our SYN-ACKs, Tcp OutRsts); those
+    netstackd did not read were dropped. Returns (outcomes, dropped SYNs,
+    unexplained): unexplained = sent - outcomes - dropped SYNs, which is 0
+    unless the guest sent frames other than SYNs and RSTs meanwhile (its
+    IPv6 router solicitations and such, counted as `other`). `sent`: the
+    frames the socket took; `refused`: those it refused (ENOBUFS, the
+    guest's own queueing discipline full), never sent."""
+    outcomes = syn_outcomes(nd_delta)
+    syns_in = sum(outcomes.values())
+    rsts_in = nd_delta.get("tcp.segments_in", 0) - syns_in
+    # A flood frame the qdisc dropped was refused to the sender (ENOBUFS:
+    # flood_peer's "refused", not in `sent`); the qdisc's other drops are
+    # the kernel's RSTs.
+    rsts_out = snmp_delta.get("OutRsts", 0) - (link_delta["qdisc_drops"]
+                                               - refused)
+    rsts_dropped = rsts_out - rsts_in
+    # Every guest frame netstackd read that is not TCP: the others.
+    other = nd_delta.get("link.nsttap.rx_frames", 0) - nd_delta.get(
+        "tcp.segments_in", 0)
+    dropped_syns = link_delta["tx_dropped"] - rsts_dropped
+    return {"outcomes": outcomes, "syns_in": syns_in, "rsts_in": rsts_in,
+            "link_tx": link_delta["tx_packets"],
+            "netstackd_rx": nd_delta.get("link.nsttap.rx_frames", 0),
+            "netstackd_rx_dropped": nd_delta.get("link.nsttap.rx_dropped", 0),
+            "rsts_out": rsts_out, "dropped_at_link": link_delta["tx_dropped"],
+            "qdisc_drops": link_delta["qdisc_drops"],
+            "dropped_syns": dropped_syns, "other_frames": other,
+            "unexplained": sent - syns_in - dropped_syns}
