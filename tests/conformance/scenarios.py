@@ -740,23 +740,27 @@ def window_update_after_read(t):
 
 @scenario()
 def rto_schedule(t):
-    """RFC 6298 5.5: unacknowledged data is retransmitted after the RTO
-    (at least 200 ms), each time about twice as late."""
+    """RFC 8985 7 / RFC 6298 5.5: a lone unacknowledged segment is first
+    probed (TLP, about 200 ms with one segment in flight), then
+    retransmitted after the RTO (at least 200 ms), then twice as late."""
     c, fd, _ = established(t)
     t.ctl.call("send", fd=fd, data=b"lost".hex())
-    s0 = c.expect(pred=lambda s: len(s.payload) > 0)
-    s1 = c.expect(pred=lambda s: len(s.payload) > 0, timeout=2.0,
-                  what="first retransmission")
-    s2 = c.expect(pred=lambda s: len(s.payload) > 0, timeout=3.0,
-                  what="second retransmission")
-    t.assertEqual(s0.seq, s1.seq)
-    t.assertEqual(s1.seq, s2.seq)
-    g1, g2 = s1.time - s0.time, s2.time - s1.time
-    t.assertGreater(g1, 0.18, "RTO at least 200 ms")
-    t.assertLess(g1, 1.5)
-    t.assertGreater(g2 / g1, 1.5, f"backoff ({g1:.3f} s then {g2:.3f} s)")
-    t.assertLess(g2 / g1, 2.6)
-    c.ack_data(s2)
+    segs = [c.expect(pred=lambda s: len(s.payload) > 0)]
+    for what, wait in (("tail loss probe", 1.0), ("RTO retransmission", 1.5),
+                       ("second RTO retransmission", 2.5)):
+        segs.append(c.expect(pred=lambda s: len(s.payload) > 0,
+                             timeout=wait, what=what))
+    for s in segs[1:]:
+        t.assertEqual(s.seq, segs[0].seq)
+    g = [b.time - a.time for a, b in zip(segs, segs[1:])]
+    t.assertGreater(g[0], 0.1, "TLP timeout")
+    t.assertLess(g[0], 0.5)
+    t.assertGreater(g[1], 0.18, "RTO at least 200 ms")
+    t.assertLess(g[1], 1.2)
+    t.assertGreater(g[2] / g[1], 1.6,
+                    f"backoff ({g[1]:.3f} s then {g[2]:.3f} s)")
+    t.assertLess(g[2] / g[1], 2.5)
+    c.ack_data(segs[-1])
 
 
 @scenario()
@@ -856,7 +860,12 @@ def fin_wait_2_receives(t):
     t.assertEqual(recv_all(t, fd, 4), b"late")
     c.send(w.FIN | w.ACK)
     c.expect(w.ACK, pred=lambda s: s.ack == c.snd_nxt, what="ACK of our FIN")
-    wait_state(t, fd, "TIME_WAIT")
+    # Linux moves the connection to a timewait sock and reports the
+    # user's socket as CLOSE; netstack's socket reports TIME_WAIT. Either
+    # way the connection left FIN-WAIT-2 (time_wait_reacks_fin checks that
+    # TIME-WAIT still answers).
+    t.ctl.wait_until(lambda: state(t, fd) in ("TIME_WAIT", "CLOSE"), 2.0)
+    t.assertIn(state(t, fd), ("TIME_WAIT", "CLOSE"))
 
 
 @scenario()
