@@ -50,6 +50,10 @@ PEER6, DUT6 = f"{NET6}1", f"{NET6}2"
 ROUTER4, ROUTER6 = f"{NET4}.254", f"{NET6}fe"
 
 CLONE_NEWNET = 0x40000000
+# Mutation modes, to see each scenario fail when the behaviour it checks
+# is gone (docs/TESTING.md): "deaf" drops every frame the DUT sends (ARP
+# and NDP still answered), "mute" drops every frame the peer would send.
+BREAK = os.environ.get("NST_CONFORMANCE_BREAK", "")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -184,6 +188,8 @@ class Peer:
             now = time.time()
             if self._answer_neighbor(f):
                 continue
+            if BREAK == "deaf":
+                continue
             with self.lock:
                 self.log.append((now, "in", f))
                 self.frames.append((now, f))
@@ -210,6 +216,8 @@ class Peer:
     def send_frame(self, raw):
         with self.lock:
             self.log.append((time.time(), "out", w.Frame(raw)))
+        if BREAK == "mute":
+            return
         self.sock.send(raw)
 
     def send_ip(self, family, packet):

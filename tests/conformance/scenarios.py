@@ -180,6 +180,10 @@ def rst_to_closed_port_is_ignored(t):
     c = h.TcpPeer(t, port(), port())
     c.send(w.RST, seq=c.iss, options=[])
     c.none(0.3)
+    # The port is still there to answer a SYN (so the silence meant
+    # something).
+    c.send(w.SYN)
+    t.assertEqual(c.expect(what="RST for a SYN").flags, w.RST | w.ACK)
 
 
 @both_families
@@ -1188,9 +1192,9 @@ def ipv6_fragments_reassembled(t):
 
 @scenario()
 def ipv4_overlapping_fragments(t):
-    """RFC 5722 (and RFC 1858 for IPv4): both DUTs must not deliver a
-    datagram whose overlapping fragments disagree... Linux and netstack
-    both discard the overlapped datagram; neither delivers it."""
+    """RFC 5722 (applied to IPv4 too by both DUTs): a datagram whose
+    fragments overlap is discarded whole, never delivered with the
+    overlapping bytes."""
     p = port()
     fd = udp_socket(t, 4, p)
     data = b"A" * 1600
@@ -1206,9 +1210,15 @@ def ipv4_overlapping_fragments(t):
                                     frag_offset=808))
     time.sleep(0.2)
     r, e = t.ctl.try_call("recv", fd=fd, len=4096)
-    if not e:
-        t.assertEqual(bytes.fromhex(r["data"]), data,
-                      "an overlapped datagram delivered with foreign bytes")
+    t.assertEqual(e, errno.EAGAIN, f"the overlapped datagram delivered: {r}")
+    # A clean datagram in the same shape (another id) is delivered.
+    dg = w.udp_datagram(h.PEER4, h.DUT4, 7001, p, data)
+    for off, b in ((0, dg[:808]), (808, dg[808:])):
+        t.peer.send_ip(4, w.ipv4_packet(h.PEER4, h.DUT4, w.PROTO_UDP, b,
+                                        ident=0x4444, df=False,
+                                        mf=off == 0, frag_offset=off))
+    r = t.ctl.wait("recv", fd=fd, len=4096)
+    t.assertEqual(bytes.fromhex(r["data"]), data)
 
 
 def send_v6_with_dstopt(t, p, option, dst=None):
@@ -1240,6 +1250,11 @@ def ipv6_unknown_option_discard(t):
     t.assertIsNone(f, "no parameter problem for action 01")
     _, e = t.ctl.try_call("recv", fd=fd, len=100)
     t.assertEqual(e, errno.EAGAIN)
+    # The same datagram with a skippable option arrives (so the silence
+    # was the option's doing).
+    send_v6_with_dstopt(t, p, bytes([0x1e, 2, 0, 0]))
+    r = t.ctl.wait("recv", fd=fd, len=100)
+    t.assertEqual(bytes.fromhex(r["data"]), b"opt")
 
 
 @scenario(family=6)
@@ -1288,3 +1303,62 @@ def ipv4_ping(t):
     f = t.peer.expect(lambda f: f.icmp is not None and f.icmp[0] == 0, 1.0)
     t.assertIsNotNone(f, "echo reply")
     t.assertEqual(f.icmp[2], body)
+
+
+# --- the PAWS lead (issue #16) ---------------------------------------------
+
+def paws_counter(t):
+    c = t.ctl.call("counters")["counters"]
+    if t.dut_name == "linux":
+        return c.get("TcpExt.PAWSEstab", 0)
+    return c.get("drop.tcp_paws_rejected", 0)
+
+
+def ts_opts(tsval, tsecr):
+    return [(w.OPT_NOP, None), (w.OPT_NOP, None), (w.OPT_TS, (tsval, tsecr))]
+
+
+@scenario()
+def paws_one_tick_old_ack(t):
+    """The tools/dev/main lead: a Linux receiver's pure ACKs reach the
+    sender reordered across the veth's per-CPU backlogs, one timestamp
+    tick older than TS.Recent. Linux takes them (TCP_PAWS_WINDOW = 1) and
+    drops the old ACK silently; netstack used to reject them by PAWS and
+    answer. Now neither counts a PAWS drop nor answers."""
+    c, fd, _ = established(t)
+    t.ctl.call("setsockopt", fd=fd, opt="nodelay", value=1)
+    t.ctl.call("send", fd=fd, data=b"ab".hex())
+    seg = c.expect(pred=lambda s: len(s.payload) == 2)
+    before = paws_counter(t)
+    tsv = c.tsval() + 10
+    # The newer ACK (all of it) arrives first, then the older one (the
+    # first byte only), stamped one tick earlier.
+    c.send(w.ACK, ack=h.seq_add(seg.seq, 2), options=ts_opts(tsv, c.ts_recent))
+    time.sleep(0.02)
+    c.send(w.ACK, ack=h.seq_add(seg.seq, 1),
+           options=ts_opts(tsv - 1, c.ts_recent))
+    c.none(0.3, what="answer to a reordered ACK one tick old")
+    t.assertEqual(paws_counter(t), before, "PAWS drops")
+
+
+@scenario()
+def paws_disordered_dup_ack(t):
+    """RFC 7323 5.3 with Linux's tcp_disordered_ack: a reordered pure
+    duplicate ACK (at SND.UNA, same window) a few ticks older than
+    TS.Recent is taken, not rejected by PAWS."""
+    c, fd, _ = established(t)
+    t.ctl.call("setsockopt", fd=fd, opt="nodelay", value=1)
+    t.ctl.call("send", fd=fd, data=b"cd".hex())
+    seg = c.expect(pred=lambda s: len(s.payload) == 2)
+    before = paws_counter(t)
+    tsv = c.tsval() + 10
+    # The peer ACKs the data, then one more (window-probing) ACK with a
+    # newer stamp; an earlier duplicate of the same ACK arrives last.
+    c.send(w.ACK, ack=h.seq_add(seg.seq, 2), options=ts_opts(tsv, c.ts_recent))
+    c.send(w.ACK, ack=h.seq_add(seg.seq, 2),
+           options=ts_opts(tsv + 5, c.ts_recent))
+    time.sleep(0.02)
+    c.send(w.ACK, ack=h.seq_add(seg.seq, 2),
+           options=ts_opts(tsv + 2, c.ts_recent))
+    c.none(0.3, what="answer to a reordered duplicate ACK")
+    t.assertEqual(paws_counter(t), before, "PAWS drops")
