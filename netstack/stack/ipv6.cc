@@ -23,6 +23,7 @@ constexpr uint8_t kIcmpv6Unreachable = 1;       // RFC 4443 3.1
 constexpr uint8_t kCodePortUnreachable = 4;
 constexpr uint8_t kIcmpv6ParameterProblem = 4;  // RFC 4443 3.4
 constexpr uint8_t kCodeUnknownNextHeader = 1;
+constexpr uint8_t kCodeUnrecognizedOption = 2;
 
 const wire::Ipv6Address& Loopback6() {
   static const wire::Ipv6Address a = *wire::Ipv6Address::Parse("::1");
@@ -163,11 +164,6 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
       wire::WireError::kOk) {
     return Drop(DropReason::kIpv6ExtensionMalformed);
   }
-  if (ext.unrecognized_option) {
-    // RFC 8200 4.2: an option whose action bits say discard. (The
-    // Parameter Problem reply for actions 10/11 is not sent yet.)
-    return Drop(DropReason::kIpv6UnrecognizedOption);
-  }
   Ipv6Datagram d;
   d.nic = nic.id;
   d.ip = ip;
@@ -175,6 +171,21 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
   d.checksum_verified = frame.checksum_verified;
   d.checksum_partial = frame.checksum_partial;
   d.link_multicast = link_multicast;
+  if (ext.unrecognized_option) {
+    // RFC 8200 4.2: an option whose action bits say discard: 01 silently;
+    // 10 with a Parameter Problem (code 2, pointing at the option type)
+    // whatever the destination; 11 likewise, but only when the
+    // destination is not multicast (SendIcmpv6Error checks that).
+    const uint8_t action = ext.unrecognized_option->action();
+    if (action >= 2) {
+      d.protocol = ip.next_header;
+      SendIcmpv6Error(
+          d, kIcmpv6ParameterProblem, kCodeUnrecognizedOption,
+          static_cast<uint32_t>(ext.unrecognized_option->offset + hlen), now,
+          /*multicast_ok=*/action == 2);
+    }
+    return Drop(DropReason::kIpv6UnrecognizedOption);
+  }
   if (ext.fragment) {
     ++counters_.ipv6_fragments_received;
     if (reassembler_.NextDeadline() <= now) ExpireReassembly(now);
@@ -518,14 +529,17 @@ void Stack::SendNeighborSolicitation(Nic& nic, const wire::Ipv6Address& target,
 }
 
 void Stack::SendIcmpv6Error(const Ipv6Datagram& offending, uint8_t type,
-                            uint8_t code, uint32_t mtu, Instant now) {
+                            uint8_t code, uint32_t mtu, Instant now,
+                            bool multicast_ok) {
   // RFC 4443 2.4(e): not about an ICMPv6 error, not about a packet sent to
-  // a multicast address (IPv6 or link layer; Packet Too Big and Parameter
-  // Problem code 2 would be allowed, and we send neither), not to an
+  // a multicast address (IPv6 or link layer) unless `multicast_ok`
+  // (Parameter Problem code 2 for an option of action 10), not to an
   // unspecified or multicast source.
   Nic* nic = FindNic(offending.nic);
-  if (nic == nullptr || offending.link_multicast ||
-      offending.ip.dst.IsMulticast() || offending.ip.src.IsZero() ||
+  if (nic == nullptr ||
+      (!multicast_ok &&
+       (offending.link_multicast || offending.ip.dst.IsMulticast())) ||
+      offending.ip.src.IsZero() ||
       offending.ip.src.IsMulticast()) {
     return;
   }

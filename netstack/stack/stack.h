@@ -328,8 +328,12 @@ class Stack {
                                 Instant now);
   void SendIcmpv4Error(const Ipv4Datagram& offending, uint8_t type,
                        uint8_t code, uint16_t mtu, Instant now);
+  // `multicast_ok`: the error may answer a packet sent to a multicast
+  // address (RFC 4443 2.4(e.3): Packet Too Big, and Parameter Problem
+  // code 2 for an option whose action bits are 10).
   void SendIcmpv6Error(const Ipv6Datagram& offending, uint8_t type,
-                       uint8_t code, uint32_t mtu, Instant now);
+                       uint8_t code, uint32_t mtu, Instant now,
+                       bool multicast_ok = false);
   // Expires timed-out datagrams; called from Poll and before a fragment is
   // added, so a late fragment never joins a datagram past its deadline.
   void ExpireReassembly(Instant now);

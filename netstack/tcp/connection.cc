@@ -386,6 +386,24 @@ std::optional<DropReason> Connection::OnSynchronized(Segment& seg,
     AckInvalid(seg, now);
     return DropReason::kTcpPawsRejected;
   }
+  // Simultaneous open (RFC 9293 3.5, figure 8): in SYN-RECEIVED the
+  // peer's SYN-ACK repeats its SYN (SEG.SEQ = IRS, just below RCV.NXT, so
+  // the first check would refuse it) and acknowledges ours. It completes
+  // the handshake, as in Linux's tcp_validate_incoming; refusing it left
+  // both ends trading SYN-ACKs (conformance scenario simultaneous_open).
+  if (state_ == TcpState::kSynReceived && seg.has(flag::kSyn) &&
+      seg.has(flag::kAck) && !seg.has(flag::kRst) && !seg.has(flag::kFin) &&
+      seg.payload.size() == 0 && seg.seq() == irs_ && seg.ack() == snd_nxt_) {
+    last_recv_ = now;
+    SampleHandshakeRtt(seg, now);
+    // A SYN's window is never scaled (RFC 7323 2.2).
+    snd_wnd_ = seg.tcp.window;
+    max_snd_wnd_ = std::max(max_snd_wnd_, snd_wnd_);
+    snd_wl1_ = seg.seq();
+    snd_wl2_ = seg.ack();
+    EnterEstablished(now);
+    return ProcessAck(seg, now);
+  }
   // TIME_WAIT is not a Connection state any more: the layer's TIME_WAIT
   // table (time_wait.h) takes those segments.
   if (!Acceptable(seg)) {

@@ -50,6 +50,7 @@
 #include "tools/common/link_chain.h"
 #include "tools/common/stack_runtime.h"
 #include "tools/netstackd/fd_limit.h"
+#include "tools/netstackd/control_api.h"
 #include "tools/netstackd/forward_api.h"
 #include "link/netns_sockets.h"
 #include "tools/netstackd/least_privilege.h"
@@ -229,6 +230,12 @@ ABSL_FLAG(std::string, forward_api, "",
           "With --backend: a UNIX socket (mode 0600) at PATH for a JSON-lines "
           "API that adds, lists and removes forwards and reads the counters "
           "while netstackd runs (docs/SANDBOX.md); removed at exit.");
+ABSL_FLAG(std::string, control, "",
+          "Host mode: drive the stack's own TCP and UDP sockets through a "
+          "UNIX socket at PATH (one JSON object per line: socket, bind, "
+          "listen, accept, connect, send, recv, shutdown, close, setsockopt, "
+          "info; tools/netstackd/control_api.h). For the conformance suite "
+          "(tests/conformance).");
 ABSL_FLAG(std::string, sandbox, "on",
           "on: once set up, drop every capability but those still used, set "
           "no_new_privs and allow only the system calls the loop makes "
@@ -285,6 +292,7 @@ struct Config {
   std::vector<Forward> forwards;
   ForwardPath forward_path = ForwardPath::kAuto;
   std::string forward_api;  // --forward-api PATH
+  std::string control;      // --control PATH (host mode)
   bool sandbox = true;        // --sandbox
   bool sandbox_log = false;   // --sandbox=log
   std::string sandbox_test;   // --sandbox-test
@@ -540,6 +548,10 @@ absl::StatusOr<Config> ParseConfig() {
       }
     }
     c.forward_api = absl::GetFlag(FLAGS_forward_api);
+    if (!absl::GetFlag(FLAGS_control).empty()) {
+      return Usage("--control drives the stack's own sockets: host mode only "
+                   "(not with --backend)");
+    }
     const std::string path = absl::GetFlag(FLAGS_forward_path);
     if (path == "auto") {
       c.forward_path = ForwardPath::kAuto;
@@ -561,6 +573,7 @@ absl::StatusOr<Config> ParseConfig() {
     return Usage("-t, -u and --forward-api forward to a guest: they need "
                  "--backend (or -- CMD)");
   } else {
+    c.control = absl::GetFlag(FLAGS_control);
     if (absl::GetFlag(FLAGS_host_loopback) ||
         !absl::GetFlag(FLAGS_outbound_bind).empty() ||
         !absl::GetFlag(FLAGS_dns_upstream).empty()) {
@@ -1083,6 +1096,8 @@ int Run(const Config& c) {
   std::unique_ptr<PortForwards> forwards;
   // The forward API (--forward-api); destroyed before the forwards.
   std::unique_ptr<ForwardApi> forward_api;
+  // The control socket (--control); destroyed before the layers.
+  std::unique_ptr<ControlApi> control;
   auto counter_text = [&]() {
     std::string text = st.FormatCounters();
     absl::StrAppend(&text, tcp.FormatCounters());
@@ -1107,6 +1122,7 @@ int Run(const Config& c) {
       }
     }
     if (forward_api) absl::StrAppend(&text, forward_api->FormatCounters());
+    if (control) absl::StrAppend(&text, control->FormatCounters());
     return text;
   };
   auto print_counters = [&](const char* why) {
@@ -1212,6 +1228,15 @@ int Run(const Config& c) {
       }
       forward_api = *std::move(api);
     }
+  }
+  if (!c.control.empty()) {
+    auto api = ControlApi::Create(loop, tcp, udp, counter_text, c.control);
+    if (!api.ok()) {
+      std::fprintf(stderr, "netstackd: %s\n",
+                   std::string(api.status().message()).c_str());
+      return 1;
+    }
+    control = *std::move(api);
   }
   if (c.guest == Config::Guest::kRun) {
     SandboxCommand::Options o;

@@ -1,0 +1,542 @@
+#include "tools/netstackd/control_api.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "netstack/transport/address.h"
+#include "netstack/transport/errors.h"
+#include "tools/tcp_benchmark/json.h"
+
+namespace netstack::tools {
+namespace {
+
+using bench::JsonValue;
+using bench::JsonWriter;
+using link::ErrnoStatus;
+using link::UniqueFd;
+
+std::string ErrorReply(int err, std::string_view why) {
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(false).Key("errno").Int(err);
+  w.Key("error").String(why).EndObject();
+  return w.text();
+}
+
+std::string ErrorReply(const absl::Status& s) {
+  int e = transport::ErrnoOf(s);
+  if (e == 0) e = EINVAL;
+  return ErrorReply(e, std::string(s.message()));
+}
+
+std::string OkReply() { return "{\"ok\":true}"; }
+
+// The names Linux's TCP_INFO tcpi_state takes (include/net/tcp_states.h),
+// so that a scenario compares the same words for both DUTs.
+const char* LinuxStateName(tcp::TcpState s) {
+  switch (s) {
+    case tcp::TcpState::kClosed: return "CLOSE";
+    case tcp::TcpState::kListen: return "LISTEN";
+    case tcp::TcpState::kSynSent: return "SYN_SENT";
+    case tcp::TcpState::kSynReceived: return "SYN_RECV";
+    case tcp::TcpState::kEstablished: return "ESTABLISHED";
+    case tcp::TcpState::kFinWait1: return "FIN_WAIT1";
+    case tcp::TcpState::kFinWait2: return "FIN_WAIT2";
+    case tcp::TcpState::kCloseWait: return "CLOSE_WAIT";
+    case tcp::TcpState::kClosing: return "CLOSING";
+    case tcp::TcpState::kLastAck: return "LAST_ACK";
+    case tcp::TcpState::kTimeWait: return "TIME_WAIT";
+  }
+  return "CLOSE";
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::optional<std::vector<uint8_t>> FromHex(std::string_view hex) {
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = HexDigit(hex[2 * i]);
+    const int lo = HexDigit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return out;
+}
+
+std::string ToHex(std::span<const uint8_t> bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+// The payload of a send: "data" (hex) or "size" bytes of 'a'..'z' (the
+// Linux helper fills the same pattern).
+std::optional<std::vector<uint8_t>> Payload(const JsonValue& req) {
+  if (std::optional<std::string> hex = req.GetString("data")) {
+    if (hex->size() / 2 > ControlApi::kMaxIo) return std::nullopt;
+    return FromHex(*hex);
+  }
+  std::optional<int64_t> size = req.GetInt("size");
+  if (!size || *size < 0 || *size > static_cast<int64_t>(ControlApi::kMaxIo)) {
+    return std::nullopt;
+  }
+  std::vector<uint8_t> out(static_cast<size_t>(*size));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = 'a' + i % 26;
+  return out;
+}
+
+std::optional<transport::SocketAddress> Address(const JsonValue& req) {
+  std::optional<std::string> addr = req.GetString("addr");
+  std::optional<int64_t> port = req.GetInt("port");
+  if (!addr || !port || *port < 0 || *port > 65535) return std::nullopt;
+  std::optional<transport::IpAddress> ip = transport::IpAddress::Parse(*addr);
+  if (!ip) return std::nullopt;
+  return transport::SocketAddress{*ip, static_cast<uint16_t>(*port)};
+}
+
+void WriteAddress(JsonWriter& w, const transport::SocketAddress& a) {
+  w.Key("addr").String(a.ip.ToString()).Key("port").Uint(a.port);
+}
+
+}  // namespace
+
+// One connection to the API: request lines in, answer lines out (the same
+// framing and limits as the forward API's client).
+class ControlApi::Client : public eventloop::Handler {
+ public:
+  Client(ControlApi& api, UniqueFd fd) : api_(api), fd_(std::move(fd)) {}
+  ~Client() override {
+    if (api_.loop_.IsRegistered(fd_.get())) {
+      (void)api_.loop_.Remove(fd_.get());
+    }
+  }
+  int fd() const { return fd_.get(); }
+
+  void OnReadable(Instant now) override {
+    char buf[16 * 1024];
+    for (int i = 0; i < 16 && !eof_; ++i) {
+      const ssize_t n = recv(fd_.get(), buf, sizeof(buf), MSG_DONTWAIT);
+      if (n == 0) {
+        eof_ = true;
+        break;
+      }
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return api_.Drop(this);
+      }
+      in_.append(buf, static_cast<size_t>(n));
+      size_t start = 0;
+      for (size_t nl; (nl = in_.find('\n', start)) != std::string::npos;
+           start = nl + 1) {
+        std::string_view line(in_.data() + start, nl - start);
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (line.empty()) continue;
+        absl::StrAppend(&out_, api_.Handle(line, now), "\n");
+      }
+      in_.erase(0, start);
+      if (in_.size() > kMaxLine) {
+        ++api_.errors_;
+        absl::StrAppend(&out_, ErrorReply(EMSGSIZE, "request too long"), "\n");
+        (void)send(fd_.get(), out_.data(), out_.size(),
+                   MSG_DONTWAIT | MSG_NOSIGNAL);
+        return api_.Drop(this);
+      }
+    }
+    Flush();
+  }
+
+  void OnWritable(Instant now) override { Flush(); }
+  void OnError(Instant now, uint32_t) override { api_.Drop(this); }
+
+ private:
+  void Flush() {
+    while (!out_.empty()) {
+      const ssize_t n = send(fd_.get(), out_.data(), out_.size(),
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return api_.Drop(this);
+      }
+      out_.erase(0, static_cast<size_t>(n));
+    }
+    if (out_.size() > kMaxOutput) return api_.Drop(this);
+    if (eof_ && out_.empty()) return api_.Drop(this);
+    const uint32_t want = (eof_ ? 0 : eventloop::EventLoop::kReadable) |
+                          (out_.empty() ? 0 : eventloop::EventLoop::kWritable);
+    (void)api_.loop_.Modify(fd_.get(), want);
+  }
+
+  ControlApi& api_;
+  UniqueFd fd_;
+  std::string in_;
+  std::string out_;
+  bool eof_ = false;
+};
+
+absl::StatusOr<std::unique_ptr<ControlApi>> ControlApi::Create(
+    eventloop::EventLoop& loop, tcp::TcpLayer& tcp, udp::UdpLayer& udp,
+    std::function<std::string()> counters, const std::string& path) {
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(un.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--control '", path, "': a UNIX socket path is 1 to ",
+        sizeof(un.sun_path) - 1, " bytes"));
+  }
+  std::memcpy(un.sun_path, path.data(), path.size());
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus(errno, "--control: socket");
+  const mode_t old = umask(0177);
+  const int rc = bind(fd.get(), reinterpret_cast<const sockaddr*>(&un),
+                      sizeof(un));
+  const int bind_errno = errno;
+  umask(old);
+  if (rc != 0) {
+    return ErrnoStatus(bind_errno, absl::StrCat("--control: bind ", path));
+  }
+  if (listen(fd.get(), 8) != 0) {
+    const int e = errno;
+    (void)unlink(path.c_str());
+    return ErrnoStatus(e, absl::StrCat("--control: listen on ", path));
+  }
+  std::unique_ptr<ControlApi> api(new ControlApi(
+      loop, tcp, udp, std::move(counters), path, std::move(fd)));
+  if (absl::Status s = loop.Add(api->fd_.get(),
+                                eventloop::EventLoop::kReadable, api.get());
+      !s.ok()) {
+    return s;
+  }
+  return api;
+}
+
+ControlApi::ControlApi(eventloop::EventLoop& loop, tcp::TcpLayer& tcp,
+                       udp::UdpLayer& udp,
+                       std::function<std::string()> counters, std::string path,
+                       UniqueFd fd)
+    : loop_(loop),
+      tcp_(tcp),
+      udp_(udp),
+      counter_text_(std::move(counters)),
+      path_(std::move(path)),
+      fd_(std::move(fd)) {}
+
+ControlApi::~ControlApi() {
+  clients_.clear();
+  sockets_.clear();  // closes them (their connections live on in the layer)
+  if (loop_.IsRegistered(fd_.get())) (void)loop_.Remove(fd_.get());
+  (void)unlink(path_.c_str());
+}
+
+void ControlApi::OnReadable(Instant now) {
+  for (int i = 0; i < 16; ++i) {
+    UniqueFd c(accept4(fd_.get(), nullptr, nullptr,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!c.valid()) return;
+    if (clients_.size() >= kMaxClients) continue;  // closed
+    auto client = std::make_unique<Client>(*this, std::move(c));
+    if (!loop_.Add(client->fd(), eventloop::EventLoop::kReadable, client.get())
+             .ok()) {
+      continue;
+    }
+    Client* raw = client.get();
+    clients_.emplace(raw, std::move(client));
+  }
+}
+
+void ControlApi::Drop(Client* c) { clients_.erase(c); }
+
+int ControlApi::AddSocket(Socket s) {
+  const int fd = next_fd_++;
+  sockets_.emplace(fd, std::move(s));
+  return fd;
+}
+
+std::string ControlApi::Handle(std::string_view line, Instant now) {
+  ++requests_;
+  auto fail = [&](int err, std::string_view why) {
+    ++errors_;
+    return ErrorReply(err, why);
+  };
+  auto fail_status = [&](const absl::Status& s) {
+    ++errors_;
+    return ErrorReply(s);
+  };
+  absl::StatusOr<JsonValue> parsed = bench::ParseJson(line);
+  if (!parsed.ok() || !parsed->is_object()) {
+    return fail(EINVAL, "a request is one JSON object");
+  }
+  const JsonValue& req = *parsed;
+  const std::optional<std::string> op = req.GetString("op");
+  if (!op) return fail(EINVAL, "no \"op\"");
+
+  if (*op == "socket") {
+    const std::optional<int64_t> family = req.GetInt("family");
+    const std::optional<std::string> proto = req.GetString("proto");
+    if (!family || (*family != 4 && *family != 6)) {
+      return fail(EAFNOSUPPORT, "family is 4 or 6");
+    }
+    if (sockets_.size() >= kMaxSockets) return fail(EMFILE, "too many sockets");
+    const transport::Family f =
+        *family == 4 ? transport::Family::kIpv4 : transport::Family::kIpv6;
+    Socket s;
+    if (proto && *proto == "tcp") {
+      s.tcp = tcp_.Open(f);
+    } else if (proto && *proto == "udp") {
+      s.udp = udp_.Open(f);
+    } else {
+      return fail(EPROTONOSUPPORT, "proto is tcp or udp");
+    }
+    JsonWriter w;
+    w.BeginObject().Key("ok").Bool(true).Key("fd").Int(AddSocket(std::move(s)));
+    w.EndObject();
+    return w.text();
+  }
+  if (*op == "reset") {
+    for (auto& [fd, s] : sockets_) {
+      if (s.tcp) s.tcp->Abort();
+    }
+    sockets_.clear();
+    return OkReply();
+  }
+  if (*op == "counters") {
+    JsonWriter w;
+    w.BeginObject().Key("ok").Bool(true).Key("counters").BeginObject();
+    const std::string text = counter_text_ ? counter_text_() : std::string();
+    for (absl::string_view l : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      const size_t sp = l.find(' ');
+      if (sp == absl::string_view::npos) continue;
+      absl::string_view name = l.substr(0, sp);
+      const absl::string_view value = l.substr(sp + 1);
+      uint64_t n = 0;
+      if (name.size() > 1 && name.back() == ':') {
+        name.remove_suffix(1);
+        for (absl::string_view kv :
+             absl::StrSplit(value, ' ', absl::SkipEmpty())) {
+          const size_t eq = kv.find('=');
+          if (eq == absl::string_view::npos ||
+              !absl::SimpleAtoi(kv.substr(eq + 1), &n)) {
+            continue;
+          }
+          w.Key(absl::StrCat(name, ".", kv.substr(0, eq))).Uint(n);
+        }
+        continue;
+      }
+      if (absl::SimpleAtoi(value, &n)) {
+        w.Key(std::string_view(name.data(), name.size())).Uint(n);
+      }
+    }
+    w.EndObject().EndObject();
+    return w.text();
+  }
+
+  // Everything else names a socket.
+  const std::optional<int64_t> fd = req.GetInt("fd");
+  auto it = fd ? sockets_.find(static_cast<int>(*fd)) : sockets_.end();
+  if (it == sockets_.end()) return fail(EBADF, "no such fd");
+  Socket& s = it->second;
+
+  if (*op == "close") {
+    if (s.tcp && s.linger_zero) s.tcp->Abort();
+    if (s.tcp) s.tcp->Close();
+    if (s.udp) s.udp->Close();
+    sockets_.erase(it);
+    return OkReply();
+  }
+  if (*op == "bind" || *op == "connect") {
+    std::optional<transport::SocketAddress> a = Address(req);
+    if (!a) return fail(EINVAL, "addr and port");
+    absl::Status st;
+    if (*op == "bind") {
+      st = s.tcp ? s.tcp->Bind(*a) : s.udp->Bind(*a);
+    } else {
+      st = s.tcp ? s.tcp->Connect(*a) : s.udp->Connect(*a);
+    }
+    return st.ok() ? OkReply() : fail_status(st);
+  }
+  if (*op == "listen") {
+    if (!s.tcp) return fail(EOPNOTSUPP, "listen on UDP");
+    const int64_t backlog = req.GetInt("backlog").value_or(16);
+    if (backlog < 0) return fail(EINVAL, "backlog");
+    absl::Status st = s.tcp->Listen(static_cast<uint32_t>(backlog));
+    return st.ok() ? OkReply() : fail_status(st);
+  }
+  if (*op == "accept") {
+    if (!s.tcp) return fail(EOPNOTSUPP, "accept on UDP");
+    absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> c = s.tcp->Accept();
+    if (!c.ok()) return fail_status(c.status());
+    const transport::SocketAddress remote = (*c)->remote_address();
+    Socket child;
+    child.tcp = std::move(*c);
+    JsonWriter w;
+    w.BeginObject().Key("ok").Bool(true);
+    w.Key("fd").Int(AddSocket(std::move(child)));
+    WriteAddress(w, remote);
+    w.EndObject();
+    return w.text();
+  }
+  if (*op == "send" || *op == "sendto") {
+    std::optional<std::vector<uint8_t>> data = Payload(req);
+    if (!data) return fail(EINVAL, "data (hex) or size");
+    size_t n = 0;
+    if (s.tcp) {
+      if (data->empty()) return fail(EINVAL, "empty send");
+      absl::StatusOr<size_t> r = s.tcp->Write(*data);
+      if (!r.ok()) return fail_status(r.status());
+      n = *r;
+    } else {
+      absl::Status st;
+      if (*op == "sendto") {
+        std::optional<transport::SocketAddress> a = Address(req);
+        if (!a) return fail(EINVAL, "addr and port");
+        st = s.udp->SendTo(*data, *a, now);
+      } else {
+        st = s.udp->Send(*data, now);
+      }
+      if (!st.ok()) return fail_status(st);
+      n = data->size();
+    }
+    JsonWriter w;
+    w.BeginObject().Key("ok").Bool(true).Key("n").Uint(n).EndObject();
+    return w.text();
+  }
+  if (*op == "recv") {
+    const int64_t len = req.GetInt("len").value_or(65536);
+    if (len < 0 || len > static_cast<int64_t>(kMaxIo)) {
+      return fail(EINVAL, "len");
+    }
+    std::vector<uint8_t> buf(static_cast<size_t>(len));
+    JsonWriter w;
+    if (s.tcp) {
+      absl::StatusOr<size_t> r = s.tcp->Read(buf);
+      if (!r.ok()) return fail_status(r.status());
+      w.BeginObject().Key("ok").Bool(true).Key("n").Uint(*r);
+      w.Key("data").String(ToHex(std::span<const uint8_t>(buf.data(), *r)));
+    } else {
+      absl::StatusOr<udp::RecvResult> r = s.udp->RecvFrom(buf);
+      if (!r.ok()) return fail_status(r.status());
+      w.BeginObject().Key("ok").Bool(true).Key("n").Uint(r->bytes);
+      w.Key("data").String(
+          ToHex(std::span<const uint8_t>(buf.data(), r->bytes)));
+      WriteAddress(w, r->from);
+    }
+    w.EndObject();
+    return w.text();
+  }
+  if (*op == "shutdown") {
+    if (!s.tcp) return fail(EOPNOTSUPP, "shutdown on UDP");
+    const std::string how = req.GetString("how").value_or("");
+    const bool rd = how == "rd" || how == "rdwr";
+    const bool wr = how == "wr" || how == "rdwr";
+    if (!rd && !wr) return fail(EINVAL, "how is rd, wr or rdwr");
+    absl::Status st = s.tcp->Shutdown(rd, wr);
+    return st.ok() ? OkReply() : fail_status(st);
+  }
+  if (*op == "poll") {
+    const uint32_t ev = s.tcp ? s.tcp->Events() : s.udp->Events();
+    JsonWriter w;
+    w.BeginObject().Key("ok").Bool(true);
+    w.Key("readable").Bool(ev & transport::event::kReadable);
+    w.Key("writable").Bool(ev & transport::event::kWritable);
+    w.Key("error").Bool(ev & transport::event::kError);
+    w.Key("hup").Bool(ev & transport::event::kHangup);
+    w.EndObject();
+    return w.text();
+  }
+  if (*op == "info") {
+    if (!s.tcp) return fail(EOPNOTSUPP, "info on UDP");
+    const tcp::TcpInfo i = s.tcp->Info();
+    JsonWriter w;
+    w.BeginObject().Key("ok").Bool(true);
+    w.Key("state").String(LinuxStateName(s.tcp->state()));
+    w.Key("rto_ms").Int(absl::ToInt64Milliseconds(i.rto));
+    w.Key("snd_mss").Uint(i.mss);
+    w.Key("rcv_wnd").Uint(i.rcv_wnd);
+    w.Key("snd_wnd").Uint(i.snd_wnd);
+    w.Key("retransmits").Uint(i.retransmits);
+    w.Key("timeouts").Uint(i.timeouts);
+    w.Key("sack").Bool(i.sack).Key("timestamps").Bool(i.timestamps);
+    w.Key("snd_wscale").Uint(i.snd_wscale).Key("rcv_wscale").Uint(i.rcv_wscale);
+    w.EndObject();
+    return w.text();
+  }
+  if (*op == "getsockopt") {
+    const std::string opt = req.GetString("opt").value_or("");
+    if (opt != "error") return fail(ENOPROTOOPT, "getsockopt: error only");
+    const absl::Status e = s.tcp ? s.tcp->TakeError() : s.udp->TakeError();
+    JsonWriter w;
+    w.BeginObject().Key("ok").Bool(true);
+    w.Key("value").Int(e.ok() ? 0 : transport::ErrnoOf(e)).EndObject();
+    return w.text();
+  }
+  if (*op == "setsockopt") {
+    const std::string opt = req.GetString("opt").value_or("");
+    const int64_t value = req.GetInt("value").value_or(0);
+    if (!s.tcp) return fail(ENOPROTOOPT, "setsockopt: TCP only");
+    if (opt == "nodelay") {
+      s.tcp->SetNoDelay(value != 0);
+    } else if (opt == "cork") {
+      s.tcp->SetCork(value != 0);
+    } else if (opt == "user_timeout") {
+      if (value < 0) return fail(EINVAL, "user_timeout");
+      s.tcp->SetUserTimeout(absl::Milliseconds(value));
+    } else if (opt == "keepalive") {
+      const int64_t idle = req.GetInt("idle").value_or(7200);
+      const int64_t interval = req.GetInt("interval").value_or(75);
+      const int64_t count = req.GetInt("count").value_or(9);
+      if (idle <= 0 || interval <= 0 || count <= 0) {
+        return fail(EINVAL, "keepalive idle, interval and count");
+      }
+      s.tcp->SetKeepalive(value != 0, absl::Seconds(idle),
+                          absl::Seconds(interval),
+                          static_cast<uint32_t>(count));
+    } else if (opt == "linger") {
+      const int64_t seconds = req.GetInt("seconds").value_or(0);
+      if (value != 0 && seconds != 0) {
+        return fail(ENOPROTOOPT, "linger: only 0 seconds (abort on close)");
+      }
+      s.linger_zero = value != 0;
+    } else if (opt == "rcvbuf" || opt == "window_clamp") {
+      if (value <= 0 || value > (1 << 30)) return fail(EINVAL, opt);
+      tcp::ConnectionOptions o = s.tcp->options();
+      o.receive_buffer = static_cast<uint32_t>(value);
+      o.max_receive_buffer = static_cast<uint32_t>(value);
+      o.receive_autotuning = false;
+      absl::Status st = s.tcp->SetOptions(o);
+      if (!st.ok()) return fail_status(st);
+    } else {
+      return fail(ENOPROTOOPT, absl::StrCat("setsockopt: unknown '", opt, "'"));
+    }
+    return OkReply();
+  }
+  return fail(EINVAL, absl::StrCat("unknown op '", *op, "'"));
+}
+
+std::string ControlApi::FormatCounters() const {
+  return absl::StrCat("control.requests ", requests_, "\n", "control.errors ",
+                      errors_, "\n", "control.sockets ", sockets_.size(), "\n");
+}
+
+}  // namespace netstack::tools
