@@ -117,10 +117,36 @@ def handmade():
     add("reassembly_fuzzer", bytes([1] + sum(([0x10 | i, 0, 0, 0, 64] for i in range(16)), [])))
 
 
+def stack_scripts():
+    """Scripts for stack_fuzzer (its file comment has the format)."""
+    rec = lambda b: struct.pack("!H", len(b)) + b
+    syn = bytes.fromhex("c0000050000000010000000060020000ffff0000" "020405b4")
+    def reply(flags, payload=b"", window=0xFFFF):
+        return bytes([3, flags, 0, 0]) + struct.pack("!H", window) + bytes(
+            [len(payload) // 4]) + payload
+    for op in (1, 2):  # IPv4, IPv6
+        script = (bytes([op, 6]) + rec(syn) + reply(0x10) +
+                  reply(0x18, b"GET / HTTP/1.0\r\n\r\n") + bytes([4, 0, 50]) +
+                  reply(0x10) + reply(0x11) + bytes([4, 0, 200]) + reply(0x10))
+        add("stack_fuzzer", script)
+        # A SYN and then silence past every retransmission.
+        add("stack_fuzzer", bytes([op, 6]) + rec(syn) + bytes([0x84, 0, 0, 60]) * 4)
+    # UDP echo, and a UDP datagram to a closed port (ICMP unreachable).
+    add("stack_fuzzer", bytes([1, 17]) + rec(bytes.fromhex("c35000070010 0000".replace(" ", "")) + b"ping1234"))
+    add("stack_fuzzer", bytes([1, 17]) + rec(bytes.fromhex("c35000090010 0000".replace(" ", "")) + b"ping1234"))
+    # Whole captures, frame by frame, with time steps between.
+    for path in sorted(glob.glob(os.path.join(ROOT, "..", "tests", "testdata", "*.pcap"))):
+        script = b""
+        for frame in list(frames(path))[:24]:
+            script += bytes([0]) + rec(frame) + bytes([4, 0, 10])
+        add("stack_fuzzer", script)
+
+
 def main():
     for path in sorted(glob.glob(os.path.join(ROOT, "..", "tests", "testdata", "*.pcap"))):
         for frame in frames(path):
             split(frame)
+    stack_scripts()
     handmade()
     for target, items in sorted(seeds.items()):
         d = os.path.join(ROOT, "corpus", target)
