@@ -4,8 +4,9 @@
 # inputs for $FUZZ_SECONDS (default 30). New corpus entries go to the
 # test's temporary directory, never into the source tree. A crash, leak,
 # timeout or out-of-memory fails the test; the input is kept in the test's
-# outputs (bazel-testlogs/fuzz/NAME_fuzz_test/test.outputs/) and printed
-# here, path and hex, so the log alone reproduces it.
+# outputs (bazel-testlogs/fuzz/NAME_fuzz_test/test.outputs/outputs.zip;
+# Bazel 4 zips them) and printed here, its path and its bytes in hex, so
+# the log alone reproduces it.
 #
 #   run_fuzzer.sh BINARY CORPUS_DIR [libFuzzer flags...]
 set -uo pipefail
@@ -33,10 +34,11 @@ if ((rc != 0)); then
   for f in "$out"/crash-* "$out"/leak-* "$out"/timeout-* "$out"/oom-* \
       "$out"/slow-unit-*; do
     [[ -e $f ]] || continue
-    rel=bazel-testlogs/fuzz/${TEST_TARGET##*:}/test.outputs/$(basename "$f")
-    echo "crash input: $rel" >&2
-    echo "  reproduce: bazel run --config=fuzz //fuzz:$name -- \$PWD/$rel" >&2
-    echo "  regression: cp $rel fuzz/regressions/$name/" >&2
+    zip=bazel-testlogs/fuzz/${TEST_TARGET##*:}/test.outputs/outputs.zip
+    echo "crash input: $(basename "$f") in $zip (here: $f)" >&2
+    echo "  unzip -o $zip $(basename "$f") -d /tmp &&" \
+      "bazel run --config=fuzz //fuzz:$name -- /tmp/$(basename "$f")" >&2
+    echo "  then keep it: cp /tmp/$(basename "$f") fuzz/regressions/$name/" >&2
     od -A x -t x1z -v "$f" | head -n 40 >&2
   done
   exit 1
