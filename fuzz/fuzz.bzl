@@ -51,5 +51,6 @@ def netstack_fuzz_target(name, srcs, deps, dict = None, max_len = None):
         srcs = ["run_fuzzer.sh"],
         args = args,
         data = run_data,
-        tags = ["manual", "fuzz", "cpu:1"],
+        # external: never cached as passed, so each run fuzzes anew.
+        tags = ["manual", "fuzz", "external", "cpu:1"],
     )
