@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora under fuzz/corpus/ from tests/testdata/*.pcap.
+
+Each Ethernet frame of the captures is cut at its headers: the frame goes
+to ethernet_fuzzer, its IP packet to ipv4_fuzzer / ipv6_fuzzer, its TCP,
+UDP, ICMP or ARP part to that parser's target (icmpv6_fuzzer gets the two
+addresses of the pseudo-header first, as it expects). Identical seeds are
+written once (the file name is a hash of the bytes), and each target keeps
+at most MAX_PER_TARGET of them, so the committed corpora stay small. A few
+hand-made inputs cover what the captures lack (VLAN tags, IPv4 options,
+IPv6 extension headers and fragments, NDP, reassembly scripts).
+
+  python3 fuzz/make_seeds.py     # from the repository root
+"""
+import glob
+import hashlib
+import os
+import struct
+
+MAX_PER_TARGET = 40
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)))
+seeds = {}
+
+
+def add(target, data):
+    seeds.setdefault(target, {})[hashlib.sha1(data).hexdigest()[:16]] = data
+
+
+def frames(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    magic = struct.unpack("<I", raw[:4])[0]
+    endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    pos = 24
+    while pos + 16 <= len(raw):
+        _, _, incl, _ = struct.unpack(endian + "IIII", raw[pos:pos + 16])
+        yield raw[pos + 16:pos + 16 + incl]
+        pos += 16 + incl
+
+
+def upper(target_proto, data, src, dst):
+    if target_proto == 6:
+        add("tcp_fuzzer", data)
+    elif target_proto == 17:
+        add("udp_fuzzer", data)
+    elif target_proto == 1:
+        add("icmpv4_fuzzer", data)
+    elif target_proto == 58:
+        add("icmpv6_fuzzer", src + dst + data)
+
+
+def split(frame):
+    add("ethernet_fuzzer", frame)
+    if len(frame) < 14:
+        return
+    etype = struct.unpack("!H", frame[12:14])[0]
+    ip = frame[14:]
+    if etype == 0x0806:
+        add("arp_fuzzer", ip)
+    elif etype == 0x0800 and len(ip) >= 20:
+        add("ipv4_fuzzer", ip)
+        ihl = (ip[0] & 15) * 4
+        total = struct.unpack("!H", ip[2:4])[0]
+        upper(ip[9], ip[ihl:total], ip[12:16], ip[16:20])
+    elif etype == 0x86DD and len(ip) >= 40:
+        add("ipv6_fuzzer", ip)
+        plen = struct.unpack("!H", ip[4:6])[0]
+        upper(ip[6], ip[40:40 + plen], ip[8:24], ip[24:40])
+
+
+def handmade():
+    mac = bytes.fromhex("020000000002") + bytes.fromhex("020000000001")
+    add("ethernet_fuzzer", mac + b"\x81\x00\x00\x05\x08\x00" + b"\x45" * 20)
+    add("ethernet_fuzzer", mac + b"\x88\xa8\x00\x07\x86\xdd" + b"\x60" * 40)
+    # IPv4 with options (record route, NOP, EOL) and a fragment.
+    add("ipv4_fuzzer", bytes.fromhex(
+        "4700002c00014000" "40110000" "0a090001" "0a090002"
+        "0707040000000000" "01000000") + b"\x00" * 4)
+    add("ipv4_fuzzer", bytes.fromhex(
+        "4500001c12342001" "40010000" "0a090001" "0a090002") + b"\x08" * 8)
+    # IPv6: Hop-by-Hop (router alert), Destination Options, Fragment, UDP.
+    src = bytes.fromhex("fd000009000000000000000000000001")
+    dst = bytes.fromhex("fd000009000000000000000000000002")
+    ext = (bytes.fromhex("3c00050200000100") + bytes.fromhex("2c0001040000de00")
+           + bytes.fromhex("1100000100000007") + bytes.fromhex("0035003500080000"))
+    add("ipv6_fuzzer", bytes.fromhex("60000000") + struct.pack("!H", len(ext))
+        + b"\x00\x40" + src + dst + ext)
+    nonfirst = bytes.fromhex("3a0005a900000009") + b"\xbb" * 16
+    add("ipv6_fuzzer", bytes.fromhex("60000000") + struct.pack("!H", len(nonfirst))
+        + b"\x2c\x40" + src + dst + nonfirst)
+    # NDP: RS with SLLA, NS with SLLA, RA with prefix and MTU, NA.
+    slla = bytes.fromhex("01010200000000 01".replace(" ", ""))
+    add("icmpv6_fuzzer", src + dst + bytes.fromhex("85000000 00000000".replace(" ", "")) + slla)
+    add("icmpv6_fuzzer", src + dst + bytes.fromhex("87000000 00000000".replace(" ", "")) + dst + slla)
+    prefix = bytes.fromhex("030440c0ffffffffffffffff00000000") + bytes.fromhex(
+        "fd000009000000000000000000000000")
+    add("icmpv6_fuzzer", src + dst + bytes.fromhex("8600000040c00708000000000000000000")[:16]
+        + slla + prefix + bytes.fromhex("0501000000000578"))
+    add("icmpv6_fuzzer", src + dst + bytes.fromhex("88000000e0000000") + dst
+        + bytes.fromhex("0201020000000002"))
+    # TCP SYN with every option, and an ACK with four SACK blocks.
+    add("tcp_fuzzer", bytes.fromhex(
+        "c0000050000000010000000000a002fa" "f0000000"
+        "020405b40402080a0000000100000000010303070000"[:40]))
+    add("tcp_fuzzer", bytes.fromhex(
+        "c000005000000001000000028010fa00" "00000000"
+        "0101050a0000100000002000" "0101080a0000000200000001"))
+    # UDP: DNS-sized, zero checksum, header only.
+    add("udp_fuzzer", bytes.fromhex("c35000350014abcd") + b"\x11" * 12)
+    add("udp_fuzzer", bytes.fromhex("0044004300080000"))
+    # Reassembly scripts: two fragments completing a datagram; an overlap;
+    # a timeout; a flood of new datagrams.
+    add("reassembly_fuzzer", bytes([1, 0x10, 0, 0, 0, 64, 0x00, 0, 8, 0, 16]))
+    add("reassembly_fuzzer", bytes([0, 0x11, 0, 0, 0, 64, 0x31, 0, 4, 0, 64,
+                                    0x01, 0, 12, 0, 8]))
+    add("reassembly_fuzzer", bytes([0, 0x12, 0, 0, 0, 64, 0xff, 0, 0x02, 0, 8, 0, 8]))
+    add("reassembly_fuzzer", bytes([1] + sum(([0x10 | i, 0, 0, 0, 64] for i in range(16)), [])))
+
+
+def stack_scripts():
+    """Scripts for stack_fuzzer (its file comment has the format)."""
+    rec = lambda b: struct.pack("!H", len(b)) + b
+    syn = bytes.fromhex("c0000050000000010000000060020000ffff0000" "020405b4")
+    def reply(flags, payload=b"", window=0xFFFF):
+        return bytes([3, flags, 0, 0]) + struct.pack("!H", window) + bytes(
+            [len(payload) // 4]) + payload
+    for op in (1, 2):  # IPv4, IPv6
+        script = (bytes([op, 6]) + rec(syn) + reply(0x10) +
+                  reply(0x18, b"GET / HTTP/1.0\r\n\r\n") + bytes([4, 0, 50]) +
+                  reply(0x10) + reply(0x11) + bytes([4, 0, 200]) + reply(0x10))
+        add("stack_fuzzer", script)
+        # A SYN and then silence past every retransmission.
+        add("stack_fuzzer", bytes([op, 6]) + rec(syn) + bytes([0x84, 0, 0, 60]) * 4)
+    # UDP echo, and a UDP datagram to a closed port (ICMP unreachable).
+    add("stack_fuzzer", bytes([1, 17]) + rec(bytes.fromhex("c35000070010 0000".replace(" ", "")) + b"ping1234"))
+    add("stack_fuzzer", bytes([1, 17]) + rec(bytes.fromhex("c35000090010 0000".replace(" ", "")) + b"ping1234"))
+    # Whole captures, frame by frame, with time steps between.
+    for path in sorted(glob.glob(os.path.join(ROOT, "..", "tests", "testdata", "*.pcap"))):
+        script = b""
+        for frame in list(frames(path))[:24]:
+            script += bytes([0]) + rec(frame) + bytes([4, 0, 10])
+        add("stack_fuzzer", script)
+
+
+def main():
+    for path in sorted(glob.glob(os.path.join(ROOT, "..", "tests", "testdata", "*.pcap"))):
+        for frame in frames(path):
+            split(frame)
+    stack_scripts()
+    handmade()
+    for target, items in sorted(seeds.items()):
+        d = os.path.join(ROOT, "corpus", target)
+        os.makedirs(d, exist_ok=True)
+        # Prefer variety: smallest and largest first, then the rest.
+        chosen = sorted(items.items(), key=lambda kv: (len(kv[1]), kv[0]))
+        if len(chosen) > MAX_PER_TARGET:
+            step = len(chosen) / MAX_PER_TARGET
+            chosen = [chosen[int(i * step)] for i in range(MAX_PER_TARGET)]
+        for name, data in chosen:
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        print(f"{target}: {len(chosen)} seeds")
+
+
+if __name__ == "__main__":
+    main()
