@@ -58,7 +58,7 @@ for n in "${names[@]}"; do
     timeout 1200 python3 -m tests.conformance.conformance_test \
     >"$log/$n.log" 2>&1
   revert
-  failed=$(sed -nE 's|^([a-z0-9_]+)/netstack \(.*\) \.\.\. (FAIL|ERROR)$|\1|p' \
+  failed=$(sed -nE 's#^([a-z0-9_]+)/netstack \(.*\) \.\.\. (FAIL|ERROR)$#\1#p' \
     "$log/$n.log" | sort -u)
   count=$(echo "$failed" | grep -c .)
   missed=""

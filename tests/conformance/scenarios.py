@@ -286,7 +286,7 @@ def retransmitted_syn(t):
 @scenario()
 def synack_retransmission(t):
     """RFC 6298 / RFC 9293: an unanswered SYN-ACK is retransmitted after
-    the initial RTO (1 s), then after about twice that."""
+    the initial RTO (1 s), then after about twice that (5.5)."""
     p = port()
     listen(t, p)
     c = h.TcpPeer(t, port(), p)
@@ -297,6 +297,15 @@ def synack_retransmission(t):
     gap = sa2.time - sa1.time
     t.assertGreater(gap, 0.8, "first SYN-ACK retransmission after ~1 s")
     t.assertLess(gap, 1.6)
+    # RFC 6298 5.5: the timer backs off (it did not, unnoticed, in the
+    # first code-break runs: docs/TESTING.md).
+    sa3 = c.expect(w.SYN | w.ACK, timeout=3.5,
+                   what="second retransmitted SYN-ACK")
+    t.assertEqual(sa1.seq, sa3.seq)
+    ratio = (sa3.time - sa2.time) / gap
+    t.assertGreater(ratio, 1.6, f"backoff ({gap:.3f} s then "
+                    f"{sa3.time - sa2.time:.3f} s)")
+    t.assertLess(ratio, 2.5)
     c.send(w.RST, seq=h.seq_add(c.iss, 1), options=[])
 
 
