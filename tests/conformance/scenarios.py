@@ -31,8 +31,10 @@ EXPECTED_DIFFERENCES = {
         "queue) and holds backlog + 1 connections; the peer's SYN "
         "retransmission is answered once accept() made room. netstack "
         "answers with a SYN cookie (RFC 4987 section 3.6) and drops the "
-        "final ACK until accept() made room. RFC 4987 section 3 lists both "
-        "as host defenses and RFC 9293 3.10.7.2 requires neither.",
+        "final ACK until accept() made room. Neither is required: RFC 4987 "
+        "(informational) describes SYN cookies (3.6) as one end-host "
+        "defense among several, and a SYN that finds no room is "
+        "retransmitted by its sender (RFC 9293 3.8.1).",
     ("urgent_data", "linux"):
         "Linux without SO_OOBINLINE takes the byte the urgent pointer names "
         "out of the stream; netstack delivers urgent data inline, as RFC "
