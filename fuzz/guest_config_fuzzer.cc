@@ -22,16 +22,22 @@
 //   - after each step, every frame is accounted for (the stack's
 //     invariants), and every DHCPv4 message the script sent is counted by
 //     the server exactly once: a parse error, a drop reason, or received
-//     per type (a raw frame may add messages of its own: then at least);
-//   - every DHCPv4 reply parses, is a BOOTREPLY OFFER, ACK or NAK to the
-//     xid of the message it answers, from our server id, offering nothing
-//     but the plan's guest address;
-//   - every DHCPv6 reply is a REPLY to the transaction id it answers;
+//     per type; but one from 0.0.0.0 to the gateway's address, which the
+//     stack drops as ipv4_bad_source, as documented (a raw frame may add
+//     messages of its own: then at least);
+//   - a DHCPv4 reply comes only in answer, in the step of the message (or
+//     raw frame) that asked: it parses, is a BOOTREPLY OFFER, ACK or NAK
+//     to that message's xid, from our server id, offering nothing but the
+//     plan's guest address;
+//   - every DHCPv6 reply is a REPLY to a transaction id the script sent
+//     (it may leave later: neighbor discovery of the guest comes first);
 //   - router advertisements are never closer than MIN_DELAY_BETWEEN_RAS
 //     (3 s, RFC 4861 6.2.6) to each other;
 //   - after teardown, every packet and chunk is back in its pool.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <span>
 #include <optional>
@@ -101,9 +107,21 @@ uint64_t Dhcp4Counted(const Dhcp4Counters& c) {
 }
 
 struct Script {
-  std::optional<uint32_t> dhcp4_xid;  // of the last DHCPv4 message sent
-  std::optional<uint32_t> dhcp6_txid;
+  // Set during a step that sent a DHCPv4 message: its xid (unset for one
+  // too short to have it). The server answers at once, without ARP
+  // (Stack::SendIpv4ToMac), so no other step may see a reply, but a raw
+  // frame's.
+  bool dhcp4_step = false;
+  bool raw_step = false;
+  std::optional<uint32_t> dhcp4_xid;
+  // Every DHCPv6 transaction id sent. A reply to the guest's link-local
+  // address may wait for neighbor discovery, and leave in a later step.
+  std::vector<uint32_t> dhcp6_txids;
   uint64_t dhcp4_sent = 0;
+  // 0.0.0.0 to the gateway's address: the stack takes the unspecified
+  // source only to the limited broadcast (Stack::
+  // AcceptIpv4UnspecifiedSource), so these are its ipv4_bad_source drops.
+  uint64_t dhcp4_bad_source = 0;
   bool raw = false;
   std::optional<Instant> last_ra;
 };
@@ -128,7 +146,10 @@ void CheckSent(const std::vector<std::vector<uint8_t>>& sent,
       FUZZ_CHECK(m.type == Dhcp4MessageType::kOffer ||
                  m.type == Dhcp4MessageType::kAck ||
                  m.type == Dhcp4MessageType::kNak);
-      FUZZ_CHECK(script.dhcp4_xid.has_value() && m.xid == *script.dhcp4_xid);
+      FUZZ_CHECK(script.dhcp4_step || script.raw_step);
+      if (script.dhcp4_step) {
+        FUZZ_CHECK(script.dhcp4_xid.has_value() && m.xid == *script.dhcp4_xid);
+      }
       FUZZ_CHECK(!m.server_id || *m.server_id == plan.gateway4);
       FUZZ_CHECK(m.yiaddr.IsZero() || m.yiaddr == plan.guest4);
     } else if (type == 0x86dd && f.size() >= 14 + 40 + 8) {
@@ -139,7 +160,10 @@ void CheckSent(const std::vector<std::vector<uint8_t>>& sent,
         FUZZ_CHECK(f[l4 + 8] == Dhcp6Server::kReply);
         const uint32_t txid = (uint32_t{f[l4 + 9]} << 16) |
                               (uint32_t{f[l4 + 10]} << 8) | f[l4 + 11];
-        FUZZ_CHECK(script.dhcp6_txid.has_value() && txid == *script.dhcp6_txid);
+        FUZZ_CHECK(script.raw ||
+                   std::find(script.dhcp6_txids.begin(),
+                             script.dhcp6_txids.end(),
+                             txid) != script.dhcp6_txids.end());
       } else if (next == 58 && f[l4] == 134) {  // Router Advertisement
         FUZZ_CHECK(!script.last_ra ||
                    now - *script.last_ra >= RaServer::kMinDelayBetweenRas);
@@ -179,6 +203,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       uint16_t ident = 1;
       for (int step = 0; step < 256 && !in.done(); ++step) {
         const uint8_t op = in.U8();
+        script.dhcp4_step = op % 5 == 0;
+        script.raw_step = op % 5 == 3;
         switch (op % 5) {
           case 0: {  // DHCPv4
             const auto body = Body(in);
@@ -196,7 +222,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             script.dhcp4_xid = body.size() >= 8
                                    ? std::optional(wire::LoadBe32(&body[4]))
                                    : std::nullopt;
-            ++script.dhcp4_sent;
+            ++(src.IsZero() && !bcast ? script.dhcp4_bad_source
+                                      : script.dhcp4_sent);
             link.Inject(fuzz::Ipv4Frame(
                             guest_mac,
                             bcast ? wire::MacAddress::Broadcast() : our_mac,
@@ -211,11 +238,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             wire::StoreBe16(&l4[2], kDhcp6ServerPort);
             wire::StoreBe16(&l4[4], static_cast<uint16_t>(8 + body.size()));
             l4.insert(l4.end(), body.begin(), body.end());
-            script.dhcp6_txid =
-                body.size() >= 4
-                    ? std::optional((uint32_t{body[1]} << 16) |
-                                    (uint32_t{body[2]} << 8) | body[3])
-                    : std::nullopt;
+            if (body.size() >= 4) {
+              script.dhcp6_txids.push_back((uint32_t{body[1]} << 16) |
+                                           (uint32_t{body[2]} << 8) | body[3]);
+            }
             link.Inject(fuzz::Ipv6Frame(guest_mac, Mac(0x33, 0x33, 0, 1, 0, 2),
                                         guest_ll, V6("ff02::1:2"), 17, 255,
                                         std::move(l4), ident++),
@@ -249,14 +275,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         services.Poll(now);
         stack.Poll(now);
         stack.Flush(now);
+        if (std::getenv("FUZZ_VERBOSE") != nullptr) {
+          std::fprintf(stderr, "step %d op %u: %zu frames sent\n", step, op,
+                       link.sent.size());
+        }
         CheckSent(link.sent, plan, script, now);
         link.sent.clear();
         const stack::StackCounters& c = stack.counters();
         FUZZ_CHECK(c.rx_frames == c.rx_consumed + c.rx_dropped_frames);
         FUZZ_CHECK(c.RxDrops() == c.rx_dropped_frames);
         const uint64_t counted = Dhcp4Counted(services.dhcp4().counters());
+        // FUZZ_VERBOSE=1: the counters after each step, to judge a seed.
+        if (std::getenv("FUZZ_VERBOSE") != nullptr) {
+          std::fprintf(stderr, "step %d op %u: dhcp4 sent %llu counted %llu\n%s%s",
+                       step, op, static_cast<unsigned long long>(script.dhcp4_sent),
+                       static_cast<unsigned long long>(counted),
+                       stack.FormatCounters().c_str(),
+                       services.FormatCounters().c_str());
+        }
+        const uint64_t bad_source =
+            c.drop(stack::DropReason::kIpv4BadSource);
         FUZZ_CHECK(script.raw ? counted >= script.dhcp4_sent
                               : counted == script.dhcp4_sent);
+        FUZZ_CHECK(script.raw ? bad_source >= script.dhcp4_bad_source
+                              : bad_source == script.dhcp4_bad_source);
       }
     }
     stack.Poll(now + absl::Seconds(600));

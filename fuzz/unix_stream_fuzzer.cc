@@ -26,7 +26,6 @@
 //     view the receiver holds, plus the one being filled; after the
 //     disconnect and the release, none.
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -136,7 +135,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 0: {  // write; the socket holds far more than one step writes
           const auto bytes = in.Bytes(in.U16() % 4097);
           if (bytes.empty()) break;
-          const ssize_t n = ::write(peer.get(), bytes.data(), bytes.size());
+          // MSG_NOSIGNAL: after a bad length the endpoint has closed its
+          // end, and a write would raise SIGPIPE.
+          const ssize_t n =
+              ::send(peer.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
           if (n > 0) stream.insert(stream.end(), bytes.begin(), bytes.begin() + n);
           break;
         }
