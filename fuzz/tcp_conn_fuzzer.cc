@@ -47,7 +47,6 @@ namespace {
 using testing::BulkTransfer;
 using testing::Host;
 using testing::Network;
-using testing::WireFrame;
 
 void CheckFrames(const Host& h) {
   const auto& c = h.stack->counters();
@@ -82,17 +81,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   net.delay = absl::Milliseconds(2);
   bool armed = false;
   uint64_t forged = 0;
-  net.filter = [&](WireFrame& f) {
-    if (!armed || in.done()) return true;
-    if (in.U8() & 1) {
-      WireFrame copy = f;
-      if (testing::ForgeTcpSegment(copy.bytes, [&] { return in.U32(); })) {
-        ++forged;
-        net.extra.push_back(std::move(copy));
-      }
-    }
-    return true;
-  };
+  testing::ForgeFollowers(
+      net, [&] { return armed && !in.done() && (in.U8() & 1) != 0; },
+      [&] { return uint64_t{in.U32()}; }, forged);
   auto listener = net.b().tcp->Open(transport::Family::kIpv4);
   FUZZ_CHECK(listener->Bind({net.b().v4(), 80}).ok());
   FUZZ_CHECK(listener->Listen(8).ok());

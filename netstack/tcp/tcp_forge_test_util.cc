@@ -115,6 +115,21 @@ bool ForgeTcpSegment(std::vector<uint8_t>& f,
   return true;
 }
 
+void ForgeFollowers(Network& net, std::function<bool()> forge,
+                    std::function<uint64_t()> next, uint64_t& forged) {
+  net.filter = [&net, forge = std::move(forge), next = std::move(next),
+                &forged](WireFrame& f) {
+    if (forge()) {
+      WireFrame copy = f;
+      if (ForgeTcpSegment(copy.bytes, next)) {
+        ++forged;
+        net.extra.push_back(std::move(copy));
+      }
+    }
+    return true;
+  };
+}
+
 std::optional<Connection> Connect(Network& net, TcpSocket& listener,
                                   const transport::SocketAddress& to,
                                   Duration limit) {
@@ -149,7 +164,12 @@ void BulkTransfer::Pump() {
       if (!transport::IsWouldBlock(r.status())) error_ = true;
       break;
     }
-    if (*r == 0) break;
+    if (*r == 0) {
+      // End of stream before every byte: a forged FIN at exactly RCV.NXT
+      // is a valid one to any TCP, and the application is told.
+      if (got_ < total()) error_ = true;
+      break;
+    }
     for (size_t i = 0; i < *r; ++i) {
       if (got_ + i >= total() || in_[i] != out_[got_ + i]) corrupt_ = true;
     }

@@ -11,7 +11,10 @@
 // tell it from the genuine article:
 //   - a segment with payload at a plausible sequence number (it is data);
 //   - a RST or FIN with the exact sequence number (a valid reset or close,
-//     RFC 5961 section 3);
+//     RFC 5961 section 3) of the segment it copies. A FIN at that number
+//     plus the payload it stripped is exact too, and can come out: the
+//     receiver takes it as the end of the stream, which BulkTransfer
+//     counts as an error the application saw;
 //   - a later TSval in an otherwise exact copy (it poisons TS.Recent in
 //     any TCP, Linux too: every later genuine segment fails PAWS).
 #ifndef NETSTACK_TCP_TCP_FORGE_TEST_UTIL_H_
@@ -19,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -42,6 +46,13 @@ size_t TsvalOffset(const uint8_t* t, size_t l4_len);
 bool ForgeTcpSegment(std::vector<uint8_t>& f,
                      absl::FunctionRef<uint64_t()> next);
 
+// Sets net.filter: from then on, every frame for which `forge()` says yes
+// is followed on the wire by a forged copy of it (ForgeTcpSegment, its
+// choices from `next`), and `forged` counts the copies. The callables and
+// `forged` must outlive the filter.
+void ForgeFollowers(Network& net, std::function<bool()> forge,
+                    std::function<uint64_t()> next, uint64_t& forged);
+
 // A client on host a connected to `listener` (on host b, at `to`), and the
 // server end b accepted.
 struct Connection {
@@ -62,7 +73,8 @@ class BulkTransfer {
 
   // Writes what the client takes, reads and checks what the server has,
   // and notes any error the application is told of: a failed Write or
-  // Read (other than would-block), or either end closed.
+  // Read (other than would-block), either end closed, or the end of the
+  // stream before every byte.
   void Pump();
   // Every byte arrived, or the application saw an error.
   bool finished() const { return got_ == total() || error_; }

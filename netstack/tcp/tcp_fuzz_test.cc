@@ -20,9 +20,8 @@ namespace {
 
 using testing::BulkTransfer;
 using testing::Connect;
-using testing::ForgeTcpSegment;
+using testing::ForgeFollowers;
 using testing::Network;
-using testing::WireFrame;
 
 uint64_t Mix(uint64_t& s) {
   s += 0x9e3779b97f4a7c15ull;
@@ -41,20 +40,14 @@ TEST(TcpFuzzTest, HostileSegmentsNeverCrashAndEveryFrameIsAccounted) {
     net.delay = absl::Milliseconds(2);
     uint64_t rng = seed * 7919;
     bool armed = false;
-    net.filter = [&](WireFrame& f) {
-      if (armed && Mix(rng) % 4 == 0) {
-        WireFrame copy = f;
-        if (ForgeTcpSegment(copy.bytes, [&] { return Mix(rng); })) {
-          ++mutated;
-          net.extra.push_back(std::move(copy));
-        }
-      }
-      return true;
-    };
+    ForgeFollowers(
+        net, [&] { return armed && Mix(rng) % 4 == 0; },
+        [&] { return Mix(rng); }, mutated);
     auto listener = net.b().tcp->Open(transport::Family::kIpv4);
     ASSERT_TRUE(listener->Bind({net.b().v4(), 80}).ok());
     ASSERT_TRUE(listener->Listen(8).ok());
-    std::optional<testing::Connection> conn = Connect(net, *listener, {net.b().v4(), 80});
+    std::optional<testing::Connection> conn =
+        Connect(net, *listener, {net.b().v4(), 80});
     ASSERT_TRUE(conn.has_value());
     armed = true;
     BulkTransfer t(*conn->client, *conn->server, 1 << 20);
