@@ -25,8 +25,8 @@
 //     written ones; the server's in-order bytes (RCV.NXT) are what was
 //     read plus what is readable, and never more than was written;
 // and at the end: no byte read differs from the one written there, and
-// the transfer delivered every byte or the application saw an error,
-// unless the client took an acknowledgment for bytes the server never
+// the transfer delivered every byte or the application saw an error (an
+// early end of stream is one: BulkTransfer), unless the client took an acknowledgment for bytes the server never
 // received: a forged ACK inside [SND.UNA, SND.NXT] is acceptable to any
 // TCP (RFC 5961 section 5.2), and the sender, which then frees those
 // bytes, cannot resend them. That case is counted, not failed.
