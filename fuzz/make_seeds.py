@@ -15,6 +15,7 @@ IPv6 extension headers and fragments, NDP, reassembly scripts).
 import glob
 import hashlib
 import os
+import re
 import struct
 
 MAX_PER_TARGET = 40
@@ -142,12 +143,133 @@ def stack_scripts():
         add("stack_fuzzer", script)
 
 
+def splitmix(state):
+    """The generator tcp_fuzz_test draws its forgeries from (Mix)."""
+    mask = (1 << 64) - 1
+    while True:
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        yield z ^ (z >> 31)
+
+
+def tcp_conn_scripts():
+    """tcp_conn_fuzzer: a size byte, then per frame a byte (odd: forge)
+    and the forgery's 32-bit choices. Drawn
+    from tcp_fuzz_test's generator and seeds, so the seeds forge as that
+    test does (a quarter of the frames, on time)."""
+    for seed in range(1, 7):
+        rng = splitmix(seed * 7919)
+        script = bytes([seed * 10 % 64])
+        while len(script) < 2000:
+            forge = next(rng) % 4 == 0
+            script += bytes([1 if forge else 0])
+            if forge:
+                script += b"".join(struct.pack("!I", next(rng) & 0xFFFFFFFF)
+                                   for _ in range(3))
+        add("tcp_conn_fuzzer", script)
+    # No forgery at all; every frame forged.
+    add("tcp_conn_fuzzer", bytes([63]))
+    rng = splitmix(42)
+    add("tcp_conn_fuzzer", bytes([8]) + b"".join(
+        bytes([1]) + struct.pack("!III", *(next(rng) & 0xFFFFFFFF for _ in range(3)))
+        for _ in range(150)))
+
+
+def unix_stream_scripts():
+    """unix_stream_fuzzer: MTU (2), batch (1), then steps: 0 = write (a
+    16-bit length and the bytes), 1 = read, 0x82 = keep, 2 = free,
+    3 = 1 ms on. The frames of the captures, length-prefixed, written in
+    one piece and cut mid-prefix and mid-frame; and the bad lengths."""
+    write = lambda b: bytes([0]) + struct.pack("!H", len(b)) + b
+    framed = lambda f: struct.pack("!I", len(f)) + f
+    for path in sorted(glob.glob(os.path.join(ROOT, "..", "tests", "testdata", "*.pcap"))):
+        stream = b"".join(framed(f) for f in list(frames(path))[:12])[:4096]
+        add("unix_stream_fuzzer", struct.pack("!HB", 1500 - 68, 4) + write(stream) + b"\x01")
+        cut = bytes([0x82]) + b"".join(write(stream[i:i + 50]) + b"\x01"
+                                     for i in range(0, min(len(stream), 1000), 50))
+        add("unix_stream_fuzzer", struct.pack("!HB", 1500 - 68, 1) + cut + b"\x02\x03\x01")
+    eth = bytes.fromhex("020000000002020000000001" "0800") + b"\x45" * 20
+    for tail in (struct.pack("!I", 0), struct.pack("!I", 65536),
+                 struct.pack("!I", 5) + b"runt!", framed(eth * 100)):
+        add("unix_stream_fuzzer", struct.pack("!HB", 0, 2) + write(framed(eth) + tail + framed(eth)) + b"\x01")
+
+
+def guest_config_scripts():
+    """guest_config_fuzzer: steps 0 = DHCPv4 (0x20: from the guest
+    address, 0x40: to the gateway), 1 = DHCPv6, 2 = RS (0x40: from ::,
+    0x80: a hop-limit byte first), 3 = raw frame, 4 = time (16-bit ms; 0x80:
+    and seconds); each body length-prefixed. The messages the backend's
+    unit tests send: DISCOVER, REQUEST, INFORM, RELEASE, DECLINE, an
+    INFORMATION-REQUEST, solicitations with and without SLLA."""
+    rec = lambda b: struct.pack("!H", len(b)) + b
+    mac = bytes.fromhex("02aa00000001")
+    def dhcp4(mtype, xid=0x1234, ciaddr=b"\0" * 4, opts=b""):
+        m = (bytes([1, 1, 6, 0]) + struct.pack("!IHH", xid, 0, 0) + ciaddr
+             + b"\0" * 12 + mac + b"\0" * 10 + b"\0" * 192
+             + bytes.fromhex("63825363") + bytes([53, 1, mtype]) + opts + b"\xff")
+        return m
+    req = dhcp4(3, opts=bytes([50, 4, 10, 0, 2, 100, 54, 4, 10, 0, 2, 2]))
+    add("guest_config_fuzzer", b"\x00" + rec(dhcp4(1)) + b"\x04\x00\x10" + b"\x00" + rec(req))
+    add("guest_config_fuzzer", b"\x20" + rec(dhcp4(8, ciaddr=bytes([10, 0, 2, 100]))))
+    add("guest_config_fuzzer", b"\x00" + rec(req) + b"\x60" + rec(dhcp4(7, ciaddr=bytes([10, 0, 2, 100]))))
+    add("guest_config_fuzzer", b"\x00" + rec(dhcp4(4, opts=bytes([50, 4, 10, 0, 2, 100]))))
+    duid = struct.pack("!HHH", 1, 10, 3) + mac
+    info = bytes([11, 0xab, 0xcd, 0xef]) + struct.pack("!HH", 1, len(duid)) + duid + struct.pack("!HHH", 6, 2, 23)
+    add("guest_config_fuzzer", b"\x01" + rec(info))
+    slla = bytes([1, 1]) + mac
+    add("guest_config_fuzzer", b"\x02" + rec(b"\0" * 4 + slla) + b"\x84\x00\x00\x05" + b"\x02" + rec(b"\0" * 4))
+    add("guest_config_fuzzer", b"\x42" + rec(b"\0" * 4) + b"\x82\x40" + rec(b"\0" * 4 + slla))
+
+
+def pcap_inspect_inputs():
+    """pcap_inspect_fuzzer: a record header (number, seconds,
+    microseconds, wire length) and the frame, for every captured frame."""
+    for path in sorted(glob.glob(os.path.join(ROOT, "..", "tests", "testdata", "*.pcap"))):
+        for i, frame in enumerate(frames(path)):
+            add("pcap_inspect_fuzzer",
+                struct.pack("!IIII", i + 1, 1700000000 + i, i * 1000, len(frame)) + frame)
+
+
+def json_inputs():
+    """tcp_benchmark_json_fuzzer: every JSON literal of the tcp_benchmark
+    unit tests as a document (first byte 0), and as messages of a control
+    stream (first byte 1: steps of a chunk and a Take, see the target)."""
+    tests = ["json_test.cc", "iperf3_protocol_test.cc"]
+    docs = []
+    for name in tests:
+        with open(os.path.join(ROOT, "..", "tools", "tcp_benchmark", name)) as f:
+            text = f.read()
+        # Adjacent raw strings are one literal, as in C++.
+        for m in re.finditer(r'R"\((.*?)\)"(?:\s*R"\((.*?)\)")*', text, re.S):
+            parts = re.findall(r'R"\((.*?)\)"', m.group(0), re.S)
+            docs.append("".join(parts).encode())
+    for doc in docs:
+        add("tcp_benchmark_json_fuzzer", b"\x00" + doc)
+    # A control stream: cookie, PARAM_EXCHANGE, a JSON message, a state,
+    # SERVER_ERROR's two int32s, each in one chunk with its Take.
+    step = lambda take, chunk: bytes([(len(chunk) << 2) | take]) + chunk
+    cookie = b"abcdefghijklmnopqrstuvwxyz0123456789\0"
+    for doc in docs[:8]:
+        msg = struct.pack("!I", len(doc)) + doc
+        stream = (step(2, cookie) + step(0, b"\x09")
+                  + b"".join(step(3, msg[i:i + 60]) for i in range(0, len(msg), 60))
+                  + step(0, b"\xfe") + step(1, struct.pack("!i", 131)) + step(1, struct.pack("!i", 0)))
+        add("tcp_benchmark_json_fuzzer", b"\x01" + stream)
+
+
 def main():
     for path in sorted(glob.glob(os.path.join(ROOT, "..", "tests", "testdata", "*.pcap"))):
         for frame in frames(path):
             split(frame)
     stack_scripts()
     handmade()
+    tcp_conn_scripts()
+    unix_stream_scripts()
+    guest_config_scripts()
+    pcap_inspect_inputs()
+    json_inputs()
     for target, items in sorted(seeds.items()):
         d = os.path.join(ROOT, "corpus", target)
         os.makedirs(d, exist_ok=True)
