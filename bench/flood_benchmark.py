@@ -17,7 +17,10 @@ printed), alternating --repeat times; medians and the ratio during/alone.
 Backend transfers run both ways: the guest sending (its frames share the
 TAP's transmit ring with the flood) and -R (the host sending; only the
 guest's ACKs share it). --rates adds floods paced at those SYNs per
-second. Also printed: netstackd's VmHWM after each case.
+second. Also printed: netstackd's VmHWM after each case. --variants runs
+every case once per set of netstackd flags, in the same run, e.g.
+--variants "now=;before=--tap-queues 1 --tcp-connect-rate 0" for the
+defaults against one TAP queue and no connect rate.
 
 Every namespace is made here, with names carrying our pid, and removed at
 exit; H has no default route (asserted before netstackd starts). Needs
@@ -26,6 +29,7 @@ bazel build --config=opt //tools/netstackd.
 
 Usage: bench/flood_benchmark.py [--netstackd PATH] [--seconds 4]
            [--repeat 2] [--rates 100000,30000] [--cases closed,open,stack]
+           [--variants NAME=FLAGS;NAME=FLAGS...]
 """
 import argparse
 import os
@@ -45,6 +49,8 @@ ap.add_argument("--repeat", type=int, default=2)
 ap.add_argument("--rates", default="100000,30000")
 ap.add_argument("--cases", default="closed,open,stack")
 ap.add_argument("--syns", type=int, default=100000)
+ap.add_argument("--variants", default="default=",
+                help="NAME=NETSTACKD FLAGS;... each runs every case")
 ARGS = ap.parse_args()
 os.environ["NETSTACKD"] = os.path.abspath(ARGS.netstackd)
 
@@ -75,11 +81,14 @@ def row(label, alone, during, floods, hwm):
     a, d = statistics.median(alone), statistics.median(during)
     rate = statistics.median(f["rate"] for f in floods)
     sent = statistics.median(f["sent"] for f in floods)
-    print(f"| {label} | {rate:,.0f} | {sent:,.0f} | {a / 1e9:.2f} | "
+    print(f"| {VARIANT} | {label} | {rate:,.0f} | {sent:,.0f} | {a / 1e9:.2f} | "
           f"{d / 1e9:.2f} | {d / a:.2f} | {hwm / 1024:.1f} |", flush=True)
 
 
-def backend_cases(cases, rates):
+VARIANT = ""
+
+
+def backend_cases(cases, rates, flags):
     topo = BackendTopology()
     try:
         topo.setup()
@@ -90,7 +99,7 @@ def backend_cases(cases, rates):
         topo.spawn(h, sys.executable, iu.runfile("tests/backend/scale_peer.py"),
                    "server", str(PORTS["open"]), H4, H4B)
         fu.start_iperf3_server(topo)
-        nd = topo.netstackd()
+        nd = topo.netstackd(*flags)
         topo.configure_guest()
         pid = fu.netstackd_pid(nd)
         mac = fu.gateway_mac(topo)
@@ -115,14 +124,14 @@ def backend_cases(cases, rates):
         topo.close()
 
 
-def stack_case(rates):
+def stack_case(rates, extra):
     topo = iu.Topology("tap", "nstfb")
     net4 = "10.87.0"
     try:
         flags = topo.setup(net4, "fd00:87")
         ns = topo.peer_ns
         iu.run("ip", "-n", ns, "addr", "add", f"{net4}.3/24", "dev", "nsttap")
-        nd = iu.Netstackd(flags + ["--discard-port", "9"])
+        nd = iu.Netstackd(flags + ["--discard-port", "9"] + extra)
         nd.start()
         pid = fu.netstackd_pid(nd)
         iu.run(*topo.peer("ping", "-c", "1", "-W", "2", f"{net4}.2"),
@@ -160,16 +169,24 @@ print(struct.unpack_from("Q", info, 120)[0] * 8 / (time.monotonic() - t))
 
 
 def main():
+    global VARIANT
     rates = [int(r) for r in ARGS.rates.split(",") if r]
     cases = ARGS.cases.split(",")
+    variants = []
+    for v in ARGS.variants.split(";"):
+        name, _, flags = v.partition("=")
+        variants.append((name.strip(), flags.split()))
     print(f"netstackd {ARGS.netstackd}; {ARGS.seconds} s per transfer, "
-          f"{ARGS.repeat} repetitions, medians")
-    print("| case | flood SYN/s | SYNs sent | alone Gbit/s | "
+          f"{ARGS.repeat} repetitions, medians; variants: "
+          + "; ".join(f"{n}: {' '.join(f) or 'defaults'}" for n, f in variants))
+    print("| variant | case | flood SYN/s | SYNs sent | alone Gbit/s | "
           "under flood Gbit/s | ratio | netstackd VmHWM MiB |")
-    print("|---|---|---|---|---|---|---|")
-    backend_cases(cases, rates)
-    if "stack" in cases:
-        stack_case(rates)
+    print("|---|---|---|---|---|---|---|---|")
+    for name, flags in variants:
+        VARIANT = name
+        backend_cases(cases, rates, flags)
+        if "stack" in cases:
+            stack_case(rates, flags)
 
 
 if __name__ == "__main__":

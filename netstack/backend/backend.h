@@ -30,6 +30,7 @@
 #include "netstack/backend/guest_config_services.h"
 #include "netstack/backend/ping_flows.h"
 #include "netstack/backend/udp_flows.h"
+#include "netstack/base/token_bucket.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/chunk_arena.h"
 #include "netstack/buffer/packet.h"
@@ -82,6 +83,16 @@ struct BackendPolicy {
 struct BackendLimits {
   // TCP flows, connecting ones included; past it the guest gets RST.
   uint32_t max_tcp_flows = 4096;
+  // New host connections a second (--tcp-connect-rate), with
+  // tcp_connect_burst of them saved up: past it a guest SYN that would
+  // start one is dropped silently (tcp_syns_shed; the guest retransmits
+  // it after its RTO). A host connect costs this thread about 15 us and
+  // the host kernel more, so a SYN flood would otherwise take the thread
+  // from the established flows; a shed SYN costs about 1 us. 0: no limit.
+  // (A guest's tcp_benchmark --crr makes 6,000-13,000 a second on these
+  // machines; docs/SECURITY.md, "Floods".)
+  uint32_t tcp_connect_rate = 20000;
+  uint32_t tcp_connect_burst = 5000;
   // Guest-to-host bytes a flow holds that the host socket has not taken;
   // while it is full the flow reads no more, and the guest's window
   // closes.
@@ -151,6 +162,8 @@ struct BackendCounters {
   // host IPv6 socket would reach as IPv4: past the IPv4 policy (to
   // 127.0.0.1, say). The guest has IPv4 for that.
   uint64_t tcp_refused_mapped_destination = 0;
+  // SYNs dropped over BackendLimits::tcp_connect_rate (no RST).
+  uint64_t tcp_syns_shed = 0;
   uint64_t tcp_bytes_guest_to_host = 0;
   // A flow had host-to-guest bytes to read and no chunk to read them
   // into (only the pool's receive reserve was left): it stopped reading
@@ -233,7 +246,8 @@ class Backend : public tcp::SynHandler {
       std::shared_ptr<InboundTcpCounts> counts = nullptr);
 
   // tcp::SynHandler
-  bool OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) override;
+  tcp::SynVerdict OnUnclaimedSyn(const transport::FourTuple& tuple,
+                                 Instant now) override;
 
  private:
   friend class TcpFlow;
@@ -262,6 +276,8 @@ class Backend : public tcp::SynHandler {
   buffer::ChunkPool& chunks_;
   buffer::ChunkArena host_arena_{chunks_};
   BackendCounters counters_;
+  // Host connects (BackendLimits::tcp_connect_rate).
+  TokenBucket connects_;
   absl::flat_hash_map<transport::FourTuple, std::unique_ptr<TcpFlow>> flows_;
   // Flows with work for Sweep, by tuple (a flow freed meanwhile is not
   // touched); two vectors swapped, so no allocation per turn.

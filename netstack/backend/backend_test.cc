@@ -754,6 +754,33 @@ TEST_F(BackendTest, FlowsPastTheFdLimitAreResetAndTheRestRelay) {
   EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
 }
 
+TEST_F(BackendTest, SynsPastTheConnectRateAreShedThenRetried) {
+  BackendConfig c = Loopback();
+  c.limits.tcp_connect_rate = 1;
+  c.limits.tcp_connect_burst = 1;
+  Build(c);
+  HostListener l;
+  auto first = Connect(l.port);
+  ASSERT_TRUE(RunUntil([&] { return first->state() == tcp::TcpState::kEstablished; }));
+  // The second SYN finds no token: dropped, no RST, no host connection.
+  auto second = Connect(l.port);
+  ASSERT_TRUE(RunUntil([&] { return backend_->counters().tcp_syns_shed == 1; }));
+  EXPECT_EQ(second->state(), tcp::TcpState::kSynSent);
+  EXPECT_TRUE(second->TakeError().ok());
+  EXPECT_EQ(backend_->tcp_flow_count(), 1u);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 1u);
+  // Its retransmission a second later (the initial RTO) gets the token
+  // refilled meanwhile, and a host connection.
+  ASSERT_TRUE(RunUntil([&] { return second->state() == tcp::TcpState::kEstablished; }));
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 2u);
+  EXPECT_EQ(backend_->counters().tcp_refused_flow_limit, 0u);
+  for (int i = 0; i < 2; ++i) {
+    const int a = l.Accept();
+    EXPECT_GE(a, 0);
+    close(a);
+  }
+}
+
 TEST_F(BackendTest, FlowsPastTheLimitAreReset) {
   BackendConfig c = Loopback();
   c.limits.max_tcp_flows = 1;

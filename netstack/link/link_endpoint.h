@@ -70,6 +70,9 @@ struct LinkStats {
   // System calls made, to measure batching.
   uint64_t tx_syscalls = 0;
   uint64_t rx_syscalls = 0;
+  // Multi-queue links (TapOptions::queues): frames read from queues other
+  // than the first, where the kernel puts flows we have not answered.
+  uint64_t rx_frames_other_queues = 0;
 };
 
 class LinkEndpoint {

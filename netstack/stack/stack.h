@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "netstack/base/time.h"
+#include "netstack/base/token_bucket.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/ip/fragment.h"
@@ -414,9 +415,8 @@ class Stack {
   // Guest configuration (guest_config.cc): DHCP clients send from 0.0.0.0.
   bool accept_unspecified4_ = false;
   RouterSolicitationHandler* rs_handler_ = nullptr;
-  // ICMP error token bucket (RFC 1812 4.3.2.8, RFC 4443 2.4(f)).
-  double icmp_tokens_ = 0;
-  Instant icmp_refill_at_ = absl::InfinitePast();
+  // ICMP errors (RFC 1812 4.3.2.8, RFC 4443 2.4(f)).
+  TokenBucket icmp_errors_;
 };
 
 }  // namespace netstack::stack

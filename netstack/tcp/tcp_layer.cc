@@ -311,9 +311,14 @@ std::optional<DropReason> TcpLayer::ReceiveUnclaimedSyn(Segment& seg,
     ++counters_.held_syn_limit_drops;
     return DropReason::kTcpHalfOpenLimit;
   }
-  if (!syn_handler_->OnUnclaimedSyn(seg.tuple, now)) {
-    SendResetFor(seg, now);
-    return DropReason::kTcpNoListener;
+  switch (syn_handler_->OnUnclaimedSyn(seg.tuple, now)) {
+    case SynVerdict::kHold:
+      break;
+    case SynVerdict::kReset:
+      SendResetFor(seg, now);
+      return DropReason::kTcpNoListener;
+    case SynVerdict::kDrop:
+      return DropReason::kTcpSynShed;
   }
   wire::TcpRepr syn = seg.tcp;
   syn.flags = flag::kSyn;  // data and PSH/URG are not kept (nor ACKed)

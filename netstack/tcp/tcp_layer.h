@@ -79,15 +79,26 @@ struct TcpCounters {
 // Decides about a SYN that reached no connection and no listener: a
 // gateway (netstack/backend) opens a host connection for it first and
 // answers the guest only when it knows the outcome.
+// What a SynHandler does with a SYN.
+enum class SynVerdict : uint8_t {
+  // Hold it. The layer sends nothing and keeps the SYN's options (no
+  // payload, no chunk) until AcceptHeld or RefuseHeld; a retransmitted
+  // SYN of the tuple is absorbed meanwhile, so the handler is asked once
+  // per tuple.
+  kHold,
+  // The usual RST (RFC 9293 3.10.7.1).
+  kReset,
+  // Nothing at all, and nothing kept (drop.tcp_syn_shed): the sender
+  // retransmits after its RTO and is asked about again. For load the
+  // handler sheds (a rate of new host connections).
+  kDrop,
+};
+
 class SynHandler {
  public:
   virtual ~SynHandler() = default;
-  // True: hold it. The layer sends nothing and keeps the SYN's options
-  // (no payload, no chunk) until AcceptHeld or RefuseHeld; a retransmitted
-  // SYN of the tuple is absorbed meanwhile, so this is called once per
-  // tuple. False: the usual RST (RFC 9293 3.10.7.1).
-  virtual bool OnUnclaimedSyn(const transport::FourTuple& tuple,
-                              Instant now) = 0;
+  virtual SynVerdict OnUnclaimedSyn(const transport::FourTuple& tuple,
+                                    Instant now) = 0;
 };
 
 // How RefuseHeld answers the guest.

@@ -39,7 +39,7 @@ import time
 import unittest
 
 from tests.backend import flood_util as fu
-from tests.backend.backend_topology import G4, H4, BackendTopology
+from tests.backend.backend_topology import G4, H4
 from tests.interop import interop_util as iu
 
 SYNS = iu.env_int("NST_FLOOD_SYNS", 100000)
@@ -150,43 +150,14 @@ class SynFloodCase(unittest.TestCase):
         return alone, during
 
 
-class BackendSynFloodTest(SynFloodCase):
+class BackendSynFloodTest(SynFloodCase, fu.BackendCase):
     @classmethod
-    def setUpClass(cls):
-        if os.geteuid() != 0:
-            raise unittest.SkipTest("needs root")
-        cls.topo = BackendTopology()
-        try:
-            cls.topo.setup()
-            h = cls.topo.h
-            iu.run("ip", "-n", h, "addr", "add", f"{H4B}/24", "dev", "hveth")
-            iu.run(*cls.topo.in_ns(h, "sysctl", "-q", "-w",
-                                   "net.core.somaxconn=16384",
-                                   "net.ipv4.tcp_max_syn_backlog=16384"))
-            cls.topo.spawn(h, sys.executable, SCALE_PEER, "server",
-                           str(OPEN_PORT), H4, H4B)
-            ok = iu.wait_for(lambda: iu.run(*cls.topo.in_ns(
-                h, "ss", "-ltnH", f"sport = :{OPEN_PORT}")).stdout.count(
-                    "LISTEN") == 2, 10)
-            assert ok, "the echo server in H did not start"
-            fu.start_iperf3_server(cls.topo, IPERF_PORT)
-            cls.nd = cls.topo.netstackd()
-            cls.topo.configure_guest()
-            cls.pid = fu.netstackd_pid(cls.nd)
-            cls.mac = fu.gateway_mac(cls.topo)
-        except BaseException:
-            cls.topo.close()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            code = cls.nd.stop()
-            log = cls.nd.log()
-            cls.nd.close()
-            assert code == 0, f"netstackd exited {code}: {log[-3000:]}"
-        finally:
-            cls.topo.close()
+    def start_servers(cls, h):
+        iu.run("ip", "-n", h, "addr", "add", f"{H4B}/24", "dev", "hveth")
+        cls.topo.spawn(h, sys.executable, SCALE_PEER, "server",
+                       str(OPEN_PORT), H4, H4B)
+        cls.wait_listening(h, "t", OPEN_PORT, 2)
+        fu.start_iperf3_server(cls.topo, IPERF_PORT)
 
     def syn_args(self, port):
         return ("syn", "nsttap", self.mac, G4, H4, port, SYNS, "--dsts",
@@ -301,22 +272,10 @@ class StackListenerSynFloodTest(SynFloodCase):
                                            "--echo-port", "7"])
             cls.nd.start()
             cls.pid = fu.netstackd_pid(cls.nd)
-            cls.mac = cls.resolve(f"{cls.NET4}.2")
+            cls.mac = fu.fixed_neighbour(cls.topo.peer_ns, f"{cls.NET4}.2")
         except BaseException:
             cls.topo.close()
             raise
-
-    @classmethod
-    def resolve(cls, addr):
-        ns = cls.topo.peer_ns
-        iu.run("ip", "netns", "exec", ns, "ping", "-c", "1", "-W", "2", addr,
-               check=False)
-        out = iu.run("ip", "-n", ns, "neigh", "show", addr).stdout
-        mac = out.split("lladdr")[1].split()[0]
-        # Fixed, as flood_util.gateway_mac does for the guest.
-        iu.run("ip", "-n", ns, "neigh", "replace", addr, "lladdr", mac, "nud",
-               "permanent", "dev", "nsttap")
-        return mac
 
     @classmethod
     def tearDownClass(cls):

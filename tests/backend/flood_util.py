@@ -19,7 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+import unittest
 
+from tests.backend.backend_topology import BackendTopology
 from tests.interop import interop_util as iu
 
 FLOOD_PEER = iu.runfile("tests/backend/flood_peer.py")
@@ -71,20 +73,26 @@ def tcp_snmp(ns):
     return {k: int(v) for k, v in zip(rows[0], rows[1])}
 
 
-def gateway_mac(topo, addr="10.0.2.2"):
-    """netstackd's MAC, as the guest resolved it (a ping first)."""
-    iu.run(*topo.in_ns(topo.g, "ping", "-c", "1", "-W", "2", addr),
+def fixed_neighbour(ns, addr, dev="nsttap"):
+    """The MAC of `addr` as `ns` resolves it (a ping first), made a
+    permanent neighbour entry of `dev`; returns the MAC."""
+    iu.run("ip", "netns", "exec", ns, "ping", "-c", "1", "-W", "2", addr,
            check=False)
-    out = iu.run("ip", "-n", topo.g, "neigh", "show", addr).stdout
+    out = iu.run("ip", "-n", ns, "neigh", "show", addr).stdout
     m = re.search(r"lladdr (\S+)", out)
-    assert m, f"the guest has no neighbour entry for {addr}: {out!r}"
-    # Fixed from now on: a flood drops the guest's own ARP probes at the
+    assert m, f"{ns} has no neighbour entry for {addr}: {out!r}"
+    # Fixed from now on: a flood drops the sender's own ARP probes at the
     # TAP too, its entry fails, and its kernel then queues and discards
     # what it sends (RSTs among them) while it resolves again, out of
     # every counter the accounting reads.
-    iu.run("ip", "-n", topo.g, "neigh", "replace", addr, "lladdr",
-           m.group(1), "nud", "permanent", "dev", "nsttap")
+    iu.run("ip", "-n", ns, "neigh", "replace", addr, "lladdr", m.group(1),
+           "nud", "permanent", "dev", dev)
     return m.group(1)
+
+
+def gateway_mac(topo, addr="10.0.2.2"):
+    """netstackd's MAC, as the guest resolved it, fixed."""
+    return fixed_neighbour(topo.g, addr)
 
 
 def flood(ns, *args, timeout=300):
@@ -203,7 +211,8 @@ def rtt_summary(rtts, count):
 def syn_outcomes(c):
     """How the SYNs netstackd's TCP layer read ended, from its counters
     (a delta of two counter readings): held for a host connect, its
-    retransmission absorbed while held, dropped at the held-SYN cap, sent a
+    retransmission absorbed while held, dropped at the held-SYN cap, shed
+    over the connect rate, sent a
     RST at once (the backend refused it: flow limit, policy), answered by a listener (a half-open connection, a SYN cookie),
     or dropped by a listener (its queues full, cookies off; the connection
     limit)."""
@@ -211,6 +220,8 @@ def syn_outcomes(c):
         "held": c.get("tcp.syns_held", 0),
         "held_retransmit": c.get("tcp.held_syn_retransmits", 0),
         "held_limit": c.get("tcp.held_syn_limit_drops", 0),
+        # Dropped, no RST, over the backend's --tcp-connect-rate.
+        "shed": c.get("backend.tcp_syns_shed", 0),
         # The backend's refusals (each a RST); not drop.tcp_no_listener,
         # which also counts the guest's RSTs that arrive after their
         # connection ended. Host mode has no SynHandler: a SYN to a port
@@ -267,3 +278,58 @@ def syn_accounting(sent, nd_delta, link_delta, snmp_delta, refused=0):
             "qdisc_drops": link_delta["qdisc_drops"],
             "dropped_syns": dropped_syns, "other_frames": other,
             "unexplained": sent - syns_in - dropped_syns}
+
+
+class BackendCase(unittest.TestCase):
+    """A test class's topology: BackendTopology, H's servers
+    (start_servers(), each subclass its own), netstackd --backend with
+    NETSTACKD_ARGS, and the guest configured; cls.topo, cls.nd, cls.pid
+    and cls.mac (netstackd's MAC, fixed in the guest's neighbour table).
+    H's listen queues are deep (16,384), so that H never drops what
+    netstackd connects. At the end netstackd must exit 0 holding no host
+    TCP fd."""
+    NETSTACKD_ARGS = ()
+
+    @classmethod
+    def start_servers(cls, h):
+        raise NotImplementedError
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root")
+        cls.topo = BackendTopology()
+        try:
+            cls.topo.setup()
+            iu.run(*cls.topo.in_ns(cls.topo.h, "sysctl", "-q", "-w",
+                                   "net.core.somaxconn=16384",
+                                   "net.ipv4.tcp_max_syn_backlog=16384"))
+            cls.start_servers(cls.topo.h)
+            cls.nd = cls.topo.netstackd(*cls.NETSTACKD_ARGS)
+            cls.topo.configure_guest()
+            cls.pid = netstackd_pid(cls.nd)
+            cls.mac = gateway_mac(cls.topo)
+        except BaseException:
+            cls.topo.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            code = cls.nd.stop()
+            log = cls.nd.log()
+            c = cls.nd.exit_counters()
+            cls.nd.close()
+            assert code == 0, f"netstackd exited {code}: {log[-3000:]}"
+            assert c.get("backend.tcp_host_fds_open") == 0, c
+        finally:
+            cls.topo.close()
+
+    @classmethod
+    def wait_listening(cls, h, proto, port, count):
+        """Waits until H has `count` sockets on `port` (proto "t" or "u")."""
+        state = "LISTEN" if proto == "t" else "UNCONN"
+        ok = iu.wait_for(lambda: iu.run(*cls.topo.in_ns(
+            h, "ss", f"-l{proto}nH", f"sport = :{port}")).stdout.count(
+                state) == count, 10)
+        assert ok, f"the server on port {port} in H did not start"
