@@ -10,10 +10,12 @@ part 2): what the transfer keeps.
   stack:    the kernel -- TAP -- netstackd in host mode (--discard-port),
             the kernel flooding the stack's own listener (SYN cookies)
 
-Per case: iperf3 (backend; one TCP connection, CUBIC) or one TCP
-connection into the discard port (stack) for --seconds alone, then for
+Per case: one established TCP connection, iperf3 (backend; CUBIC) or a
+kernel sender into the discard port (stack), runs 1.5 s alone, then
 --seconds while the flood runs over and over (its SYN count and rate
-printed), alternating --repeat times; medians and the ratio during/alone.
+printed); its rate before and during come from its own quarter-second
+samples (flood_util.iperf3_under, kernel_sender_under). --repeat times;
+medians and the ratio during/before.
 Backend transfers run both ways: the guest sending (its frames share the
 TAP's transmit ring with the flood) and -R (the host sending; only the
 guest's ACKs share it). --rates adds floods paced at those SYNs per
@@ -62,16 +64,16 @@ H4B = "198.51.100.2"
 PORTS = {"closed": 7099, "open": 7100}
 
 
-def flooded(topo, flood_args, rate, measure):
-    """measure() alone and under the flood, ARGS.repeat times each."""
+def flooded(ns, flood_args, rate, measure):
+    """measure(start_flood) ARGS.repeat times: an established transfer's
+    rate before and during the flood."""
     alone, during, floods = [], [], []
     extra = ("--rate", rate) if rate else ()
     for _ in range(ARGS.repeat):
-        alone.append(measure())
-        bg = fu.Background(topo, *flood_args, "--seconds", ARGS.seconds + 1.5,
-                           *extra)
-        time.sleep(0.5)
-        during.append(measure())
+        a, d, bg = measure(lambda: fu.Background(
+            ns, *flood_args, "--seconds", ARGS.seconds + 0.5, *extra))
+        alone.append(a)
+        during.append(d)
         floods.append(bg.join())
         time.sleep(1.0)
     return alone, during, floods
@@ -111,8 +113,9 @@ def backend_cases(cases, rates, flags):
             for reverse in (False, True):
                 for rate in [0] + rates:
                     alone, during, floods = flooded(
-                        topo.g, args, rate, lambda: fu.iperf3_rate(
-                            topo, H4, ARGS.seconds, reverse=reverse))
+                        topo.g, args, rate,
+                        lambda start, reverse=reverse: fu.iperf3_under(
+                            topo, H4, ARGS.seconds, start, reverse=reverse))
                     label = (f"backend, {case} port, "
                              f"{'H to G' if reverse else 'G to H'}, "
                              f"{'paced' if rate else 'full rate'}")
@@ -134,26 +137,11 @@ def stack_case(rates, extra):
         nd = iu.Netstackd(flags + ["--discard-port", "9"] + extra)
         nd.start()
         pid = fu.netstackd_pid(nd)
-        iu.run(*topo.peer("ping", "-c", "1", "-W", "2", f"{net4}.2"),
-               check=False)
-        mac = iu.run("ip", "-n", ns, "neigh", "show", f"{net4}.2").stdout \
-            .split("lladdr")[1].split()[0]
-        script = f"""
-import socket, struct, time
-s = socket.create_connection(("{net4}.2", 9), timeout=5)
-buf = bytes(1 << 18)
-t = time.monotonic()
-end = t + {ARGS.seconds}
-while time.monotonic() < end:
-    s.send(buf)
-info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-print(struct.unpack_from("Q", info, 120)[0] * 8 / (time.monotonic() - t))
-"""
+        mac = fu.fixed_neighbour(ns, f"{net4}.2")
 
-        def measure():
-            r = iu.run(*topo.peer(sys.executable, "-c", script),
-                       timeout=ARGS.seconds + 30)
-            return float(r.stdout.strip())
+        def measure(start):
+            return fu.kernel_sender_under(ns, f"{net4}.2", 9, ARGS.seconds,
+                                          start)
 
         args = ("syn", "nsttap", mac, f"{net4}.1", f"{net4}.2", 9, ARGS.syns,
                 "--srcs", f"{net4}.1,{net4}.3")
@@ -179,8 +167,8 @@ def main():
     print(f"netstackd {ARGS.netstackd}; {ARGS.seconds} s per transfer, "
           f"{ARGS.repeat} repetitions, medians; variants: "
           + "; ".join(f"{n}: {' '.join(f) or 'defaults'}" for n, f in variants))
-    print("| variant | case | flood SYN/s | SYNs sent | alone Gbit/s | "
-          "under flood Gbit/s | ratio | netstackd VmHWM MiB |")
+    print("| variant | case | flood SYN/s | SYNs sent | before Gbit/s | "
+          "during Gbit/s | ratio | netstackd VmHWM MiB |")
     print("|---|---|---|---|---|---|---|---|")
     for name, flags in variants:
         VARIANT = name

@@ -450,7 +450,8 @@ void TapEndpoint::OnReadable(Instant now) {
 
 size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept) {
   const size_t cap = slots_.slot_size() - kRxPad;
-  for (size_t i = 0; i < limit; ++i) {
+  size_t i = 0;
+  for (; i < limit; ++i) {
     // A frame is read into the next free slot; a dropped frame leaves the
     // slot free for the next read. Slots are prepared one at a time, so a
     // short batch does not take a second chunk.
@@ -489,6 +490,7 @@ size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept) {
     stats_.rx_bytes += len;
     ++kept;
   }
+  stats_.rx_batch_limit_hits += i == limit;
   return kept;
 }
 

@@ -452,7 +452,10 @@ void UnixStreamEndpoint::OnReadable(Instant now) {
     }
     rx_fill_ += static_cast<uint32_t>(n);
     if (!ParseFrames(now)) return;
-    if (stats_.rx_frames - delivered_before >= rx_batch_) break;
+    if (stats_.rx_frames - delivered_before >= rx_batch_) {
+      ++stats_.rx_batch_limit_hits;
+      break;
+    }
   }
   Deliver(now);
 }

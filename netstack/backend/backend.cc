@@ -87,8 +87,8 @@ Backend::Backend(const BackendConfig& config, stack::Stack& stack,
       tcp_(tcp),
       loop_(loop),
       chunks_(chunks),
-      connects_(config.limits.tcp_connect_rate,
-                config.limits.tcp_connect_burst) {}
+      busy_connects_(config.limits.busy_connect_rate,
+                     config.limits.busy_connect_burst) {}
 
 absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
     const BackendConfig& config, stack::Stack& stack, stack::NicId nic,
@@ -249,7 +249,8 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
   }
   auto host = HostDestination(tuple.local);
   if (!host) return tcp::SynVerdict::kReset;
-  if (config_.limits.tcp_connect_rate != 0 && !connects_.Take(now)) {
+  if (config_.limits.busy_connect_rate != 0 && LinkBusy() &&
+      !busy_connects_.Take(now)) {
     ++counters_.tcp_syns_shed;
     return tcp::SynVerdict::kDrop;
   }
@@ -293,7 +294,15 @@ absl::Status Backend::AdoptInboundTcp(
   return absl::OkStatus();
 }
 
+bool Backend::LinkBusy() const {
+  std::optional<link::LinkStats> s = stack_.NicLinkStats(nic_);
+  return s && s->rx_batch_limit_hits != limit_hits_at_sweep_;
+}
+
 void Backend::Sweep(Instant now) {
+  if (std::optional<link::LinkStats> s = stack_.NicLinkStats(nic_)) {
+    limit_hits_at_sweep_ = s->rx_batch_limit_hits;
+  }
   // Flows marked while sweeping wait for the next turn.
   sweep_batch_.swap(sweep_);
   for (const transport::FourTuple& t : sweep_batch_) {

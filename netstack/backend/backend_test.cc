@@ -754,12 +754,25 @@ TEST_F(BackendTest, FlowsPastTheFdLimitAreResetAndTheRestRelay) {
   EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
 }
 
-TEST_F(BackendTest, SynsPastTheConnectRateAreShedThenRetried) {
+TEST_F(BackendTest, SynsPastTheBusyConnectRateAreShedThenRetried) {
   BackendConfig c = Loopback();
-  c.limits.tcp_connect_rate = 1;
-  c.limits.tcp_connect_burst = 1;
+  c.limits.busy_connect_rate = 1;
+  c.limits.busy_connect_burst = 1;
   Build(c);
   HostListener l;
+  // A link that keeps up: no limit.
+  std::vector<std::unique_ptr<tcp::TcpSocket>> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(Connect(l.port));
+  ASSERT_TRUE(RunUntil([&] {
+    for (auto& s : idle) {
+      if (s->state() != tcp::TcpState::kEstablished) return false;
+    }
+    return true;
+  }));
+  EXPECT_EQ(backend_->counters().tcp_syns_shed, 0u);
+  for (int i = 0; i < 3; ++i) close(l.Accept());
+  // A busy one (its reads hit their batch limit): one connect a second.
+  backend_link_->set_busy(true);
   auto first = Connect(l.port);
   ASSERT_TRUE(RunUntil([&] { return first->state() == tcp::TcpState::kEstablished; }));
   // The second SYN finds no token: dropped, no RST, no host connection.
@@ -767,12 +780,12 @@ TEST_F(BackendTest, SynsPastTheConnectRateAreShedThenRetried) {
   ASSERT_TRUE(RunUntil([&] { return backend_->counters().tcp_syns_shed == 1; }));
   EXPECT_EQ(second->state(), tcp::TcpState::kSynSent);
   EXPECT_TRUE(second->TakeError().ok());
-  EXPECT_EQ(backend_->tcp_flow_count(), 1u);
-  EXPECT_EQ(backend_->counters().tcp_flows_opened, 1u);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 4u);
+  EXPECT_EQ(backend_->counters().tcp_syns_shed, 1u);
   // Its retransmission a second later (the initial RTO) gets the token
   // refilled meanwhile, and a host connection.
   ASSERT_TRUE(RunUntil([&] { return second->state() == tcp::TcpState::kEstablished; }));
-  EXPECT_EQ(backend_->counters().tcp_flows_opened, 2u);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 5u);
   EXPECT_EQ(backend_->counters().tcp_refused_flow_limit, 0u);
   for (int i = 0; i < 2; ++i) {
     const int a = l.Accept();

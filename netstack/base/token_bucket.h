@@ -2,7 +2,7 @@
 // at its first use. Time is passed in (docs/ARCHITECTURE.md, "Time and
 // I/O"); an instant earlier than one already seen counts as no time
 // passed. Used for the ICMP errors the stack sends (StackOptions) and the
-// backend's new host connections (BackendLimits::tcp_connect_rate).
+// backend's new host connections (BackendLimits::busy_connect_rate).
 #ifndef NETSTACK_BASE_TOKEN_BUCKET_H_
 #define NETSTACK_BASE_TOKEN_BUCKET_H_
 

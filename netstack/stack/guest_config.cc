@@ -19,6 +19,12 @@ std::optional<wire::MacAddress> Stack::NicMac(NicId id) const {
   return nic->caps.mac;
 }
 
+std::optional<link::LinkStats> Stack::NicLinkStats(NicId id) const {
+  const Nic* nic = FindNic(id);
+  if (nic == nullptr) return std::nullopt;
+  return nic->link->Stats();
+}
+
 std::optional<wire::Ipv6Address> Stack::LinkLocalAddress(NicId id) const {
   const Nic* nic = FindNic(id);
   if (nic == nullptr || nic->ipv6.empty()) return std::nullopt;

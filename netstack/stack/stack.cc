@@ -424,7 +424,9 @@ std::string Stack::FormatCounters() const {
                     "\nlink.", nic->name, ".tx_syscalls ", s.tx_syscalls,
                     "\nlink.", nic->name, ".rx_syscalls ", s.rx_syscalls,
                     "\nlink.", nic->name, ".rx_frames_other_queues ",
-                    s.rx_frames_other_queues, "\n");
+                    s.rx_frames_other_queues,
+                    "\nlink.", nic->name, ".rx_batch_limit_hits ",
+                    s.rx_batch_limit_hits, "\n");
   }
   return out;
 }

@@ -241,6 +241,8 @@ class Stack {
   //
   // A NIC's MAC and IPv6 link-local address; nullopt for an unknown NIC.
   std::optional<wire::MacAddress> NicMac(NicId nic) const;
+  // The statistics of `nic`'s link (LinkEndpoint::Stats).
+  std::optional<link::LinkStats> NicLinkStats(NicId nic) const;
   std::optional<wire::Ipv6Address> LinkLocalAddress(NicId nic) const;
   // Makes `nic` accept datagrams to the IPv6 multicast `group` as well as
   // to all-nodes and its solicited-node groups (a router joins ff02::2, a

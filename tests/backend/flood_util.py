@@ -169,6 +169,116 @@ def iperf3_rate(topo, server, seconds, port=5201, reverse=False):
     return j["end"]["sum_received"]["bits_per_second"]
 
 
+# An established transfer under a flood: it runs LEAD seconds alone, then
+# the flood starts and it goes on; its rate before and during come from
+# the same connection's samples (a quarter second each; those next to the
+# start, and to the flood's start, left out).
+LEAD = 1.5
+SAMPLE = 0.25
+
+
+def _windows(samples, t_flood, seconds):
+    """samples: (start, end, bits) since the transfer began; the rates
+    before the flood (from SAMPLE to t_flood) and during it (SAMPLE after
+    t_flood, for `seconds`)."""
+    def rate(lo, hi):
+        inside = [(s, e, b) for s, e, b in samples if s >= lo and e <= hi]
+        span = sum(e - s for s, e, _ in inside)
+        return sum(b for _, _, b in inside) / span if span > 0 else 0.0
+    return (rate(SAMPLE, t_flood),
+            rate(t_flood + SAMPLE, t_flood + seconds))
+
+
+def iperf3_under(topo, server, seconds, start_flood, port=5201,
+                 reverse=False):
+    """An iperf3 transfer from G to `server` (-R: from it), established and
+    LEAD s old when start_flood() is called, then `seconds` more: (bits/s
+    before, bits/s during, what start_flood returned)."""
+    cmd = ["iperf3", "-c", server, "-p", str(port), "-t",
+           str(LEAD + seconds), "-i", str(SAMPLE), "-J", "--connect-timeout",
+           "5000"] + (["-R"] if reverse else [])
+    for attempt in range(5):
+        p = subprocess.Popen(topo.in_ns(topo.g, *cmd), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        try:
+            p.wait(LEAD)
+        except subprocess.TimeoutExpired:
+            break  # running
+        # Ended before the flood: the server still busy with the last
+        # test ends it at once; anything else is reported below.
+        out, err = p.communicate()
+        if "busy" not in out or attempt == 4:
+            raise AssertionError(f"iperf3 ended early: {out[-2000:]} "
+                                 f"{err[-2000:]}")
+        time.sleep(1)
+    flood = start_flood()
+    t_flood = time.monotonic() - t0
+    out, err = p.communicate(timeout=LEAD + seconds + 60)
+    try:
+        j = json.loads(out)
+    except ValueError:
+        raise AssertionError(f"iperf3: {out[-2000:]} {err[-2000:]}")
+    if "error" in j:
+        raise AssertionError(f"iperf3: {j['error']}")
+    samples = [(i["sum"]["start"], i["sum"]["end"],
+                i["sum"]["bits_per_second"] * i["sum"]["seconds"])
+               for i in j["intervals"]]
+    # The test began when iperf3 had connected, a little after t0: the
+    # flood's start on its clock is at most t_flood.
+    before, during = _windows(samples, t_flood, seconds)
+    return before, during, flood
+
+
+# One TCP connection from a kernel into a stack listener (the discard
+# port), sampling its bytes acknowledged (tcpi_bytes_acked, offset 120 of
+# struct tcp_info, Linux 4.1+) every SAMPLE s, as "t bytes" lines.
+_SENDER = """
+import socket, struct, sys, time
+host, port, seconds, sample = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+s = socket.create_connection((host, port), timeout=5)
+s.settimeout(None)
+buf = bytes(1 << 18)
+t0 = time.monotonic()
+print("start", t0, flush=True)
+next_at = t0 + sample
+while True:
+    s.send(buf)
+    now = time.monotonic()
+    if now >= next_at:
+        info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        print(now - t0, struct.unpack_from("Q", info, 120)[0], flush=True)
+        next_at += sample
+        if now - t0 >= seconds:
+            break
+s.close()
+"""
+
+
+def kernel_sender_under(ns, addr, port, seconds, start_flood):
+    """A kernel TCP connection from `ns` into `addr`:`port`, LEAD s old when
+    start_flood() is called, then `seconds` more: (bits/s before, bits/s
+    during, what start_flood returned)."""
+    p = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c",
+                          _SENDER, addr, str(port), str(LEAD + seconds),
+                          str(SAMPLE)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    first = p.stdout.readline().split()
+    assert first and first[0] == "start", (first, p.stderr.read())
+    t0 = float(first[1])
+    time.sleep(max(0.0, t0 + LEAD - time.monotonic()))
+    flood = start_flood()
+    t_flood = time.monotonic() - t0
+    out, err = p.communicate(timeout=LEAD + seconds + 60)
+    assert p.returncode == 0, err
+    points = [(0.0, 0)] + [(float(t), int(b)) for t, b in
+                           (l.split() for l in out.splitlines() if l)]
+    samples = [(a[0], b[0], (b[1] - a[1]) * 8)
+               for a, b in zip(points, points[1:])]
+    before, during = _windows(samples, t_flood, seconds)
+    return before, during, flood
+
+
 def start_iperf3_server(topo, port=5201):
     p = topo.spawn(topo.h, "iperf3", "-s", "-p", str(port))
     ok = iu.wait_for(lambda: f":{port} " in iu.run(
@@ -220,7 +330,7 @@ def syn_outcomes(c):
         "held": c.get("tcp.syns_held", 0),
         "held_retransmit": c.get("tcp.held_syn_retransmits", 0),
         "held_limit": c.get("tcp.held_syn_limit_drops", 0),
-        # Dropped, no RST, over the backend's --tcp-connect-rate.
+        # Dropped, no RST, over the backend's --busy-connect-rate.
         "shed": c.get("backend.tcp_syns_shed", 0),
         # The backend's refusals (each a RST); not drop.tcp_no_listener,
         # which also counts the guest's RSTs that arrive after their

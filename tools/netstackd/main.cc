@@ -171,12 +171,14 @@ ABSL_FLAG(int, max_tcp_flows, 4096,
           "With --backend: TCP flows at once (connecting ones included); "
           "past it the guest gets RST and backend.tcp_refused_flow_limit "
           "counts it.");
-ABSL_FLAG(int, tcp_connect_rate, 20000,
-          "With --backend: new host TCP connections a second, a quarter "
-          "second of them saved up; past it a guest SYN is dropped without "
-          "a RST (backend.tcp_syns_shed) and the guest retransmits it. It "
-          "keeps a SYN flood from taking the thread from established flows. "
-          "0: no limit.");
+ABSL_FLAG(int, busy_connect_rate, 1000,
+          "With --backend: new host TCP connections a second while the "
+          "guest's link is busy (it sends faster than netstackd reads: "
+          "link.NIC.rx_batch_limit_hits grows), a tenth of a second of them "
+          "saved up; past it a guest SYN is dropped without a RST "
+          "(backend.tcp_syns_shed) and the guest retransmits it. It keeps a "
+          "SYN flood from taking the thread from established flows. A link "
+          "that keeps up has no limit. 0: no limit at all.");
 ABSL_FLAG(std::vector<std::string>, dns_upstream, {},
           "With --backend: send the guest's DNS queries (to the DNS address "
           ".3 / ::3, UDP and TCP) to this server, ADDR[:PORT] (IPv6 as "
@@ -519,14 +521,14 @@ absl::StatusOr<Config> ParseConfig() {
                                 " out of range [1, 1000000]"));
     }
     b.limits.max_tcp_flows = static_cast<uint32_t>(max_flows);
-    const int connect_rate = absl::GetFlag(FLAGS_tcp_connect_rate);
+    const int connect_rate = absl::GetFlag(FLAGS_busy_connect_rate);
     if (connect_rate < 0 || connect_rate > 10000000) {
-      return Usage(absl::StrCat("--tcp-connect-rate ", connect_rate,
+      return Usage(absl::StrCat("--busy-connect-rate ", connect_rate,
                                 " out of range [0, 10000000]"));
     }
-    b.limits.tcp_connect_rate = static_cast<uint32_t>(connect_rate);
-    b.limits.tcp_connect_burst =
-        std::max<uint32_t>(1, b.limits.tcp_connect_rate / 4);
+    b.limits.busy_connect_rate = static_cast<uint32_t>(connect_rate);
+    b.limits.busy_connect_burst =
+        std::max<uint32_t>(1, b.limits.busy_connect_rate / 10);
     const int max_udp = absl::GetFlag(FLAGS_max_udp_flows);
     if (max_udp < 1 || max_udp > 1000000) {
       return Usage(absl::StrCat("--max-udp-flows ", max_udp,
