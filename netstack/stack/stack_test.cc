@@ -444,6 +444,68 @@ TEST_F(StackTest, NdpPoisoningIsRefused) {
   EXPECT_EQ(sent[0][0], 0x33);  // a solicitation, not a reply to the attacker
 }
 
+// RFC 8200 4.2: an unrecognized option's two high bits say what to do.
+// 01: discard silently; 10: discard and send Parameter Problem code 2
+// pointing at the option type, whatever the destination; 11: the same,
+// but only when the destination is not multicast (RFC 4443 2.4(e.3) lets
+// code 2 go to a multicast packet's source only for 10).
+TEST_F(StackTest, Ipv6UnknownOptionActionBits) {
+  link_->Inject(testing::Icmpv6NeighborSolicitation(peer_, our_ip6_), now_);
+  TakeSent();
+  const wire::Ipv6Address all_nodes = *wire::Ipv6Address::Parse("ff02::1");
+  const wire::MacAddress all_nodes_mac =
+      *wire::MacAddress::Parse("33:33:00:00:00:01");
+  struct Case {
+    uint8_t type;
+    bool multicast;
+    bool answered;
+  };
+  const Case cases[] = {
+      {0x5e, false, false}, {0x5e, true, false}, {0x9e, false, true},
+      {0x9e, true, true},   {0xde, false, true}, {0xde, true, false},
+  };
+  uint64_t drops = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "option type 0x" << std::hex
+                                    << int{c.type} << (c.multicast
+                                                           ? " to ff02::1"
+                                                           : " to unicast"));
+    // Destination Options (8 bytes: UDP next, one 4-byte option), then a
+    // UDP header and data the stack never gets to.
+    std::vector<uint8_t> body = {17, 0, c.type, 4, 0, 0, 0, 0};
+    body.resize(body.size() + 12, 0x55);
+    const wire::Ipv6Address& dst = c.multicast ? all_nodes : our_ip6_;
+    for (auto& p : testing::Ipv6Packets(peer_.ip6, dst, /*dstopts*/ 60, 64, 1,
+                                        body, 1500)) {
+      link_->Inject({testing::WithEthernet(
+                        peer_.mac, c.multicast ? all_nodes_mac : our_mac_,
+                        kIpv6, p)},
+                    now_);
+    }
+    EXPECT_EQ(Drops(DropReason::kIpv6UnrecognizedOption), ++drops);
+    auto sent = TakeSent();
+    if (!c.answered) {
+      EXPECT_TRUE(sent.empty());
+    } else {
+      ASSERT_EQ(sent.size(), 1u);
+      wire::Ipv6Packet ip(std::span<const uint8_t>(sent[0]).subspan(14));
+      wire::Ipv6Repr repr;
+      ASSERT_EQ(wire::Ipv6Repr::Parse(ip, repr), wire::WireError::kOk);
+      EXPECT_EQ(repr.dst, peer_.ip6);
+      EXPECT_EQ(repr.src, our_ip6_);
+      wire::Icmpv6Packet icmp(ip.Payload());
+      EXPECT_TRUE(icmp.ChecksumValid(repr.src, repr.dst));
+      wire::Icmpv6Repr msg;
+      ASSERT_EQ(wire::Icmpv6Repr::Parse(icmp, msg), wire::WireError::kOk);
+      const auto* pp = std::get_if<wire::Icmpv6ParameterProblem>(&msg.message);
+      ASSERT_NE(pp, nullptr);
+      EXPECT_EQ(pp->code, 2);  // unrecognized IPv6 option
+      EXPECT_EQ(pp->pointer, 42u);  // 40-byte header + 2: the option type
+    }
+    now_ += absl::Seconds(1);  // past the ICMP error rate limit
+  }
+}
+
 TEST_F(StackTest, Ipv6ReplyToUnknownNeighborSolicitsFirst) {
   InjectIpv6(testing::Icmpv6Echo(peer_.ip6, our_ip6_, 5, 1, 16), 58);
   auto sent = TakeSent();

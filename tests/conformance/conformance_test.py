@@ -11,6 +11,7 @@ table and how each scenario was seen to fail.
 
   bazel test //tests/conformance:conformance_test --test_output=streamed
   NST_CONFORMANCE_ONLY=syn_to_closed_port,paws_old_tsval  (a subset)
+  NST_CONFORMANCE_DUTS=netstack  (one DUT; mutations.sh uses it)
 Needs root and ethtool.
 """
 import errno
@@ -32,6 +33,8 @@ class Conformance(unittest.TestCase):
         assert os.geteuid() == 0, "the conformance suite needs root"
         assert os.path.exists(h.NETSTACKD), h.NETSTACKD
         for kind in (h.LinuxDut, h.NetstackDut):
+            if kind.name not in _duts:
+                continue
             d = kind()
             cls.duts[d.name] = d
             try:
@@ -93,10 +96,12 @@ def _make(scenario, dut):
 
 
 _only = [s for s in os.environ.get("NST_CONFORMANCE_ONLY", "").split(",") if s]
+_duts = [d for d in os.environ.get("NST_CONFORMANCE_DUTS",
+                                   "linux,netstack").split(",") if d]
 for _name in SCENARIOS:
     if _only and _name not in _only:
         continue
-    for _dut in ("linux", "netstack"):
+    for _dut in _duts:
         setattr(Conformance, f"test_{_name}__{_dut}", _make(_name, _dut))
 
 

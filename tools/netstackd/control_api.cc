@@ -1,21 +1,16 @@
 #include "tools/netstackd/control_api.h"
 
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <cerrno>
-#include <cstring>
+#include <iterator>
 #include <optional>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "netstack/transport/address.h"
 #include "netstack/transport/errors.h"
+#include "tools/netstackd/counter_json.h"
 #include "tools/tcp_benchmark/json.h"
 
 namespace netstack::tools {
@@ -23,8 +18,6 @@ namespace {
 
 using bench::JsonValue;
 using bench::JsonWriter;
-using link::ErrnoStatus;
-using link::UniqueFd;
 
 std::string ErrorReply(int err, std::string_view why) {
   JsonWriter w;
@@ -121,152 +114,38 @@ void WriteAddress(JsonWriter& w, const transport::SocketAddress& a) {
 
 }  // namespace
 
-// One connection to the API: request lines in, answer lines out (the same
-// framing and limits as the forward API's client).
-class ControlApi::Client : public eventloop::Handler {
- public:
-  Client(ControlApi& api, UniqueFd fd) : api_(api), fd_(std::move(fd)) {}
-  ~Client() override {
-    if (api_.loop_.IsRegistered(fd_.get())) {
-      (void)api_.loop_.Remove(fd_.get());
-    }
-  }
-  int fd() const { return fd_.get(); }
-
-  void OnReadable(Instant now) override {
-    char buf[16 * 1024];
-    for (int i = 0; i < 16 && !eof_; ++i) {
-      const ssize_t n = recv(fd_.get(), buf, sizeof(buf), MSG_DONTWAIT);
-      if (n == 0) {
-        eof_ = true;
-        break;
-      }
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return api_.Drop(this);
-      }
-      in_.append(buf, static_cast<size_t>(n));
-      size_t start = 0;
-      for (size_t nl; (nl = in_.find('\n', start)) != std::string::npos;
-           start = nl + 1) {
-        std::string_view line(in_.data() + start, nl - start);
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (line.empty()) continue;
-        absl::StrAppend(&out_, api_.Handle(line, now), "\n");
-      }
-      in_.erase(0, start);
-      if (in_.size() > kMaxLine) {
-        ++api_.errors_;
-        absl::StrAppend(&out_, ErrorReply(EMSGSIZE, "request too long"), "\n");
-        (void)send(fd_.get(), out_.data(), out_.size(),
-                   MSG_DONTWAIT | MSG_NOSIGNAL);
-        return api_.Drop(this);
-      }
-    }
-    Flush();
-  }
-
-  void OnWritable(Instant now) override { Flush(); }
-  void OnError(Instant now, uint32_t) override { api_.Drop(this); }
-
- private:
-  void Flush() {
-    while (!out_.empty()) {
-      const ssize_t n = send(fd_.get(), out_.data(), out_.size(),
-                             MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return api_.Drop(this);
-      }
-      out_.erase(0, static_cast<size_t>(n));
-    }
-    if (out_.size() > kMaxOutput) return api_.Drop(this);
-    if (eof_ && out_.empty()) return api_.Drop(this);
-    const uint32_t want = (eof_ ? 0 : eventloop::EventLoop::kReadable) |
-                          (out_.empty() ? 0 : eventloop::EventLoop::kWritable);
-    (void)api_.loop_.Modify(fd_.get(), want);
-  }
-
-  ControlApi& api_;
-  UniqueFd fd_;
-  std::string in_;
-  std::string out_;
-  bool eof_ = false;
-};
-
 absl::StatusOr<std::unique_ptr<ControlApi>> ControlApi::Create(
     eventloop::EventLoop& loop, tcp::TcpLayer& tcp, udp::UdpLayer& udp,
     std::function<std::string()> counters, const std::string& path) {
-  sockaddr_un un{};
-  un.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof(un.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--control '", path, "': a UNIX socket path is 1 to ",
-        sizeof(un.sun_path) - 1, " bytes"));
-  }
-  std::memcpy(un.sun_path, path.data(), path.size());
-  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return ErrnoStatus(errno, "--control: socket");
-  const mode_t old = umask(0177);
-  const int rc = bind(fd.get(), reinterpret_cast<const sockaddr*>(&un),
-                      sizeof(un));
-  const int bind_errno = errno;
-  umask(old);
-  if (rc != 0) {
-    return ErrnoStatus(bind_errno, absl::StrCat("--control: bind ", path));
-  }
-  if (listen(fd.get(), 8) != 0) {
-    const int e = errno;
-    (void)unlink(path.c_str());
-    return ErrnoStatus(e, absl::StrCat("--control: listen on ", path));
-  }
-  std::unique_ptr<ControlApi> api(new ControlApi(
-      loop, tcp, udp, std::move(counters), path, std::move(fd)));
-  if (absl::Status s = loop.Add(api->fd_.get(),
-                                eventloop::EventLoop::kReadable, api.get());
-      !s.ok()) {
-    return s;
-  }
+  std::unique_ptr<ControlApi> api(new ControlApi(tcp, udp, std::move(counters)));
+  ControlApi* raw = api.get();
+  JsonLinesServer::Options o;
+  o.flag = "--control";
+  o.max_line = kMaxLine;
+  o.max_output = kMaxOutput;
+  o.max_clients = kMaxClients;
+  o.handle = [raw](std::string_view line, Instant now) {
+    return raw->Handle(line, now);
+  };
+  o.too_long = [raw] {
+    ++raw->errors_;
+    return ErrorReply(EMSGSIZE, "request too long");
+  };
+  absl::StatusOr<std::unique_ptr<JsonLinesServer>> server =
+      JsonLinesServer::Create(loop, path, std::move(o));
+  if (!server.ok()) return server.status();
+  api->server_ = *std::move(server);
   return api;
 }
 
-ControlApi::ControlApi(eventloop::EventLoop& loop, tcp::TcpLayer& tcp,
-                       udp::UdpLayer& udp,
-                       std::function<std::string()> counters, std::string path,
-                       UniqueFd fd)
-    : loop_(loop),
-      tcp_(tcp),
-      udp_(udp),
-      counter_text_(std::move(counters)),
-      path_(std::move(path)),
-      fd_(std::move(fd)) {}
+ControlApi::ControlApi(tcp::TcpLayer& tcp, udp::UdpLayer& udp,
+                       std::function<std::string()> counters)
+    : tcp_(tcp), udp_(udp), counter_text_(std::move(counters)) {}
 
 ControlApi::~ControlApi() {
-  clients_.clear();
+  server_.reset();
   sockets_.clear();  // closes them (their connections live on in the layer)
-  if (loop_.IsRegistered(fd_.get())) (void)loop_.Remove(fd_.get());
-  (void)unlink(path_.c_str());
 }
-
-void ControlApi::OnReadable(Instant now) {
-  for (int i = 0; i < 16; ++i) {
-    UniqueFd c(accept4(fd_.get(), nullptr, nullptr,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!c.valid()) return;
-    if (clients_.size() >= kMaxClients) continue;  // closed
-    auto client = std::make_unique<Client>(*this, std::move(c));
-    if (!loop_.Add(client->fd(), eventloop::EventLoop::kReadable, client.get())
-             .ok()) {
-      continue;
-    }
-    Client* raw = client.get();
-    clients_.emplace(raw, std::move(client));
-  }
-}
-
-void ControlApi::Drop(Client* c) { clients_.erase(c); }
 
 int ControlApi::AddSocket(Socket s) {
   const int fd = next_fd_++;
@@ -325,34 +204,21 @@ std::string ControlApi::Handle(std::string_view line, Instant now) {
     JsonWriter w;
     w.BeginObject().Key("ok").Bool(true).Key("counters").BeginObject();
     const std::string text = counter_text_ ? counter_text_() : std::string();
-    for (absl::string_view l : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-      const size_t sp = l.find(' ');
-      if (sp == absl::string_view::npos) continue;
-      absl::string_view name = l.substr(0, sp);
-      const absl::string_view value = l.substr(sp + 1);
-      uint64_t n = 0;
-      if (name.size() > 1 && name.back() == ':') {
-        name.remove_suffix(1);
-        for (absl::string_view kv :
-             absl::StrSplit(value, ' ', absl::SkipEmpty())) {
-          const size_t eq = kv.find('=');
-          if (eq == absl::string_view::npos ||
-              !absl::SimpleAtoi(kv.substr(eq + 1), &n)) {
-            continue;
-          }
-          w.Key(absl::StrCat(name, ".", kv.substr(0, eq))).Uint(n);
-        }
-        continue;
-      }
-      if (absl::SimpleAtoi(value, &n)) {
-        w.Key(std::string_view(name.data(), name.size())).Uint(n);
-      }
-    }
+    WriteCounterText(w, text, /*keep_text=*/false);
     w.EndObject().EndObject();
     return w.text();
   }
 
-  // Everything else names a socket.
+  // Everything else names a socket (an unknown op is said so, whether or
+  // not it names one).
+  static constexpr std::string_view kSocketOps[] = {
+      "close", "bind",     "connect", "listen", "accept",
+      "send",  "sendto",   "recv",    "shutdown", "poll",
+      "info",  "getsockopt", "setsockopt"};
+  if (std::find(std::begin(kSocketOps), std::end(kSocketOps), *op) ==
+      std::end(kSocketOps)) {
+    return fail(EINVAL, absl::StrCat("unknown op '", *op, "'"));
+  }
   const std::optional<int64_t> fd = req.GetInt("fd");
   auto it = fd ? sockets_.find(static_cast<int>(*fd)) : sockets_.end();
   if (it == sockets_.end()) return fail(EBADF, "no such fd");

@@ -32,11 +32,11 @@
 //   {"op":"counters"}    -> {"ok":true,"counters":{...}}
 //   an error -> {"ok":false,"errno":N,"error":"..."}
 //
-// The socket is created with mode 0600 (whoever can connect controls the
-// stack's sockets), refuses to replace an existing file, and is unlinked
-// when this goes. The same limits as the forward API apply to a client
-// (kMaxLine, kMaxOutput, kMaxClients), and at most kMaxSockets sockets at
-// once. Nothing a client sends can stop the loop.
+// The socket and its clients are a JsonLinesServer (json_lines_server.h),
+// as the forward API's are: mode 0600 (whoever can connect controls the
+// stack's sockets), never replaces an existing file, unlinked when this
+// goes; per client kMaxLine, kMaxOutput, and kMaxClients at once. At most
+// kMaxSockets sockets at once. Nothing a client sends can stop the loop.
 #ifndef TOOLS_NETSTACKD_CONTROL_API_H_
 #define TOOLS_NETSTACKD_CONTROL_API_H_
 
@@ -48,18 +48,17 @@
 #include <string>
 #include <string_view>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "link/fd_util.h"
 #include "netstack/eventloop/event_loop.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/tcp/tcp_socket.h"
 #include "netstack/udp/udp_layer.h"
 #include "netstack/udp/udp_socket.h"
+#include "tools/netstackd/json_lines_server.h"
 
 namespace netstack::tools {
 
-class ControlApi : public eventloop::Handler {
+class ControlApi {
  public:
   static constexpr size_t kMaxLine = 256 * 1024;
   static constexpr size_t kMaxOutput = 4 * 1024 * 1024;
@@ -72,40 +71,35 @@ class ControlApi : public eventloop::Handler {
       std::function<std::string()> counters, const std::string& path);
   ControlApi(const ControlApi&) = delete;
   ControlApi& operator=(const ControlApi&) = delete;
-  ~ControlApi() override;
+  ~ControlApi();
 
   // One request line (without its newline) to its answer (without one).
   std::string Handle(std::string_view line, Instant now);
 
   uint64_t requests() const { return requests_; }
+  uint64_t errors() const { return errors_; }
+  size_t sockets() const { return sockets_.size(); }
   std::string FormatCounters() const;
 
-  void OnReadable(Instant now) override;  // accept
-
  private:
-  class Client;
   struct Socket {
     std::unique_ptr<tcp::TcpSocket> tcp;
     std::unique_ptr<udp::UdpSocket> udp;
     bool linger_zero = false;
   };
-  ControlApi(eventloop::EventLoop& loop, tcp::TcpLayer& tcp,
-             udp::UdpLayer& udp, std::function<std::string()> counters,
-             std::string path, link::UniqueFd fd);
-  void Drop(Client* c);
+  ControlApi(tcp::TcpLayer& tcp, udp::UdpLayer& udp,
+             std::function<std::string()> counters);
   int AddSocket(Socket s);
 
-  eventloop::EventLoop& loop_;
   tcp::TcpLayer& tcp_;
   udp::UdpLayer& udp_;
   std::function<std::string()> counter_text_;
-  std::string path_;
-  link::UniqueFd fd_;
   uint64_t requests_ = 0;
   uint64_t errors_ = 0;
   int next_fd_ = 3;
   std::map<int, Socket> sockets_;
-  absl::flat_hash_map<Client*, std::unique_ptr<Client>> clients_;
+  // Last: its clients call Handle, so it goes before the sockets.
+  std::unique_ptr<JsonLinesServer> server_;
 };
 
 }  // namespace netstack::tools

@@ -17,13 +17,14 @@
 // Removing a forward closes its listeners; its connections run to their
 // end.
 //
-// The socket is made with mode 0600 (whoever can connect can open ports
-// on this host as netstackd), refuses to replace an existing file, and is
-// unlinked when this goes. A client's request line is at most
-// kMaxLine bytes (longer: an error, then the connection is closed); a
-// client that does not read its answers is closed once kMaxOutput bytes
-// wait for it; at most kMaxClients connections at once (more are closed
-// at accept). Nothing a client sends can stop the loop.
+// The socket and its clients are a JsonLinesServer (json_lines_server.h:
+// mode 0600, since whoever can connect can open ports on this host as
+// netstackd; never replaces an existing file; unlinked when this goes). A
+// client's request line is at most kMaxLine bytes (longer: an error, then
+// the connection is closed); a client that does not read its answers is
+// closed once kMaxOutput bytes wait for it; at most kMaxClients
+// connections at once (more are closed at accept). Nothing a client sends
+// can stop the loop.
 #ifndef TOOLS_NETSTACKD_FORWARD_API_H_
 #define TOOLS_NETSTACKD_FORWARD_API_H_
 
@@ -34,10 +35,9 @@
 #include <string>
 #include <string_view>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "link/fd_util.h"
 #include "netstack/eventloop/event_loop.h"
+#include "tools/netstackd/json_lines_server.h"
 #include "tools/netstackd/port_forwards.h"
 
 namespace netstack::tools {
@@ -49,7 +49,7 @@ struct ForwardApiCounters {
   uint64_t errors = 0;  // answers with "ok":false
 };
 
-class ForwardApi : public eventloop::Handler {
+class ForwardApi {
  public:
   static constexpr size_t kMaxLine = 64 * 1024;
   static constexpr size_t kMaxOutput = 4 * 1024 * 1024;
@@ -61,32 +61,23 @@ class ForwardApi : public eventloop::Handler {
       std::function<std::string()> counters, const std::string& path);
   ForwardApi(const ForwardApi&) = delete;
   ForwardApi& operator=(const ForwardApi&) = delete;
-  ~ForwardApi() override;
+  ~ForwardApi();
 
   // One request line (without its newline) to its answer (without one).
   // The socket's clients go through here; so do the unit tests.
   std::string Handle(std::string_view line);
 
-  const ForwardApiCounters& counters() const { return counters_; }
+  ForwardApiCounters counters() const;
   std::string FormatCounters() const;
 
-  void OnReadable(Instant now) override;  // accept
-
  private:
-  class Client;
-  ForwardApi(eventloop::EventLoop& loop, PortForwards& forwards,
-             std::function<std::string()> counters, std::string path,
-             link::UniqueFd fd);
-  void Drop(Client* c);
+  ForwardApi(PortForwards& forwards, std::function<std::string()> counters);
 
-  eventloop::EventLoop& loop_;
   PortForwards& forwards_;
   std::function<std::string()> counter_text_;
-  std::string path_;
-  link::DirEntryRef socket_file_;  // path_, by its directory
-  link::UniqueFd fd_;
-  ForwardApiCounters counters_;
-  absl::flat_hash_map<Client*, std::unique_ptr<Client>> clients_;
+  ForwardApiCounters counters_;  // requests and errors; the server counts
+                                 // connections
+  std::unique_ptr<JsonLinesServer> server_;
 };
 
 }  // namespace netstack::tools

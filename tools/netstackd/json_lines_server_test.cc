@@ -1,0 +1,205 @@
+#include "tools/netstackd/json_lines_server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "netstack/eventloop/event_loop.h"
+
+namespace netstack::tools {
+namespace {
+
+class JsonLinesServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto l = eventloop::EventLoop::Create();
+    ASSERT_TRUE(l.ok());
+    loop_ = *std::move(l);
+    // Bazel's TEST_TMPDIR can be past sun_path's 108 bytes.
+    char dir[] = "/tmp/nst-jls-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    path_ = dir_ + "/s";
+    auto s = JsonLinesServer::Create(*loop_, path_, Options());
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+  }
+  void TearDown() override {
+    server_.reset();
+    (void)unlink(path_.c_str());
+    (void)rmdir(dir_.c_str());
+  }
+
+  // An echo server with small limits: "line" -> "[line]".
+  JsonLinesServer::Options Options() {
+    JsonLinesServer::Options o;
+    o.flag = "--test";
+    o.max_line = 100;
+    o.max_output = 1000;
+    o.max_clients = 2;
+    o.handle = [this](std::string_view line, Instant) {
+      seen_.emplace_back(line);
+      return "[" + std::string(line) + "]";
+    };
+    o.too_long = [] { return std::string("too long"); };
+    return o;
+  }
+
+  int Dial() {
+    const int c = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un un{};
+    un.sun_family = AF_UNIX;
+    std::memcpy(un.sun_path, path_.data(), path_.size());
+    EXPECT_EQ(connect(c, reinterpret_cast<sockaddr*>(&un), sizeof(un)), 0);
+    return c;
+  }
+  void Send(int c, const std::string& s) {
+    ASSERT_EQ(send(c, s.data(), s.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(s.size()));
+  }
+  // Runs the loop until `n` lines came back on `c` (or it closed);
+  // `closed` says whether it did.
+  std::string ReadLines(int c, int n, bool* closed = nullptr) {
+    std::string got;
+    bool eof = false;
+    for (int turn = 0; turn < 200 && !eof &&
+                       std::count(got.begin(), got.end(), '\n') < n;
+         ++turn) {
+      EXPECT_TRUE(loop_->RunOnce(absl::Milliseconds(10)).ok());
+      char buf[4096];
+      const ssize_t r = recv(c, buf, sizeof(buf), MSG_DONTWAIT);
+      if (r > 0) got.append(buf, r);
+      if (r == 0 || (r < 0 && errno == ECONNRESET)) eof = true;
+    }
+    if (closed != nullptr) *closed = eof;
+    return got;
+  }
+
+  std::unique_ptr<eventloop::EventLoop> loop_;
+  std::string dir_;
+  std::string path_;
+  std::vector<std::string> seen_;
+  std::unique_ptr<JsonLinesServer> server_;
+};
+
+// Two lines in one write, one split across writes, CRLF, and an empty
+// line (skipped): answered in order, one line each.
+TEST_F(JsonLinesServerTest, FramesLines) {
+  const int c = Dial();
+  Send(c, "a\nb\r\n\nc");
+  EXPECT_EQ(ReadLines(c, 2), "[a]\n[b]\n");
+  Send(c, "d\n");
+  EXPECT_EQ(ReadLines(c, 1), "[cd]\n");
+  EXPECT_EQ(seen_, (std::vector<std::string>{"a", "b", "cd"}));
+  EXPECT_EQ(server_->connections(), 1u);
+  close(c);
+}
+
+// A line past max_line gets too_long() and the client is closed; the
+// other client is still served.
+TEST_F(JsonLinesServerTest, AnOverlongLineClosesThatClientOnly) {
+  const int bad = Dial();
+  const int good = Dial();
+  Send(bad, "ok\n" + std::string(150, 'x'));
+  bool closed = false;
+  EXPECT_EQ(ReadLines(bad, 5, &closed), "[ok]\ntoo long\n");
+  EXPECT_TRUE(closed);
+  Send(good, "still\n");
+  EXPECT_EQ(ReadLines(good, 1), "[still]\n");
+  close(bad);
+  close(good);
+}
+
+// Past max_clients a connection is closed at accept, and counted; a
+// closed client's slot is free again.
+TEST_F(JsonLinesServerTest, ClientsPastTheLimitAreRefused) {
+  const int a = Dial();
+  const int b = Dial();
+  Send(a, "1\n");
+  Send(b, "2\n");
+  EXPECT_EQ(ReadLines(a, 1), "[1]\n");
+  EXPECT_EQ(ReadLines(b, 1), "[2]\n");
+  const int c = Dial();
+  bool closed = false;
+  EXPECT_EQ(ReadLines(c, 1, &closed), "");
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(server_->refused_connections(), 1u);
+  EXPECT_EQ(server_->clients(), 2u);
+  close(a);
+  close(c);
+  for (int i = 0; i < 20 && server_->clients() > 1; ++i) {
+    ASSERT_TRUE(loop_->RunOnce(absl::Milliseconds(10)).ok());
+  }
+  EXPECT_EQ(server_->clients(), 1u);
+  const int d = Dial();
+  Send(d, "3\n");
+  EXPECT_EQ(ReadLines(d, 1), "[3]\n");
+  close(b);
+  close(d);
+}
+
+// A client that sends its requests and shuts its side still gets every
+// answer, then is closed.
+TEST_F(JsonLinesServerTest, AnswersAClientThatShutItsEnd) {
+  const int c = Dial();
+  Send(c, "x\ny\n");
+  ASSERT_EQ(shutdown(c, SHUT_WR), 0);
+  bool closed = false;
+  EXPECT_EQ(ReadLines(c, 3, &closed), "[x]\n[y]\n");
+  EXPECT_TRUE(closed);
+  close(c);
+}
+
+// A client that never reads is closed once max_output bytes wait.
+TEST_F(JsonLinesServerTest, AClientThatDoesNotReadIsClosed) {
+  const int c = Dial();
+  std::string line;
+  for (int i = 0; i < 20; ++i) line += std::string(90, 'q') + "\n";
+  bool dropped = false;
+  for (int i = 0; i < 2000 && !dropped; ++i) {
+    if (send(c, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+        errno != EAGAIN) {
+      dropped = true;
+    }
+    ASSERT_TRUE(loop_->RunOnce(absl::Milliseconds(1)).ok());
+    dropped = dropped || server_->clients() == 0;
+  }
+  EXPECT_TRUE(dropped);
+  EXPECT_EQ(server_->clients(), 0u);
+  close(c);
+}
+
+TEST_F(JsonLinesServerTest, TheSocketIsPrivateAndGoesWithTheServer) {
+  struct stat st;
+  ASSERT_EQ(stat(path_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  auto again = JsonLinesServer::Create(*loop_, path_, Options());
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find(
+                absl::StrCat("--test: bind ", path_, " (the file exists")),
+            std::string::npos)
+      << again.status();
+  server_.reset();
+  EXPECT_NE(stat(path_.c_str(), &st), 0);
+}
+
+TEST_F(JsonLinesServerTest, ABadPathSaysWhy) {
+  auto s = JsonLinesServer::Create(*loop_, std::string(200, 'a'), Options());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--test '"), std::string::npos);
+  EXPECT_NE(s.status().message().find("is 1 to 107 bytes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace netstack::tools
