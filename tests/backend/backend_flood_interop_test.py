@@ -4,12 +4,13 @@ one core sends them (flood_peer.py, AF_PACKET on the guest's side of the
 TAP), each from its own 4-tuple, at
 
   - a closed port of the host side H, through netstackd --backend
-    (backend_topology.py): each SYN that netstackd reads is a host
-    connect(), refused, and a RST to the guest;
+    (backend_topology.py, a multi-queue TAP): each SYN that netstackd
+    reads is a host connect(), refused, and a RST to the guest, or, while
+    the link is busy past --busy-connect-rate, shed (dropped, no RST);
   - an open port of H (scale_peer.py's echo server, which accepts all):
     each is a host connection and a SYN-ACK to the guest, whose kernel
-    answers RST (it never sent that SYN); past --max-tcp-flows the SYN
-    gets a RST at once;
+    answers RST (it never sent that SYN), or shed; past --max-tcp-flows
+    the SYN gets a RST at once;
   - a listener on the stack itself: netstackd in host mode on a TAP with
     --discard-port, the kernel peer sending (SYN cookies once the
     half-open queue is full).
@@ -25,11 +26,11 @@ Shown, each time:
     --max-tcp-flows while sampled, nor the host fds), and everything is
     released after: flows_open and tcp_host_fds_open back at 0, the fds
     netstackd holds as at the start;
-  - an established transfer keeps moving during a flood: its iperf3 rate
-    alone and under a 2-second flood (the same SYNs, sent over and over)
-    in the same run, printed; asserted only loosely (MIN_RATIO) on this
-    shared 2-core machine: bench/flood_benchmark.py measures the figures
-    (docs/BENCHMARKS.md);
+  - an established transfer keeps moving during a flood: one iperf3
+    connection's rate before and during a 2-second flood (the same SYNs,
+    sent over and over; flood_util.iperf3_under), printed; asserted only
+    loosely (MIN_RATIO) on this shared 2-core machine:
+    bench/flood_benchmark.py measures the figures (docs/BENCHMARKS.md);
   - a new connection works afterwards.
 Needs root. NETSTACKD=path runs another netstackd build (an ASan one).
 """
