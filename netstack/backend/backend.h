@@ -84,7 +84,7 @@ struct BackendLimits {
   // TCP flows, connecting ones included; past it the guest gets RST.
   uint32_t max_tcp_flows = 4096;
   // New host connections a second while the guest's link is busy
-  // (--busy-connect-rate): while netstackd's reads of it hit their batch
+  // (--busy-syn-rate): while netstackd's reads of it hit their batch
   // limit (LinkStats::rx_batch_limit_hits grew this turn: the guest sends
   // faster than netstackd reads), at most this many, with
   // busy_connect_burst saved up; past it a guest SYN that would start one

@@ -243,6 +243,9 @@ class Stack {
   std::optional<wire::MacAddress> NicMac(NicId nic) const;
   // The statistics of `nic`'s link (LinkEndpoint::Stats).
   std::optional<link::LinkStats> NicLinkStats(NicId nic) const;
+  // LinkStats::rx_batch_limit_hits of every NIC's link, summed: grows
+  // while a link's peer sends faster than we read.
+  uint64_t RxBatchLimitHits() const;
   std::optional<wire::Ipv6Address> LinkLocalAddress(NicId nic) const;
   // Makes `nic` accept datagrams to the IPv6 multicast `group` as well as
   // to all-nodes and its solicited-node groups (a router joins ff02::2, a

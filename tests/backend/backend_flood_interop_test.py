@@ -6,7 +6,7 @@ TAP), each from its own 4-tuple, at
   - a closed port of the host side H, through netstackd --backend
     (backend_topology.py, a multi-queue TAP): each SYN that netstackd
     reads is a host connect(), refused, and a RST to the guest, or, while
-    the link is busy past --busy-connect-rate, shed (dropped, no RST);
+    the link is busy past --busy-syn-rate, shed (dropped, no RST);
   - an open port of H (scale_peer.py's echo server, which accepts all):
     each is a host connection and a SYN-ACK to the guest, whose kernel
     answers RST (it never sent that SYN), or shed; past --max-tcp-flows
@@ -202,7 +202,7 @@ print(s.recv(100).decode())
             G4, H4, CLOSED_PORT, ("--dsts", f"{H4},{H4B}"))
         o = acc["outcomes"]
         # Each SYN read was a host connect, refused (a RST to the guest),
-        # or shed while the link was busy (--busy-connect-rate).
+        # or shed while the link was busy (--busy-syn-rate).
         self.assertEqual(o["held"] + o["shed"], acc["syns_in"], acc)
         c = self.nd.counters()
         self.assertGreaterEqual(c["backend.tcp_end.connect_refused"],
@@ -301,11 +301,12 @@ class StackListenerSynFloodTest(SynFloodCase):
         o = acc["outcomes"]
         # A listener answers every SYN it reads: half-open, or a cookie
         # once max_half_open is reached; nothing else.
-        self.assertEqual(o["half_open"] + o["cookie"] + o["listen_overflow"],
-                         acc["syns_in"], acc)
+        self.assertEqual(o["half_open"] + o["cookie"] + o["listen_overflow"]
+                         + o["listener_shed"], acc["syns_in"], acc)
         c = self.nd.counters()
         fu.log(f"listener: half-open {o['half_open']}, cookies "
-               f"{o['cookie']}, overflow {o['listen_overflow']}; "
+               f"{o['cookie']}, overflow {o['listen_overflow']}, shed "
+               f"{o['listener_shed']}; "
                f"connections now {c.get('tcp.connections')}")
         # One established connection into the discard port, before and
         # during the flood.

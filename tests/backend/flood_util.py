@@ -330,8 +330,10 @@ def syn_outcomes(c):
         "held": c.get("tcp.syns_held", 0),
         "held_retransmit": c.get("tcp.held_syn_retransmits", 0),
         "held_limit": c.get("tcp.held_syn_limit_drops", 0),
-        # Dropped, no RST, over the backend's --busy-connect-rate.
+        # Dropped, no RST, over --busy-syn-rate: the backend's (a host
+        # connect) and a listener's (a SYN-ACK).
         "shed": c.get("backend.tcp_syns_shed", 0),
+        "listener_shed": c.get("tcp.syns_shed", 0),
         # The backend's refusals (each a RST); not drop.tcp_no_listener,
         # which also counts the guest's RSTs that arrive after their
         # connection ended. Host mode has no SynHandler: a SYN to a port

@@ -171,14 +171,16 @@ ABSL_FLAG(int, max_tcp_flows, 4096,
           "With --backend: TCP flows at once (connecting ones included); "
           "past it the guest gets RST and backend.tcp_refused_flow_limit "
           "counts it.");
-ABSL_FLAG(int, busy_connect_rate, 1000,
-          "With --backend: new host TCP connections a second while the "
-          "guest's link is busy (it sends faster than netstackd reads: "
-          "link.NIC.rx_batch_limit_hits grows), a tenth of a second of them "
-          "saved up; past it a guest SYN is dropped without a RST "
-          "(backend.tcp_syns_shed) and the guest retransmits it. It keeps a "
-          "SYN flood from taking the thread from established flows. A link "
-          "that keeps up has no limit. 0: no limit at all.");
+ABSL_FLAG(int, busy_syn_rate, 1000,
+          "SYNs answered a second while the link is busy (its peer sends "
+          "faster than netstackd reads: link.NIC.rx_batch_limit_hits grows), "
+          "a tenth of a second of them saved up: with --backend, the guest's "
+          "SYNs that would start a host connection (backend.tcp_syns_shed), "
+          "and SYNs to the stack's own listeners (tcp.syns_shed). Past it a "
+          "SYN is dropped without a RST (drop.tcp_syn_shed) and its sender "
+          "retransmits it. It keeps a SYN flood from taking the thread from "
+          "established connections. A link that keeps up has no limit. 0: "
+          "no limit at all.");
 ABSL_FLAG(std::vector<std::string>, dns_upstream, {},
           "With --backend: send the guest's DNS queries (to the DNS address "
           ".3 / ::3, UDP and TCP) to this server, ADDR[:PORT] (IPv6 as "
@@ -521,12 +523,8 @@ absl::StatusOr<Config> ParseConfig() {
                                 " out of range [1, 1000000]"));
     }
     b.limits.max_tcp_flows = static_cast<uint32_t>(max_flows);
-    const int connect_rate = absl::GetFlag(FLAGS_busy_connect_rate);
-    if (connect_rate < 0 || connect_rate > 10000000) {
-      return Usage(absl::StrCat("--busy-connect-rate ", connect_rate,
-                                " out of range [0, 10000000]"));
-    }
-    b.limits.busy_connect_rate = static_cast<uint32_t>(connect_rate);
+    b.limits.busy_connect_rate =
+        static_cast<uint32_t>(absl::GetFlag(FLAGS_busy_syn_rate));
     b.limits.busy_connect_burst =
         std::max<uint32_t>(1, b.limits.busy_connect_rate / 10);
     const int max_udp = absl::GetFlag(FLAGS_max_udp_flows);
@@ -623,6 +621,11 @@ absl::StatusOr<Config> ParseConfig() {
   }
   if (const int q = absl::GetFlag(FLAGS_tap_queues); q < 1 || q > 16) {
     return Usage(absl::StrCat("--tap-queues ", q, " out of range [1, 16]"));
+  }
+  if (const int r = absl::GetFlag(FLAGS_busy_syn_rate);
+      r < 0 || r > 10000000) {
+    return Usage(absl::StrCat("--busy-syn-rate ", r,
+                              " out of range [0, 10000000]"));
   }
   const std::string mac = absl::GetFlag(FLAGS_mac);
   if (!mac.empty()) {
@@ -1028,6 +1031,10 @@ int Run(const Config& c) {
   transport::Notifier notifier;
   tcp::TcpLayerOptions tcp_options;
   tcp_options.seed = *tcp_seed;
+  tcp_options.busy_syn_rate =
+      static_cast<uint32_t>(absl::GetFlag(FLAGS_busy_syn_rate));
+  tcp_options.busy_syn_burst =
+      std::max<uint32_t>(1, tcp_options.busy_syn_rate / 10);
   // Both layers register themselves with the stack.
   tcp::TcpLayer tcp(st, chunks, packets, notifier, tcp_options);
   udp::UdpLayer udp(st, chunks, packets, notifier, *udp_seed);
