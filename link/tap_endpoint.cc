@@ -437,11 +437,29 @@ ssize_t TapEndpoint::ReadFrame(int fd, uint8_t* buf, size_t cap) {
 }
 
 void TapEndpoint::OnReadable(Instant now) {
+  if (other_queues_.empty()) {
+    const size_t kept = ReadQueue(fd_.get(), rx_batch_, 0);
+    slots_.Consume(kept);
+    Deliver(kept, now);
+    return;
+  }
+  // Which queues have frames: one system call, not an empty read of each.
+  epoll_event ready[kMaxQueues];
+  int n;
+  do {
+    n = ::epoll_wait(queues_epoll_.get(), ready,
+                     static_cast<int>(queue_count()), 0);
+  } while (n < 0 && errno == EINTR);
+  ++stats_.rx_syscalls;
   // The first queue first: the flows we have answered are steered there.
-  size_t kept = ReadQueue(fd_.get(), rx_batch_, 0);
-  for (const UniqueFd& q : other_queues_) {
+  size_t kept = 0;
+  for (int i = 0; i < n; ++i) {
+    if (ready[i].data.fd == fd_.get()) kept = ReadQueue(fd_.get(), rx_batch_, 0);
+  }
+  for (int i = 0; i < n; ++i) {
+    if (ready[i].data.fd == fd_.get()) continue;
     const size_t before = kept;
-    kept = ReadQueue(q.get(), other_queue_share_, kept);
+    kept = ReadQueue(ready[i].data.fd, other_queue_share_, kept);
     stats_.rx_frames_other_queues += kept - before;
   }
   slots_.Consume(kept);

@@ -95,7 +95,7 @@ class Topology:
         else:
             self.add_ns(self.peer_ns)
             self.stack_ns = self.peer_ns  # the TAP lives where the kernel is
-            # multi_queue: netstackd reads it with --tap-queues (4).
+            # multi_queue: netstackd reads it with --tap-queues (16).
             run("ip", "-n", self.peer_ns, "tuntap", "add", "dev", "nsttap",
                 "mode", "tap", "multi_queue")
             dev = "nsttap"

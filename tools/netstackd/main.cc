@@ -72,7 +72,7 @@
 #include "netstack/stack/stack.h"
 
 ABSL_FLAG(std::string, tap, "", "Attach to the TAP device NAME (created if needed).");
-ABSL_FLAG(int, tap_queues, 4,
+ABSL_FLAG(int, tap_queues, 16,
           "With a TAP (--tap, or the sandbox's tap0): kernel queues "
           "(IFF_MULTI_QUEUE), 1..16. The kernel steers the flows netstackd "
           "answers to the first queue, read first, and spreads new flows "
