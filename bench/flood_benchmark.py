@@ -29,8 +29,12 @@ exit; H has no default route (asserted before netstackd starts). Needs
 root, iperf3 and an opt build of netstackd:
 bazel build --config=opt //tools/netstackd.
 
+The case "cpu" is the control: the same transfer while a process keeps
+one core busy and sends nothing (the flooder takes a core too; on two
+cores that alone costs the transfer about a third).
+
 Usage: bench/flood_benchmark.py [--netstackd PATH] [--seconds 4]
-           [--repeat 2] [--rates 100000,30000] [--cases closed,open,stack]
+           [--repeat 2] [--rates 100000,30000] [--cases cpu,closed,open,stack]
            [--variants NAME=FLAGS;NAME=FLAGS...]
 """
 import argparse
@@ -49,7 +53,7 @@ ap.add_argument("--netstackd", default=os.path.join(
 ap.add_argument("--seconds", type=float, default=4)
 ap.add_argument("--repeat", type=int, default=2)
 ap.add_argument("--rates", default="100000,30000")
-ap.add_argument("--cases", default="closed,open,stack")
+ap.add_argument("--cases", default="cpu,closed,open,stack")
 ap.add_argument("--syns", type=int, default=100000)
 ap.add_argument("--variants", default="default=",
                 help="NAME=NETSTACKD FLAGS;... each runs every case")
@@ -105,6 +109,22 @@ def backend_cases(cases, rates, flags):
         topo.configure_guest()
         pid = fu.netstackd_pid(nd)
         mac = fu.gateway_mac(topo)
+        if "cpu" in cases:
+            # The control: one core taken by a loop that sends nothing.
+            for reverse in (False, True):
+                alone, during, floods = [], [], []
+                for _ in range(ARGS.repeat):
+                    a, d, loop = fu.iperf3_under(
+                        topo, H4, ARGS.seconds,
+                        lambda: fu.CpuLoop(ARGS.seconds + 0.5),
+                        reverse=reverse)
+                    alone.append(a)
+                    during.append(d)
+                    floods.append(loop.join())
+                    time.sleep(1.0)
+                row(f"backend, a CPU loop, no flood, "
+                    f"{'H to G' if reverse else 'G to H'}", alone, during,
+                    floods, fu.memory_kib(pid)["VmHWM"])
         for case in cases:
             if case not in PORTS:
                 continue

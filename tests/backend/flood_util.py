@@ -127,6 +127,24 @@ class Background:
         return self.result
 
 
+class CpuLoop:
+    """A process that keeps one core busy for `seconds` and sends nothing:
+    the control for a flood, whose sender takes a core too. join() as
+    Background's, with the flood report's fields."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.p = subprocess.Popen([sys.executable, "-c", (
+            "import time\n"
+            f"end = time.monotonic() + {seconds}\n"
+            "while time.monotonic() < end:\n"
+            "    pass\n")])
+
+    def join(self, timeout=300):
+        self.p.wait(timeout)
+        return {"sent": 0, "seconds": self.seconds, "rate": 0}
+
+
 class MemorySampler:
     """Samples VmRSS of `pid` every 50 ms until stop(); .peak_rss."""
 
