@@ -10,22 +10,32 @@ part 2): what the transfer keeps.
   stack:    the kernel -- TAP -- netstackd in host mode (--discard-port),
             the kernel flooding the stack's own listener (SYN cookies)
 
-Per case: iperf3 (backend; one TCP connection, CUBIC) or one TCP
-connection into the discard port (stack) for --seconds alone, then for
+Per case: one established TCP connection, iperf3 (backend; CUBIC) or a
+kernel sender into the discard port (stack), runs 1.5 s alone, then
 --seconds while the flood runs over and over (its SYN count and rate
-printed), alternating --repeat times; medians and the ratio during/alone.
+printed); its rate before and during come from its own quarter-second
+samples (flood_util.iperf3_under, kernel_sender_under). --repeat times;
+medians and the ratio during/before.
 Backend transfers run both ways: the guest sending (its frames share the
 TAP's transmit ring with the flood) and -R (the host sending; only the
 guest's ACKs share it). --rates adds floods paced at those SYNs per
-second. Also printed: netstackd's VmHWM after each case.
+second. Also printed: netstackd's VmHWM after each case. --variants runs
+every case once per set of netstackd flags, in the same run, e.g.
+--variants "now=;before=--tap-queues 1 --tcp-connect-rate 0" for the
+defaults against one TAP queue and no connect rate.
 
 Every namespace is made here, with names carrying our pid, and removed at
 exit; H has no default route (asserted before netstackd starts). Needs
 root, iperf3 and an opt build of netstackd:
 bazel build --config=opt //tools/netstackd.
 
+The case "cpu" is the control: the same transfer while a process keeps
+one core busy and sends nothing (the flooder takes a core too; on two
+cores that alone costs the transfer about a third).
+
 Usage: bench/flood_benchmark.py [--netstackd PATH] [--seconds 4]
-           [--repeat 2] [--rates 100000,30000] [--cases closed,open,stack]
+           [--repeat 2] [--rates 100000,30000] [--cases cpu,closed,open,stack]
+           [--variants NAME=FLAGS;NAME=FLAGS...]
 """
 import argparse
 import os
@@ -43,8 +53,10 @@ ap.add_argument("--netstackd", default=os.path.join(
 ap.add_argument("--seconds", type=float, default=4)
 ap.add_argument("--repeat", type=int, default=2)
 ap.add_argument("--rates", default="100000,30000")
-ap.add_argument("--cases", default="closed,open,stack")
+ap.add_argument("--cases", default="cpu,closed,open,stack")
 ap.add_argument("--syns", type=int, default=100000)
+ap.add_argument("--variants", default="default=",
+                help="NAME=NETSTACKD FLAGS;... each runs every case")
 ARGS = ap.parse_args()
 os.environ["NETSTACKD"] = os.path.abspath(ARGS.netstackd)
 
@@ -56,16 +68,16 @@ H4B = "198.51.100.2"
 PORTS = {"closed": 7099, "open": 7100}
 
 
-def flooded(topo, flood_args, rate, measure):
-    """measure() alone and under the flood, ARGS.repeat times each."""
+def flooded(ns, flood_args, rate, measure):
+    """measure(start_flood) ARGS.repeat times: an established transfer's
+    rate before and during the flood."""
     alone, during, floods = [], [], []
     extra = ("--rate", rate) if rate else ()
     for _ in range(ARGS.repeat):
-        alone.append(measure())
-        bg = fu.Background(topo, *flood_args, "--seconds", ARGS.seconds + 1.5,
-                           *extra)
-        time.sleep(0.5)
-        during.append(measure())
+        a, d, bg = measure(lambda: fu.Background(
+            ns, *flood_args, "--seconds", ARGS.seconds + 0.5, *extra))
+        alone.append(a)
+        during.append(d)
         floods.append(bg.join())
         time.sleep(1.0)
     return alone, during, floods
@@ -75,11 +87,14 @@ def row(label, alone, during, floods, hwm):
     a, d = statistics.median(alone), statistics.median(during)
     rate = statistics.median(f["rate"] for f in floods)
     sent = statistics.median(f["sent"] for f in floods)
-    print(f"| {label} | {rate:,.0f} | {sent:,.0f} | {a / 1e9:.2f} | "
+    print(f"| {VARIANT} | {label} | {rate:,.0f} | {sent:,.0f} | {a / 1e9:.2f} | "
           f"{d / 1e9:.2f} | {d / a:.2f} | {hwm / 1024:.1f} |", flush=True)
 
 
-def backend_cases(cases, rates):
+VARIANT = ""
+
+
+def backend_cases(cases, rates, flags):
     topo = BackendTopology()
     try:
         topo.setup()
@@ -90,10 +105,26 @@ def backend_cases(cases, rates):
         topo.spawn(h, sys.executable, iu.runfile("tests/backend/scale_peer.py"),
                    "server", str(PORTS["open"]), H4, H4B)
         fu.start_iperf3_server(topo)
-        nd = topo.netstackd()
+        nd = topo.netstackd(*flags)
         topo.configure_guest()
         pid = fu.netstackd_pid(nd)
         mac = fu.gateway_mac(topo)
+        if "cpu" in cases:
+            # The control: one core taken by a loop that sends nothing.
+            for reverse in (False, True):
+                alone, during, floods = [], [], []
+                for _ in range(ARGS.repeat):
+                    a, d, loop = fu.iperf3_under(
+                        topo, H4, ARGS.seconds,
+                        lambda: fu.CpuLoop(ARGS.seconds + 0.5),
+                        reverse=reverse)
+                    alone.append(a)
+                    during.append(d)
+                    floods.append(loop.join())
+                    time.sleep(1.0)
+                row(f"backend, a CPU loop, no flood, "
+                    f"{'H to G' if reverse else 'G to H'}", alone, during,
+                    floods, fu.memory_kib(pid)["VmHWM"])
         for case in cases:
             if case not in PORTS:
                 continue
@@ -102,8 +133,9 @@ def backend_cases(cases, rates):
             for reverse in (False, True):
                 for rate in [0] + rates:
                     alone, during, floods = flooded(
-                        topo.g, args, rate, lambda: fu.iperf3_rate(
-                            topo, H4, ARGS.seconds, reverse=reverse))
+                        topo.g, args, rate,
+                        lambda start, reverse=reverse: fu.iperf3_under(
+                            topo, H4, ARGS.seconds, start, reverse=reverse))
                     label = (f"backend, {case} port, "
                              f"{'H to G' if reverse else 'G to H'}, "
                              f"{'paced' if rate else 'full rate'}")
@@ -115,36 +147,21 @@ def backend_cases(cases, rates):
         topo.close()
 
 
-def stack_case(rates):
+def stack_case(rates, extra):
     topo = iu.Topology("tap", "nstfb")
     net4 = "10.87.0"
     try:
         flags = topo.setup(net4, "fd00:87")
         ns = topo.peer_ns
         iu.run("ip", "-n", ns, "addr", "add", f"{net4}.3/24", "dev", "nsttap")
-        nd = iu.Netstackd(flags + ["--discard-port", "9"])
+        nd = iu.Netstackd(flags + ["--discard-port", "9"] + extra)
         nd.start()
         pid = fu.netstackd_pid(nd)
-        iu.run(*topo.peer("ping", "-c", "1", "-W", "2", f"{net4}.2"),
-               check=False)
-        mac = iu.run("ip", "-n", ns, "neigh", "show", f"{net4}.2").stdout \
-            .split("lladdr")[1].split()[0]
-        script = f"""
-import socket, struct, time
-s = socket.create_connection(("{net4}.2", 9), timeout=5)
-buf = bytes(1 << 18)
-t = time.monotonic()
-end = t + {ARGS.seconds}
-while time.monotonic() < end:
-    s.send(buf)
-info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-print(struct.unpack_from("Q", info, 120)[0] * 8 / (time.monotonic() - t))
-"""
+        mac = fu.fixed_neighbour(ns, f"{net4}.2")
 
-        def measure():
-            r = iu.run(*topo.peer(sys.executable, "-c", script),
-                       timeout=ARGS.seconds + 30)
-            return float(r.stdout.strip())
+        def measure(start):
+            return fu.kernel_sender_under(ns, f"{net4}.2", 9, ARGS.seconds,
+                                          start)
 
         args = ("syn", "nsttap", mac, f"{net4}.1", f"{net4}.2", 9, ARGS.syns,
                 "--srcs", f"{net4}.1,{net4}.3")
@@ -160,16 +177,24 @@ print(struct.unpack_from("Q", info, 120)[0] * 8 / (time.monotonic() - t))
 
 
 def main():
+    global VARIANT
     rates = [int(r) for r in ARGS.rates.split(",") if r]
     cases = ARGS.cases.split(",")
+    variants = []
+    for v in ARGS.variants.split(";"):
+        name, _, flags = v.partition("=")
+        variants.append((name.strip(), flags.split()))
     print(f"netstackd {ARGS.netstackd}; {ARGS.seconds} s per transfer, "
-          f"{ARGS.repeat} repetitions, medians")
-    print("| case | flood SYN/s | SYNs sent | alone Gbit/s | "
-          "under flood Gbit/s | ratio | netstackd VmHWM MiB |")
-    print("|---|---|---|---|---|---|---|")
-    backend_cases(cases, rates)
-    if "stack" in cases:
-        stack_case(rates)
+          f"{ARGS.repeat} repetitions, medians; variants: "
+          + "; ".join(f"{n}: {' '.join(f) or 'defaults'}" for n, f in variants))
+    print("| variant | case | flood SYN/s | SYNs sent | before Gbit/s | "
+          "during Gbit/s | ratio | netstackd VmHWM MiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, flags in variants:
+        VARIANT = name
+        backend_cases(cases, rates, flags)
+        if "stack" in cases:
+            stack_case(rates, flags)
 
 
 if __name__ == "__main__":

@@ -413,6 +413,7 @@ void PacketEndpoint::OnReadable(Instant now) {
     }
     return;
   }
+  stats_.rx_batch_limit_hits += static_cast<size_t>(r) == rx_batch_;
   size_t kept = 0;
   for (size_t i = 0; i < static_cast<size_t>(r); ++i) {
     if (TakeFrame(i, i, i < prepared, kept)) ++kept;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/if_tun.h>
 #include <net/if.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@ namespace {
 // 14-byte Ethernet header is 4-byte aligned (Linux's NET_IP_ALIGN).
 constexpr uint32_t kRxPad = 2;
 constexpr size_t kMaxRxBatch = 1024;
+constexpr uint32_t kMaxQueues = 16;
 // Offloads that make the kernel send GSO super-frames to the TAP.
 constexpr unsigned kGsoOffloads = TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_UFO
 #ifdef TUN_F_USO4
@@ -58,6 +60,10 @@ absl::Status ValidateOptions(const TapOptions& o) {
   if (o.rx_batch == 0 || o.rx_batch > kMaxRxBatch) {
     return absl::InvalidArgumentError(
         absl::StrCat("rx_batch must be 1..", kMaxRxBatch));
+  }
+  if (o.queues == 0 || o.queues > kMaxQueues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TAP queues must be 1..", kMaxQueues));
   }
   return absl::OkStatus();
 }
@@ -93,6 +99,7 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
   // the target namespace (the TAP device is created in the namespace of
   // the fd's opener).
   UniqueFd tun;
+  std::vector<UniqueFd> other_queues;
   UniqueFd ctl;
   auto open_both = [&]() -> absl::Status {
     tun.reset(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
@@ -115,6 +122,11 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
       }
       return ErrnoStatus(err, "open /dev/net/tun");
     }
+    for (uint32_t i = 1; i < options.queues; ++i) {
+      UniqueFd q(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
+      if (!q.valid()) return ErrnoStatus(errno, "open /dev/net/tun");
+      other_queues.push_back(std::move(q));
+    }
     ctl.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (!ctl.valid()) return ErrnoStatus(errno, "control socket");
     return absl::OkStatus();
@@ -127,12 +139,30 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
   ifreq ifr;
   std::memset(&ifr, 0, sizeof(ifr));
   const bool vnet_hdr = options.vnet_hdr || options.host_gso;
-  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0) |
+                  (other_queues.empty() ? 0 : IFF_MULTI_QUEUE);
   std::memcpy(ifr.ifr_name, options.name.data(), options.name.size());
-  if (absl::Status s = SetIff(tun.get(), ifr, options); !s.ok()) return s;
+  absl::Status attached = SetIff(tun.get(), ifr, options);
+  if (absl::IsInvalidArgument(attached)) {
+    // An existing TAP was made with one queue or several, and refuses the
+    // other kind (IFF_MULTI_QUEUE must match): take it as it was made,
+    // one queue if it has one (queue_count() says so). If it is no TAP at
+    // all, this fails too, and the first error says so.
+    ifr.ifr_flags ^= IFF_MULTI_QUEUE;
+    if (SetIff(tun.get(), ifr, options).ok()) attached = absl::OkStatus();
+  }
+  if (!attached.ok()) return attached;
+  if ((ifr.ifr_flags & IFF_MULTI_QUEUE) == 0) other_queues.clear();
+  // The kernel wrote the device's name (its own pick if none was given).
+  for (UniqueFd& q : other_queues) {
+    ifreq queue_ifr = ifr;
+    if (absl::Status s = SetIff(q.get(), queue_ifr, options); !s.ok()) {
+      return s;
+    }
+  }
   std::string ifname(ifr.ifr_name, strnlen(ifr.ifr_name, IFNAMSIZ));
-  return Setup(std::move(tun), std::move(ifname), options.netns, ctl.get(),
-               options, pool);
+  return Setup(std::move(tun), std::move(other_queues), std::move(ifname),
+               options.netns, ctl.get(), options, pool);
 }
 
 absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::FromFd(
@@ -183,13 +213,14 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::FromFd(
   if (flags < 0 || ::fcntl(tun.get(), F_SETFL, flags | O_NONBLOCK) < 0) {
     return ErrnoStatus(errno, absl::StrCat(label, ": O_NONBLOCK"));
   }
-  return Setup(std::move(tun), std::move(ifname), absl::StrCat("fd ", fd),
+  return Setup(std::move(tun), {}, std::move(ifname), absl::StrCat("fd ", fd),
                /*ctl=*/-1, options, pool);
 }
 
 absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Setup(
-    UniqueFd tun, std::string ifname, std::string netns, int ctl,
-    const TapOptions& options, buffer::ChunkPool& pool) {
+    UniqueFd tun, std::vector<UniqueFd> other_queues, std::string ifname,
+    std::string netns, int ctl, const TapOptions& options,
+    buffer::ChunkPool& pool) {
   const std::string label = ctl >= 0 ? TapLabel(ifname, netns)
                                      : absl::StrCat("TAP '", ifname, "' (",
                                                     netns, ")");
@@ -281,29 +312,67 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Setup(
       options.mac
           ? *options.mac
           : DeriveLocalMac(absl::StrCat("tap:", netns, "/", ifname));
-  return std::unique_ptr<TapEndpoint>(
-      new TapEndpoint(std::move(tun), std::move(ifname), std::move(netns), caps,
-                      vnet_len, max_frame, slot_size, options.rx_batch, pool));
+  // Several queues: one fd for the event loop, readable while any is.
+  UniqueFd queues_epoll;
+  if (!other_queues.empty()) {
+    queues_epoll.reset(::epoll_create1(EPOLL_CLOEXEC));
+    if (!queues_epoll.valid()) {
+      return ErrnoStatus(errno, absl::StrCat(label, ": epoll_create1"));
+    }
+    auto watch = [&](int fd) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      return ::epoll_ctl(queues_epoll.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
+    };
+    bool watched = watch(tun.get());
+    for (const UniqueFd& q : other_queues) watched = watched && watch(q.get());
+    if (!watched) return ErrnoStatus(errno, absl::StrCat(label, ": epoll_ctl"));
+  }
+  return std::unique_ptr<TapEndpoint>(new TapEndpoint(
+      std::move(tun), std::move(other_queues), std::move(queues_epoll),
+      std::move(ifname), std::move(netns), caps, vnet_len, max_frame, slot_size,
+      options.rx_batch, pool));
 }
 
-TapEndpoint::TapEndpoint(UniqueFd fd, std::string ifname, std::string netns,
-                         const LinkCapabilities& caps, size_t vnet_len,
-                         uint32_t max_frame, uint32_t slot_size,
-                         size_t rx_batch, buffer::ChunkPool& pool)
+namespace {
+// Frames each queue but the first gets per OnReadable(): together a
+// quarter of the first queue's batch, at least one each.
+size_t OtherQueueShare(size_t rx_batch, size_t other_queues) {
+  if (other_queues == 0) return 0;
+  return std::max<size_t>(1, rx_batch / 4 / other_queues);
+}
+}  // namespace
+
+TapEndpoint::TapEndpoint(UniqueFd fd, std::vector<UniqueFd> other_queues,
+                         UniqueFd queues_epoll, std::string ifname,
+                         std::string netns, const LinkCapabilities& caps,
+                         size_t vnet_len, uint32_t max_frame,
+                         uint32_t slot_size, size_t rx_batch,
+                         buffer::ChunkPool& pool)
     : fd_(std::move(fd)),
+      other_queues_(std::move(other_queues)),
+      queues_epoll_(std::move(queues_epoll)),
+      other_queue_share_(OtherQueueShare(rx_batch, other_queues_.size())),
       ifname_(std::move(ifname)),
       netns_(std::move(netns)),
       caps_(caps),
       vnet_len_(vnet_len),
       max_frame_(max_frame),
       rx_batch_(rx_batch),
-      slots_(pool, slot_size, rx_batch),
+      slots_(pool, slot_size,
+             rx_batch + other_queue_share_ * other_queues_.size()),
       scratch_(new uint8_t[slots_.slot_size()]),
-      frames_(rx_batch) {}
+      frames_(rx_batch + other_queue_share_ * other_queues_.size()) {}
 
 std::string TapEndpoint::Name() const {
-  if (netns_.empty()) return absl::StrCat("tap:", ifname_);
-  return absl::StrCat("tap:", ifname_, "@", netns_);
+  std::string name = netns_.empty()
+                         ? absl::StrCat("tap:", ifname_)
+                         : absl::StrCat("tap:", ifname_, "@", netns_);
+  if (!other_queues_.empty()) {
+    absl::StrAppend(&name, " (", queue_count(), " queues)");
+  }
+  return name;
 }
 
 size_t TapEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
@@ -352,15 +421,15 @@ size_t TapEndpoint::Transmit(buffer::PacketChain& chain, Instant now) {
   return sent;
 }
 
-ssize_t TapEndpoint::ReadFrame(uint8_t* buf, size_t cap) {
+ssize_t TapEndpoint::ReadFrame(int fd, uint8_t* buf, size_t cap) {
   ssize_t n;
   do {
     // The spare byte catches a frame larger than the slot (see Open).
     iovec iov[3] = {{rx_vnet_, vnet_len_}, {buf, cap}, {&rx_spare_, 1}};
     if (vnet_len_ > 0) {
-      n = ::readv(fd_.get(), iov, 3);
+      n = ::readv(fd, iov, 3);
     } else {
-      n = ::readv(fd_.get(), iov + 1, 2);
+      n = ::readv(fd, iov + 1, 2);
     }
     ++stats_.rx_syscalls;
   } while (n < 0 && errno == EINTR);
@@ -368,15 +437,45 @@ ssize_t TapEndpoint::ReadFrame(uint8_t* buf, size_t cap) {
 }
 
 void TapEndpoint::OnReadable(Instant now) {
-  const size_t cap = slots_.slot_size() - kRxPad;
+  if (other_queues_.empty()) {
+    const size_t kept = ReadQueue(fd_.get(), rx_batch_, 0);
+    slots_.Consume(kept);
+    Deliver(kept, now);
+    return;
+  }
+  // Which queues have frames: one system call, not an empty read of each.
+  epoll_event ready[kMaxQueues];
+  int n;
+  do {
+    n = ::epoll_wait(queues_epoll_.get(), ready,
+                     static_cast<int>(queue_count()), 0);
+  } while (n < 0 && errno == EINTR);
+  ++stats_.rx_syscalls;
+  // The first queue first: the flows we have answered are steered there.
   size_t kept = 0;
-  for (size_t i = 0; i < rx_batch_; ++i) {
+  for (int i = 0; i < n; ++i) {
+    if (ready[i].data.fd == fd_.get()) kept = ReadQueue(fd_.get(), rx_batch_, 0);
+  }
+  for (int i = 0; i < n; ++i) {
+    if (ready[i].data.fd == fd_.get()) continue;
+    const size_t before = kept;
+    kept = ReadQueue(ready[i].data.fd, other_queue_share_, kept);
+    stats_.rx_frames_other_queues += kept - before;
+  }
+  slots_.Consume(kept);
+  Deliver(kept, now);
+}
+
+size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept) {
+  const size_t cap = slots_.slot_size() - kRxPad;
+  size_t i = 0;
+  for (; i < limit; ++i) {
     // A frame is read into the next free slot; a dropped frame leaves the
     // slot free for the next read. Slots are prepared one at a time, so a
     // short batch does not take a second chunk.
     const bool have_slot = slots_.Prepare(kept + 1) > kept;
     uint8_t* buf = have_slot ? slots_.Slot(kept) + kRxPad : scratch_.get();
-    const ssize_t n = ReadFrame(buf, cap);
+    const ssize_t n = ReadFrame(fd, buf, cap);
     if (n < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK) ++fd_stats_.rx_errors;
       break;
@@ -409,8 +508,8 @@ void TapEndpoint::OnReadable(Instant now) {
     stats_.rx_bytes += len;
     ++kept;
   }
-  slots_.Consume(kept);
-  Deliver(kept, now);
+  stats_.rx_batch_limit_hits += i == limit;
+  return kept;
 }
 
 void TapEndpoint::Deliver(size_t count, Instant now) {

@@ -27,6 +27,25 @@
 // persistent with TUNSETPERSIST elsewhere); if someone deletes it anyway,
 // reads fail (counted in rx_errors) and the endpoint should be closed.
 //
+// Queues (TapOptions::queues > 1, IFF_MULTI_QUEUE): the TAP gets that many
+// fds, each a queue of the kernel's. For a frame the kernel side sends,
+// the kernel picks the queue of the frame's flow (a hash symmetric in its
+// addresses and ports): where it last saw us WRITE a frame of that flow
+// (kept up to 3 s, at most 4,096 flows), else queue hash % queues. We
+// write only through the first queue, so every flow we have answered is
+// steered to it; frames of flows we have not answered (new connections,
+// a guest's SYN flood from random ports) spread over all the queues.
+// OnReadable reads the first queue first, up to rx_batch, and each other
+// queue for a small share (at least one frame): under a flood of new
+// flows the other queues overflow in the kernel (the guest's tx_dropped),
+// while the established flows share their queue with only 1/queues of
+// it. ReadFd() is then an epoll fd over the queues; WriteFd() the first.
+// A TAP made without multi_queue (`ip tuntap add` without it) refuses
+// IFF_MULTI_QUEUE: Open then falls back to one queue (queue_count()); one
+// made with it is attached as one of its queues when queues is 1.
+// Unlike one queue, several are not exclusive: the kernel lets another
+// process with CAP_NET_ADMIN attach further queues to the same TAP.
+//
 // Host GSO (TapOptions::host_gso): Capabilities().gso_max_size becomes
 // gso_max_size, and each TCP super-segment the stack sends is written as
 // ONE frame behind a filled virtio-net header (NEEDS_CSUM, TCPV4/TCPV6,
@@ -94,8 +113,12 @@ struct TapOptions {
   // Our Ethernet address. Default: DeriveLocalMac("tap:<netns>/<name>").
   // (The kernel side of the TAP has its own, different address.)
   std::optional<wire::MacAddress> mac;
-  // Most frames read per OnReadable() call.
+  // Most frames read per OnReadable() call from the first queue (the
+  // others add a share of it; see the file comment).
   size_t rx_batch = 64;
+  // Kernel queues (IFF_MULTI_QUEUE), 1..16; see the file comment. Open
+  // only: an adopted fd is one queue.
+  uint32_t queues = 1;
 };
 
 class TapEndpoint final : public LinkEndpoint {
@@ -120,7 +143,10 @@ class TapEndpoint final : public LinkEndpoint {
   LinkCapabilities Capabilities() const override { return caps_; }
   void Attach(LinkReceiver* receiver) override { receiver_ = receiver; }
   size_t Transmit(buffer::PacketChain& chain, Instant now) override;
-  int ReadFd() const override { return fd_.get(); }
+  int ReadFd() const override {
+    return queues_epoll_.valid() ? queues_epoll_.get() : fd_.get();
+  }
+  int WriteFd() const override { return fd_.get(); }
   void OnReadable(Instant now) override;
   LinkStats Stats() const override { return stats_; }
   std::string Name() const override;
@@ -131,23 +157,39 @@ class TapEndpoint final : public LinkEndpoint {
   const std::string& interface_name() const { return ifname_; }
   // Bytes of each receive slot (frames per chunk = 65536 / this).
   uint32_t rx_slot_size() const { return slots_.slot_size(); }
+  // The kernel queues this endpoint reads (TapOptions::queues, or 1 when
+  // the device refused more).
+  uint32_t queue_count() const {
+    return static_cast<uint32_t>(1 + other_queues_.size());
+  }
 
  private:
   // The rest of Open/FromFd, once `tun` is attached: the virtio-net header,
   // offloads, MTU and queue (ioctls on `ctl`, a socket in the TAP's
   // namespace; -1 for an adopted fd) and the receive slots.
+  // `other_queues`: the fds of queues 2.. (attached like `tun`).
   static absl::StatusOr<std::unique_ptr<TapEndpoint>> Setup(
-      UniqueFd tun, std::string ifname, std::string netns, int ctl,
-      const TapOptions& options, buffer::ChunkPool& pool);
-  TapEndpoint(UniqueFd fd, std::string ifname, std::string netns,
+      UniqueFd tun, std::vector<UniqueFd> other_queues, std::string ifname,
+      std::string netns, int ctl, const TapOptions& options,
+      buffer::ChunkPool& pool);
+  TapEndpoint(UniqueFd fd, std::vector<UniqueFd> other_queues,
+              UniqueFd queues_epoll, std::string ifname, std::string netns,
               const LinkCapabilities& caps, size_t vnet_len, uint32_t max_frame,
               uint32_t slot_size, size_t rx_batch, buffer::ChunkPool& pool);
 
-  // Reads one frame into `buf` (capacity cap); returns the read(2) result.
-  ssize_t ReadFrame(uint8_t* buf, size_t cap);
+  // Reads one frame of queue `fd` into `buf` (capacity cap); returns the
+  // read(2) result.
+  ssize_t ReadFrame(int fd, uint8_t* buf, size_t cap);
+  // Reads up to `limit` frames of queue `fd` into slots kept.. and
+  // frames_; returns the new count of kept frames.
+  size_t ReadQueue(int fd, size_t limit, size_t kept);
   void Deliver(size_t count, Instant now);
 
-  UniqueFd fd_;
+  UniqueFd fd_;  // the first queue: every write, and its reads first
+  std::vector<UniqueFd> other_queues_;
+  UniqueFd queues_epoll_;  // with other_queues_: all of them, for ReadFd()
+  // Frames read from each of other_queues_ per OnReadable().
+  size_t other_queue_share_ = 0;
   const std::string ifname_;
   const std::string netns_;
   const LinkCapabilities caps_;
@@ -162,7 +204,7 @@ class TapEndpoint final : public LinkEndpoint {
   uint8_t rx_vnet_[kVnetHdrMrgLen] = {};
   uint8_t rx_spare_ = 0;  // a read that reaches it was cut short
   std::unique_ptr<uint8_t[]> scratch_;
-  std::vector<InboundFrame> frames_;  // rx_batch entries, reused
+  std::vector<InboundFrame> frames_;  // one per slot, reused
   // Transmit: the virtio-net header of the frame being written (zero but
   // for a GSO frame; num_buffers stays zero) and per-packet iovecs.
   uint8_t tx_vnet_[kVnetHdrMrgLen] = {};

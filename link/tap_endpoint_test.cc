@@ -506,6 +506,89 @@ TEST_F(TapTest, StaleOffloadsOfAPersistentTapAreCleared) {
   EXPECT_FALSE(tso());
 }
 
+// Several queues: the flows we wrote to come back on the first queue; the
+// kernel spreads the others over all of them, and none is lost.
+TEST_F(TapTest, QueuesSteerAnsweredFlowsToTheFirstQueue) {
+  TapOptions o;
+  o.queues = 4;
+  Open(o);
+  ASSERT_EQ(ep_->queue_count(), 4u);
+  EXPECT_NE(ep_->ReadFd(), ep_->WriteFd());
+  EXPECT_NE(ep_->Name().find("(4 queues)"), std::string::npos) << ep_->Name();
+  ConfigureKernelSide();
+  AddStaticNeighbour();
+  const wire::MacAddress kernel_mac = KernelMac();
+  UniqueFd sock = KernelSocket();
+  constexpr int kAnswered = 16;
+  constexpr int kNew = 64;
+  // We write first from each of these ports (all through the first queue).
+  for (int i = 0; i < kAnswered; ++i) {
+    const uint16_t port = static_cast<uint16_t>(7000 + i);
+    ASSERT_EQ(Send(testing::MakeUdpPacket(packets_, chunks_, Us(),
+                                          Host{kernel_mac, kKernelIp}, port,
+                                          kKernelPort, Bytes("ours"))),
+              1u);
+    ASSERT_TRUE(testing::RecvUdp(sock.get(), 2000).has_value());
+  }
+  for (int i = 0; i < kAnswered; ++i) {
+    ASSERT_TRUE(testing::SendUdp(sock.get(), kOurIp,
+                                 static_cast<uint16_t>(7000 + i),
+                                 Bytes(absl::StrCat("answer ", i)))
+                    .ok());
+  }
+  for (int i = 0; i < kAnswered; ++i) {
+    ASSERT_TRUE(WaitForUdp(Bytes(absl::StrCat("answer ", i))).has_value())
+        << i;
+  }
+  EXPECT_EQ(ep_->Stats().rx_frames_other_queues, 0u)
+      << "an answered flow came back on another queue";
+  // Flows we never wrote to: hashed over the four queues.
+  for (int i = 0; i < kNew; ++i) {
+    ASSERT_TRUE(testing::SendUdp(sock.get(), kOurIp,
+                                 static_cast<uint16_t>(9000 + i),
+                                 Bytes(absl::StrCat("new ", i)))
+                    .ok());
+  }
+  for (int i = 0; i < kNew; ++i) {
+    ASSERT_TRUE(WaitForUdp(Bytes(absl::StrCat("new ", i))).has_value()) << i;
+  }
+  EXPECT_GT(ep_->Stats().rx_frames_other_queues, 0u);
+  EXPECT_LE(ep_->Stats().rx_frames_other_queues, static_cast<uint64_t>(kNew));
+  EXPECT_EQ(ep_->Stats().rx_dropped, 0u);
+}
+
+// A TAP made with one queue is taken as it is, and still works.
+TEST_F(TapTest, QueuesFallBackToOneOnASingleQueueTap) {
+  ASSERT_TRUE(ns_->Ip(absl::StrCat("tuntap add dev ", kTap, " mode tap")).ok());
+  TapOptions o;
+  o.queues = 4;
+  Open(o);
+  EXPECT_EQ(ep_->queue_count(), 1u);
+  EXPECT_EQ(ep_->ReadFd(), ep_->WriteFd());
+  ConfigureKernelSide();
+  AddStaticNeighbour();
+  UniqueFd sock = KernelSocket();
+  ASSERT_TRUE(
+      testing::SendUdp(sock.get(), kOurIp, kOurPort, Bytes("one queue")).ok());
+  EXPECT_TRUE(WaitForUdp(Bytes("one queue")).has_value());
+}
+
+// ... and one made with several is attached as one queue of it.
+TEST_F(TapTest, OneQueueOfAMultiQueueTap) {
+  ASSERT_TRUE(ns_->Ip(absl::StrCat("tuntap add dev ", kTap,
+                                   " mode tap multi_queue"))
+                  .ok());
+  Open();
+  EXPECT_EQ(ep_->queue_count(), 1u);
+  ConfigureKernelSide();
+  AddStaticNeighbour();
+  UniqueFd sock = KernelSocket();
+  ASSERT_TRUE(
+      testing::SendUdp(sock.get(), kOurIp, kOurPort, Bytes("one of many"))
+          .ok());
+  EXPECT_TRUE(WaitForUdp(Bytes("one of many")).has_value());
+}
+
 TEST_F(TapTest, KernelPicksTheNameWhenNoneIsGiven) {
   TapOptions o;
   o.netns = ns_->name();

@@ -189,13 +189,29 @@ absl::StatusOr<std::unique_ptr<UnixStreamEndpoint>> UnixStreamEndpoint::Open(
     if (!conn.ok()) return conn.status();
     return FromConnectedFd(conn->release(), options, pool);
   }
+  // The socket file is held by its directory, opened before the bind: it
+  // is removed at the end even after netstackd's root has moved (its mount
+  // namespace is detached after setup), and a directory that cannot be
+  // opened fails here rather than leave the file behind at exit.
+  DirEntryRef socket_file;
+  if (options.path[0] != '@') {
+    absl::StatusOr<DirEntryRef> e = DirEntryRef::Of(options.path);
+    if (!e.ok()) return e.status();
+    socket_file = *std::move(e);
+  }
   absl::StatusOr<UniqueFd> listener = Listen(options.path);
   if (!listener.ok()) return listener.status();
+  std::unique_ptr<UnixStreamEndpoint> endpoint(new UnixStreamEndpoint(
+      UniqueFd(), std::move(*listener), options.path, options, pool));
+  endpoint->socket_file_ = std::move(socket_file);  // from now on, removed
   absl::StatusOr<UniqueFd> ep = NewEpoll();
   if (!ep.ok()) return ep.status();
-  if (absl::Status s = EpollAdd(ep->get(), listener->get()); !s.ok()) return s;
-  return std::unique_ptr<UnixStreamEndpoint>(new UnixStreamEndpoint(
-      std::move(*ep), std::move(*listener), options.path, options, pool));
+  if (absl::Status s = EpollAdd(ep->get(), endpoint->listener_.get());
+      !s.ok()) {
+    return s;
+  }
+  endpoint->epoll_ = std::move(*ep);
+  return endpoint;
 }
 
 absl::StatusOr<std::unique_ptr<UnixStreamEndpoint>>
@@ -227,7 +243,6 @@ UnixStreamEndpoint::UnixStreamEndpoint(UniqueFd epoll, UniqueFd listener,
       epoll_(std::move(epoll)),
       listener_(std::move(listener)),
       path_(std::move(path)),
-      unlink_on_close_(listener_.valid() && !path_.empty() && path_[0] != '@'),
       caps_{.mtu = options.mtu,
             .gso_max_size = 0,
             .tx_checksum_offload = false,
@@ -238,19 +253,10 @@ UnixStreamEndpoint::UnixStreamEndpoint(UniqueFd epoll, UniqueFd listener,
       rx_batch_(options.rx_batch),
       frames_(options.rx_batch),
       tx_tail_(new uint8_t[kPrefixLen + kMaxFrameLen]) {
-  // Held by its directory: removed at the end even after netstackd's root
-  // has moved (its mount namespace detached after setup).
-  if (unlink_on_close_) {
-    if (auto e = DirEntryRef::Of(path_); e.ok()) socket_file_ = *std::move(e);
-  }
 }
 
 UnixStreamEndpoint::~UnixStreamEndpoint() {
-  if (socket_file_.valid()) {
-    (void)socket_file_.Unlink();
-  } else if (unlink_on_close_) {
-    ::unlink(path_.c_str());
-  }
+  if (socket_file_.valid()) (void)socket_file_.Unlink();
 }
 
 std::string UnixStreamEndpoint::Name() const {
@@ -446,7 +452,10 @@ void UnixStreamEndpoint::OnReadable(Instant now) {
     }
     rx_fill_ += static_cast<uint32_t>(n);
     if (!ParseFrames(now)) return;
-    if (stats_.rx_frames - delivered_before >= rx_batch_) break;
+    if (stats_.rx_frames - delivered_before >= rx_batch_) {
+      ++stats_.rx_batch_limit_hits;
+      break;
+    }
   }
   Deliver(now);
 }

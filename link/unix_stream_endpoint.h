@@ -161,9 +161,9 @@ class UnixStreamEndpoint final : public LinkEndpoint {
   UniqueFd epoll_;
   UniqueFd listener_;  // listen mode only
   UniqueFd conn_;
-  const std::string path_;  // as given; the file to unlink in listen mode
-  const bool unlink_on_close_;
-  DirEntryRef socket_file_;  // path_, by its directory (with unlink_on_close_)
+  const std::string path_;  // as given
+  // Listen mode, a path (not '@abstract'): the file, removed at the end.
+  DirEntryRef socket_file_;
   const LinkCapabilities caps_;
   const uint32_t max_frame_;
   const size_t rx_batch_;

@@ -86,7 +86,9 @@ Backend::Backend(const BackendConfig& config, stack::Stack& stack,
       nic_(nic),
       tcp_(tcp),
       loop_(loop),
-      chunks_(chunks) {}
+      chunks_(chunks),
+      busy_connects_(config.limits.busy_connect_rate,
+                     config.limits.busy_connect_burst) {}
 
 absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
     const BackendConfig& config, stack::Stack& stack, stack::NicId nic,
@@ -239,18 +241,25 @@ std::optional<transport::SocketAddress> Backend::HostDestination(
   return dst;
 }
 
-bool Backend::OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) {
+tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
+                                        Instant now) {
   if (flows_.size() >= config_.limits.max_tcp_flows) {
     ++counters_.tcp_refused_flow_limit;
-    return false;
+    return tcp::SynVerdict::kReset;
   }
   auto host = HostDestination(tuple.local);
-  if (!host) return false;
+  if (!host) return tcp::SynVerdict::kReset;
+  if (config_.limits.busy_connect_rate != 0 && LinkBusy() &&
+      !busy_connects_.Take(now)) {
+    ++counters_.tcp_syns_shed;
+    return tcp::SynVerdict::kDrop;
+  }
   auto [it, inserted] =
       flows_.emplace(tuple, std::make_unique<TcpFlow>(*this, tuple));
-  if (!inserted) return false;  // the layer holds one SYN per tuple
+  // The layer holds one SYN per tuple.
+  if (!inserted) return tcp::SynVerdict::kReset;
   it->second->Start(*host, now);
-  return true;
+  return tcp::SynVerdict::kHold;
 }
 
 absl::Status Backend::AdoptInboundTcp(
@@ -285,7 +294,15 @@ absl::Status Backend::AdoptInboundTcp(
   return absl::OkStatus();
 }
 
+bool Backend::LinkBusy() const {
+  std::optional<link::LinkStats> s = stack_.NicLinkStats(nic_);
+  return s && s->rx_batch_limit_hits != limit_hits_at_sweep_;
+}
+
 void Backend::Sweep(Instant now) {
+  if (std::optional<link::LinkStats> s = stack_.NicLinkStats(nic_)) {
+    limit_hits_at_sweep_ = s->rx_batch_limit_hits;
+  }
   // Flows marked while sweeping wait for the next turn.
   sweep_batch_.swap(sweep_);
   for (const transport::FourTuple& t : sweep_batch_) {
@@ -326,6 +343,7 @@ std::string Backend::FormatCounters() const {
       "backend.tcp_refused_no_service ", c.tcp_refused_no_service, "\n",
       "backend.tcp_refused_mapped_destination ",
       c.tcp_refused_mapped_destination, "\n",
+      "backend.tcp_syns_shed ", c.tcp_syns_shed, "\n",
       "backend.tcp_bytes_guest_to_host ", c.tcp_bytes_guest_to_host, "\n",
       "backend.tcp_bytes_host_to_guest ", c.tcp_bytes_host_to_guest, "\n",
       "backend.tcp_chunk_waits ", c.tcp_chunk_waits, "\n",

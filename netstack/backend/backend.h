@@ -30,6 +30,7 @@
 #include "netstack/backend/guest_config_services.h"
 #include "netstack/backend/ping_flows.h"
 #include "netstack/backend/udp_flows.h"
+#include "netstack/base/token_bucket.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/chunk_arena.h"
 #include "netstack/buffer/packet.h"
@@ -82,6 +83,19 @@ struct BackendPolicy {
 struct BackendLimits {
   // TCP flows, connecting ones included; past it the guest gets RST.
   uint32_t max_tcp_flows = 4096;
+  // New host connections a second while the guest's link is busy
+  // (--busy-syn-rate): while netstackd's reads of it hit their batch
+  // limit (LinkStats::rx_batch_limit_hits grew this turn: the guest sends
+  // faster than netstackd reads), at most this many, with
+  // busy_connect_burst saved up; past it a guest SYN that would start one
+  // is dropped silently (tcp_syns_shed; the guest retransmits it after
+  // its RTO). A host connect costs this thread about 15 us and the host
+  // kernel more, so a SYN flood would otherwise take the thread from the
+  // established flows; a shed SYN costs about 1 us. A link that keeps up
+  // has no limit (tcp_benchmark --crr makes 6,000-13,000 a second). 0: no
+  // limit at all. docs/SECURITY.md, "Floods".
+  uint32_t busy_connect_rate = 1000;
+  uint32_t busy_connect_burst = 100;
   // Guest-to-host bytes a flow holds that the host socket has not taken;
   // while it is full the flow reads no more, and the guest's window
   // closes.
@@ -151,6 +165,8 @@ struct BackendCounters {
   // host IPv6 socket would reach as IPv4: past the IPv4 policy (to
   // 127.0.0.1, say). The guest has IPv4 for that.
   uint64_t tcp_refused_mapped_destination = 0;
+  // SYNs dropped over BackendLimits::busy_connect_rate (no RST).
+  uint64_t tcp_syns_shed = 0;
   uint64_t tcp_bytes_guest_to_host = 0;
   // A flow had host-to-guest bytes to read and no chunk to read them
   // into (only the pool's receive reserve was left): it stopped reading
@@ -233,7 +249,8 @@ class Backend : public tcp::SynHandler {
       std::shared_ptr<InboundTcpCounts> counts = nullptr);
 
   // tcp::SynHandler
-  bool OnUnclaimedSyn(const transport::FourTuple& tuple, Instant now) override;
+  tcp::SynVerdict OnUnclaimedSyn(const transport::FourTuple& tuple,
+                                 Instant now) override;
 
  private:
   friend class TcpFlow;
@@ -244,6 +261,8 @@ class Backend : public tcp::SynHandler {
   // (counted).
   std::optional<transport::SocketAddress> HostDestination(
       const transport::SocketAddress& dst);
+  // Whether the guest's link read hit its batch limit since the last Sweep.
+  bool LinkBusy() const;
   // A flow has something for Sweep to do.
   void MarkForSweep(const transport::FourTuple& t) { sweep_.push_back(t); }
   // A flow waits for room in host_arena_; Sweep resumes it when there is.
@@ -262,6 +281,10 @@ class Backend : public tcp::SynHandler {
   buffer::ChunkPool& chunks_;
   buffer::ChunkArena host_arena_{chunks_};
   BackendCounters counters_;
+  // Host connects while the link is busy (BackendLimits::
+  // busy_connect_rate); the link's rx_batch_limit_hits at the last Sweep.
+  TokenBucket busy_connects_;
+  uint64_t limit_hits_at_sweep_ = 0;
   absl::flat_hash_map<transport::FourTuple, std::unique_ptr<TcpFlow>> flows_;
   // Flows with work for Sweep, by tuple (a flow freed meanwhile is not
   // touched); two vectors swapped, so no allocation per turn.

@@ -754,6 +754,46 @@ TEST_F(BackendTest, FlowsPastTheFdLimitAreResetAndTheRestRelay) {
   EXPECT_EQ(backend_->counters().tcp_host_fds_open, 0u);
 }
 
+TEST_F(BackendTest, SynsPastTheBusyConnectRateAreShedThenRetried) {
+  BackendConfig c = Loopback();
+  c.limits.busy_connect_rate = 1;
+  c.limits.busy_connect_burst = 1;
+  Build(c);
+  HostListener l;
+  // A link that keeps up: no limit.
+  std::vector<std::unique_ptr<tcp::TcpSocket>> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(Connect(l.port));
+  ASSERT_TRUE(RunUntil([&] {
+    for (auto& s : idle) {
+      if (s->state() != tcp::TcpState::kEstablished) return false;
+    }
+    return true;
+  }));
+  EXPECT_EQ(backend_->counters().tcp_syns_shed, 0u);
+  for (int i = 0; i < 3; ++i) close(l.Accept());
+  // A busy one (its reads hit their batch limit): one connect a second.
+  backend_link_->set_busy(true);
+  auto first = Connect(l.port);
+  ASSERT_TRUE(RunUntil([&] { return first->state() == tcp::TcpState::kEstablished; }));
+  // The second SYN finds no token: dropped, no RST, no host connection.
+  auto second = Connect(l.port);
+  ASSERT_TRUE(RunUntil([&] { return backend_->counters().tcp_syns_shed == 1; }));
+  EXPECT_EQ(second->state(), tcp::TcpState::kSynSent);
+  EXPECT_TRUE(second->TakeError().ok());
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 4u);
+  EXPECT_EQ(backend_->counters().tcp_syns_shed, 1u);
+  // Its retransmission a second later (the initial RTO) gets the token
+  // refilled meanwhile, and a host connection.
+  ASSERT_TRUE(RunUntil([&] { return second->state() == tcp::TcpState::kEstablished; }));
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 5u);
+  EXPECT_EQ(backend_->counters().tcp_refused_flow_limit, 0u);
+  for (int i = 0; i < 2; ++i) {
+    const int a = l.Accept();
+    EXPECT_GE(a, 0);
+    close(a);
+  }
+}
+
 TEST_F(BackendTest, FlowsPastTheLimitAreReset) {
   BackendConfig c = Loopback();
   c.limits.max_tcp_flows = 1;

@@ -70,6 +70,14 @@ struct LinkStats {
   // System calls made, to measure batching.
   uint64_t tx_syscalls = 0;
   uint64_t rx_syscalls = 0;
+  // Multi-queue links (TapOptions::queues): frames read from queues other
+  // than the first, where the kernel puts flows we have not answered.
+  uint64_t rx_frames_other_queues = 0;
+  // Reads that stopped at their batch limit, frames perhaps still waiting
+  // in the kernel: the other side sends faster than we read. A backend
+  // sheds new host connections while this grows (BackendLimits::
+  // busy_connect_rate).
+  uint64_t rx_batch_limit_hits = 0;
 };
 
 class LinkEndpoint {

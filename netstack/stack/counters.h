@@ -94,6 +94,9 @@ namespace netstack::stack {
   /* A retransmitted SYN while its first one waits for a SynHandler's    \
      decision (a gateway's host connect): absorbed. */                  \
   X(kTcpSynHeld, "tcp_syn_held")                                      \
+  /* A SYN a SynHandler shed (SynVerdict::kDrop: a gateway over its     \
+     rate of new host connections): dropped silently, retransmitted. */ \
+  X(kTcpSynShed, "tcp_syn_shed")                                      \
   /* Gateway mode (NicOptions::gateway): a packet whose source is not  \
      one of the guest's own addresses. Never reaches a transport. */    \
   X(kSpoofedSource, "spoofed_source")                                 \

@@ -56,12 +56,14 @@ class FakeLink : public link::LinkEndpoint {
       batch.push_back(std::move(in));
       ++stats_.rx_frames;
     }
+    stats_.rx_batch_limit_hits += busy_;
     if (receiver_ != nullptr) receiver_->DeliverFrames(batch, now);
   }
   // Delivers prepared frames as they are (benchmarks: no copy, no
   // allocation).
   void Deliver(std::span<link::InboundFrame> frames, Instant now) {
     stats_.rx_frames += frames.size();
+    stats_.rx_batch_limit_hits += busy_;
     if (receiver_ != nullptr) receiver_->DeliverFrames(frames, now);
   }
   void Inject(const std::vector<uint8_t>& frame, Instant now) {
@@ -74,6 +76,9 @@ class FakeLink : public link::LinkEndpoint {
   // Injected frames say they were received into slots of this size (a
   // TAP with host GSO: a whole chunk each), which TCP charges.
   void set_rx_slot_size(uint32_t bytes) { rx_slot_size_ = bytes; }
+  // Each delivery counts as a read that hit its batch limit
+  // (LinkStats::rx_batch_limit_hits): a link busier than its reader.
+  void set_busy(bool busy) { busy_ = busy; }
 
   std::vector<std::vector<uint8_t>> sent;
 
@@ -84,6 +89,7 @@ class FakeLink : public link::LinkEndpoint {
   link::LinkStats stats_;
   bool record_ = true;
   uint32_t rx_slot_size_ = 0;
+  bool busy_ = false;
 };
 
 }  // namespace netstack::stack

@@ -19,6 +19,18 @@ std::optional<wire::MacAddress> Stack::NicMac(NicId id) const {
   return nic->caps.mac;
 }
 
+std::optional<link::LinkStats> Stack::NicLinkStats(NicId id) const {
+  const Nic* nic = FindNic(id);
+  if (nic == nullptr) return std::nullopt;
+  return nic->link->Stats();
+}
+
+uint64_t Stack::RxBatchLimitHits() const {
+  uint64_t n = 0;
+  for (const auto& nic : nics_) n += nic->link->Stats().rx_batch_limit_hits;
+  return n;
+}
+
 std::optional<wire::Ipv6Address> Stack::LinkLocalAddress(NicId id) const {
   const Nic* nic = FindNic(id);
   if (nic == nullptr || nic->ipv6.empty()) return std::nullopt;

@@ -17,7 +17,8 @@ Stack::Stack(const StackOptions& options, buffer::ChunkPool& chunks,
       packets_(packets),
       arp_(options.neighbor),
       ndp_(options.neighbor),
-      reassembler_(chunks, options.reassembly) {}
+      reassembler_(chunks, options.reassembly),
+      icmp_errors_(options.icmp_errors_per_second, options.icmp_error_burst) {}
 
 Stack::~Stack() {
   for (auto& nic : nics_) nic->link->Attach(nullptr);
@@ -271,21 +272,9 @@ void Stack::SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e,
 }
 
 bool Stack::TakeIcmpErrorToken(Instant now) {
-  if (icmp_refill_at_ == absl::InfinitePast()) {
-    icmp_tokens_ = options_.icmp_error_burst;
-  } else if (now > icmp_refill_at_) {
-    icmp_tokens_ = std::min(
-        options_.icmp_error_burst,
-        icmp_tokens_ + absl::ToDoubleSeconds(now - icmp_refill_at_) *
-                           options_.icmp_errors_per_second);
-  }
-  icmp_refill_at_ = std::max(icmp_refill_at_, now);
-  if (icmp_tokens_ < 1) {
-    Drop(DropReason::kIcmpRateLimited);
-    return false;
-  }
-  icmp_tokens_ -= 1;
-  return true;
+  if (icmp_errors_.Take(now)) return true;
+  Drop(DropReason::kIcmpRateLimited);
+  return false;
 }
 
 void Stack::Flush(Instant now) {
@@ -434,7 +423,10 @@ std::string Stack::FormatCounters() const {
                     "\nlink.", nic->name, ".tx_dropped ", s.tx_dropped,
                     "\nlink.", nic->name, ".tx_syscalls ", s.tx_syscalls,
                     "\nlink.", nic->name, ".rx_syscalls ", s.rx_syscalls,
-                    "\n");
+                    "\nlink.", nic->name, ".rx_frames_other_queues ",
+                    s.rx_frames_other_queues,
+                    "\nlink.", nic->name, ".rx_batch_limit_hits ",
+                    s.rx_batch_limit_hits, "\n");
   }
   return out;
 }

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "netstack/base/time.h"
+#include "netstack/base/token_bucket.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/ip/fragment.h"
@@ -240,6 +241,11 @@ class Stack {
   //
   // A NIC's MAC and IPv6 link-local address; nullopt for an unknown NIC.
   std::optional<wire::MacAddress> NicMac(NicId nic) const;
+  // The statistics of `nic`'s link (LinkEndpoint::Stats).
+  std::optional<link::LinkStats> NicLinkStats(NicId nic) const;
+  // LinkStats::rx_batch_limit_hits of every NIC's link, summed: grows
+  // while a link's peer sends faster than we read.
+  uint64_t RxBatchLimitHits() const;
   std::optional<wire::Ipv6Address> LinkLocalAddress(NicId nic) const;
   // Makes `nic` accept datagrams to the IPv6 multicast `group` as well as
   // to all-nodes and its solicited-node groups (a router joins ff02::2, a
@@ -414,9 +420,8 @@ class Stack {
   // Guest configuration (guest_config.cc): DHCP clients send from 0.0.0.0.
   bool accept_unspecified4_ = false;
   RouterSolicitationHandler* rs_handler_ = nullptr;
-  // ICMP error token bucket (RFC 1812 4.3.2.8, RFC 4443 2.4(f)).
-  double icmp_tokens_ = 0;
-  Instant icmp_refill_at_ = absl::InfinitePast();
+  // ICMP errors (RFC 1812 4.3.2.8, RFC 4443 2.4(f)).
+  TokenBucket icmp_errors_;
 };
 
 }  // namespace netstack::stack

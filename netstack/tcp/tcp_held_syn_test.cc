@@ -20,11 +20,11 @@ using namespace testing;  // NOLINT: the harness and its matchers
 
 class Holder : public SynHandler {
  public:
-  bool OnUnclaimedSyn(const transport::FourTuple& t, Instant) override {
+  SynVerdict OnUnclaimedSyn(const transport::FourTuple& t, Instant) override {
     seen.push_back(t);
-    return hold;
+    return verdict;
   }
-  bool hold = true;
+  SynVerdict verdict = SynVerdict::kHold;
   std::vector<transport::FourTuple> seen;
 };
 
@@ -159,12 +159,33 @@ TEST_P(HeldSynTest, RefuseSilentlySendsNothing) {
 TEST_P(HeldSynTest, HandlerThatDeclinesMeansReset) {
   SegmentHarness h(Options());
   Holder holder;
-  holder.hold = false;
+  holder.verdict = SynVerdict::kReset;
   h.tcp().SetSynHandler(&holder);
   h.Send(h.Syn());
   h.Poll();
   EXPECT_THAT(h.Take(), ElementsAre(Tcp(Flags(kRst | kAck))));
   EXPECT_EQ(h.tcp().held_syn_count(), 0u);
+  h.tcp().SetSynHandler(nullptr);
+}
+
+TEST_P(HeldSynTest, ShedSynGetsNothingAndIsAskedAgain) {
+  SegmentHarness h(Options());
+  Holder holder;
+  holder.verdict = SynVerdict::kDrop;
+  h.tcp().SetSynHandler(&holder);
+  h.Send(h.Syn());
+  h.Poll();
+  EXPECT_THAT(h.Take(), IsEmpty());
+  EXPECT_THAT(h.other_frames, IsEmpty());
+  EXPECT_EQ(h.tcp().held_syn_count(), 0u);
+  EXPECT_EQ(h.Drops(stack::DropReason::kTcpSynShed), 1u);
+  // Nothing was kept: the retransmission is a new question, and this time
+  // the handler holds it.
+  holder.verdict = SynVerdict::kHold;
+  h.Send(h.Syn());
+  EXPECT_EQ(holder.seen.size(), 2u);
+  EXPECT_EQ(h.tcp().held_syn_count(), 1u);
+  EXPECT_EQ(h.tcp().counters().held_syn_retransmits, 0u);
   h.tcp().SetSynHandler(nullptr);
 }
 

@@ -125,6 +125,7 @@ Instant TcpLayer::NextDeadline() const {
 
 void TcpLayer::Poll(Instant now) {
   now_ = std::max(now_, now);
+  if (options_.busy_syn_rate != 0) limit_hits_at_poll_ = stack_.RxBatchLimitHits();
   timers_.Advance(now_);
   time_wait_.Expire(now_);
   // Output may mark more connections (none today); loop until quiet.
@@ -311,9 +312,14 @@ std::optional<DropReason> TcpLayer::ReceiveUnclaimedSyn(Segment& seg,
     ++counters_.held_syn_limit_drops;
     return DropReason::kTcpHalfOpenLimit;
   }
-  if (!syn_handler_->OnUnclaimedSyn(seg.tuple, now)) {
-    SendResetFor(seg, now);
-    return DropReason::kTcpNoListener;
+  switch (syn_handler_->OnUnclaimedSyn(seg.tuple, now)) {
+    case SynVerdict::kHold:
+      break;
+    case SynVerdict::kReset:
+      SendResetFor(seg, now);
+      return DropReason::kTcpNoListener;
+    case SynVerdict::kDrop:
+      return DropReason::kTcpSynShed;
   }
   wire::TcpRepr syn = seg.tcp;
   syn.flags = flag::kSyn;  // data and PSH/URG are not kept (nor ACKed)
@@ -500,6 +506,12 @@ std::optional<DropReason> TcpLayer::ReceiveForListener(
   }
   if (!seg.has(flag::kSyn)) return DropReason::kTcpBadFlags;
   if (!ConnectionRoom()) return DropReason::kTcpConnectionLimit;
+  if (options_.busy_syn_rate != 0 &&
+      stack_.RxBatchLimitHits() != limit_hits_at_poll_ &&
+      !busy_syns_.Take(now)) {
+    ++counters_.syns_shed;
+    return DropReason::kTcpSynShed;
+  }
   const bool half_open_full = half_open_count_ >= options_.max_half_open;
   if (l.Full() || half_open_full) {
     if (!options_.syn_cookies) {
@@ -735,7 +747,8 @@ std::string TcpLayer::FormatCounters() const {
       "timed_out=%u retransmits=%u send_failures=%u connections=%u "
       "time_wait=%u icmp_errors_taken=%u icmp_errors_ignored=%u "
       "pmtu_decreases=%u syns_held=%u held_syn_retransmits=%u "
-      "held_syns_accepted=%u held_syns_refused=%u held_syn_limit_drops=%u",
+      "held_syns_accepted=%u held_syns_refused=%u held_syn_limit_drops=%u "
+      "syns_shed=%u",
       c.segments_in, c.segments_out, c.active_opens, c.passive_opens,
       c.established, c.resets_sent, c.resets_received, c.challenge_acks,
       c.invalid_acks_rate_limited,
@@ -747,7 +760,7 @@ std::string TcpLayer::FormatCounters() const {
       connections_.size(), time_wait_.size(), c.icmp_errors_taken,
       c.icmp_errors_ignored, c.pmtu_decreases, c.syns_held,
       c.held_syn_retransmits, c.held_syns_accepted, c.held_syns_refused,
-      c.held_syn_limit_drops);
+      c.held_syn_limit_drops, c.syns_shed);
 }
 
 }  // namespace netstack::tcp

@@ -17,6 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "netstack/base/time.h"
+#include "netstack/base/token_bucket.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/chunk_arena.h"
 #include "netstack/buffer/packet.h"
@@ -74,20 +75,33 @@ struct TcpCounters {
   uint64_t held_syns_accepted = 0;
   uint64_t held_syns_refused = 0;
   uint64_t held_syn_limit_drops = 0;
+  // SYNs to a listener dropped over TcpLayerOptions::busy_syn_rate.
+  uint64_t syns_shed = 0;
 };
 
 // Decides about a SYN that reached no connection and no listener: a
 // gateway (netstack/backend) opens a host connection for it first and
 // answers the guest only when it knows the outcome.
+// What a SynHandler does with a SYN.
+enum class SynVerdict : uint8_t {
+  // Hold it. The layer sends nothing and keeps the SYN's options (no
+  // payload, no chunk) until AcceptHeld or RefuseHeld; a retransmitted
+  // SYN of the tuple is absorbed meanwhile, so the handler is asked once
+  // per tuple.
+  kHold,
+  // The usual RST (RFC 9293 3.10.7.1).
+  kReset,
+  // Nothing at all, and nothing kept (drop.tcp_syn_shed): the sender
+  // retransmits after its RTO and is asked about again. For load the
+  // handler sheds (a rate of new host connections).
+  kDrop,
+};
+
 class SynHandler {
  public:
   virtual ~SynHandler() = default;
-  // True: hold it. The layer sends nothing and keeps the SYN's options
-  // (no payload, no chunk) until AcceptHeld or RefuseHeld; a retransmitted
-  // SYN of the tuple is absorbed meanwhile, so this is called once per
-  // tuple. False: the usual RST (RFC 9293 3.10.7.1).
-  virtual bool OnUnclaimedSyn(const transport::FourTuple& tuple,
-                              Instant now) = 0;
+  virtual SynVerdict OnUnclaimedSyn(const transport::FourTuple& tuple,
+                                    Instant now) = 0;
 };
 
 // How RefuseHeld answers the guest.
@@ -228,6 +242,11 @@ class TcpLayer : public stack::TransportHandler {
   TimeWaitTable time_wait_;
   size_t half_open_count_ = 0;  // kept by Listener
   Instant last_cookie_sent_ = absl::InfinitePast();
+  // TcpLayerOptions::busy_syn_rate, and the stack's RxBatchLimitHits() at
+  // the last Poll.
+  TokenBucket busy_syns_{static_cast<double>(options_.busy_syn_rate),
+                         static_cast<double>(options_.busy_syn_burst)};
+  uint64_t limit_hits_at_poll_ = 0;
   absl::flat_hash_map<transport::SocketAddress, Listener*> listeners_;
   // Ports held by bound sockets (not yet connected or listening), by
   // (address, port); counts per port for quick exhaustion checks.

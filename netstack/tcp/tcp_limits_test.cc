@@ -55,6 +55,31 @@ TEST_P(LimitsTest, HalfOpenLimitWithoutCookiesDrops) {
   EXPECT_EQ(h().tcp().connection_count(), 2u);
 }
 
+// While the link is busy (its reads hit their batch limit), a listener
+// answers busy_syn_rate SYNs a second and drops the rest; a link that
+// keeps up gets every SYN answered.
+TEST_P(LimitsTest, BusyLinkShedsSynsPastTheRate) {
+  TcpLayerOptions o;
+  o.busy_syn_rate = 10;
+  o.busy_syn_burst = 1;
+  SetUpHarness(o);
+  EXPECT_THAT(SynFrom(41000), ElementsAre(Tcp(Flags(kSyn | kAck))));
+  EXPECT_THAT(SynFrom(41001), ElementsAre(Tcp(Flags(kSyn | kAck))));
+  h().link().set_busy(true);
+  EXPECT_THAT(SynFrom(41002), ElementsAre(Tcp(Flags(kSyn | kAck))));
+  EXPECT_THAT(SynFrom(41003), IsEmpty());
+  EXPECT_EQ(h().Drops(DropReason::kTcpSynShed), 1u);
+  EXPECT_EQ(h().tcp().counters().syns_shed, 1u);
+  // A tenth of a second later: one more token.
+  h().Advance(absl::Milliseconds(100));
+  EXPECT_THAT(SynFrom(41003), ElementsAre(Tcp(Flags(kSyn | kAck))));
+  EXPECT_THAT(SynFrom(41004), IsEmpty());
+  h().link().set_busy(false);
+  h().Poll();  // a turn without a full read
+  EXPECT_THAT(SynFrom(41005), ElementsAre(Tcp(Flags(kSyn | kAck))));
+  EXPECT_EQ(h().tcp().counters().syns_shed, 2u);
+}
+
 TEST_P(LimitsTest, HalfOpenLimitFallsBackToCookies) {
   TcpLayerOptions o;
   o.max_half_open = 1;

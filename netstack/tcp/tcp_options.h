@@ -80,6 +80,16 @@ struct TcpLayerOptions {
   // Keys for ISNs and SYN cookies; tests pin them, netstackd draws them
   // from getrandom.
   uint64_t seed = 0;
+  // SYNs a listener answers a second (half-open or cookie) while the
+  // stack's links are busy: a read of one stopped at its batch limit
+  // since the last Poll (Stack::RxBatchLimitHits), the peer sending
+  // faster than we read. Past it, with busy_syn_burst saved up, a SYN is
+  // dropped (drop.tcp_syn_shed, syns_shed) and the peer retransmits it.
+  // A SYN flood then costs us a read, not a SYN-ACK written and the RST
+  // it draws read back, and the established connections keep the link.
+  // 0 (the default): every SYN is answered, as Linux does.
+  uint32_t busy_syn_rate = 0;
+  uint32_t busy_syn_burst = 0;
   // Ephemeral ports for Connect without Bind.
   uint16_t ephemeral_low = 32768;
   uint16_t ephemeral_high = 60999;

@@ -69,6 +69,7 @@ argv = [a.replace("{fd}", str(fd)) for a in sys.argv[2:]]
 os.execvp(argv[0], argv)
 """
 IFF_TAP, IFF_NO_PI, IFF_VNET_HDR = 0x0002, 0x1000, 0x4000
+IFF_MULTI_QUEUE = 0x0100
 
 
 class BackendTcpTest(unittest.TestCase):
@@ -211,7 +212,9 @@ class BackendTcpTest(unittest.TestCase):
             self.check_exit(nd)
 
     def fd_netstackd(self, tap_flags, *extra):
-        """netstackd in H on a TAP fd that a parent in G opened."""
+        """netstackd in H on a TAP fd that a parent in G opened (one queue
+        of BackendTopology's multi_queue TAP)."""
+        tap_flags |= IFF_MULTI_QUEUE
         self.topo.assert_isolated()
         nd = iu.Netstackd([])
         nd.args = self.guest(

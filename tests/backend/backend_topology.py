@@ -41,8 +41,10 @@ class BackendTopology:
     def setup(self):
         self.setup_host()
         self.add_ns(self.g)
+        # multi_queue: netstackd --backend reads it with --tap-queues
+        # (tap_endpoint.h), as it makes the sandbox's tap0.
         iu.run("ip", "-n", self.g, "tuntap", "add", "dev", "nsttap", "mode",
-               "tap")
+               "tap", "multi_queue")
 
     def setup_host(self):
         """H and S, joined by a veth; H's addresses on it."""

@@ -19,7 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+import unittest
 
+from tests.backend.backend_topology import BackendTopology
 from tests.interop import interop_util as iu
 
 FLOOD_PEER = iu.runfile("tests/backend/flood_peer.py")
@@ -71,20 +73,26 @@ def tcp_snmp(ns):
     return {k: int(v) for k, v in zip(rows[0], rows[1])}
 
 
-def gateway_mac(topo, addr="10.0.2.2"):
-    """netstackd's MAC, as the guest resolved it (a ping first)."""
-    iu.run(*topo.in_ns(topo.g, "ping", "-c", "1", "-W", "2", addr),
+def fixed_neighbour(ns, addr, dev="nsttap"):
+    """The MAC of `addr` as `ns` resolves it (a ping first), made a
+    permanent neighbour entry of `dev`; returns the MAC."""
+    iu.run("ip", "netns", "exec", ns, "ping", "-c", "1", "-W", "2", addr,
            check=False)
-    out = iu.run("ip", "-n", topo.g, "neigh", "show", addr).stdout
+    out = iu.run("ip", "-n", ns, "neigh", "show", addr).stdout
     m = re.search(r"lladdr (\S+)", out)
-    assert m, f"the guest has no neighbour entry for {addr}: {out!r}"
-    # Fixed from now on: a flood drops the guest's own ARP probes at the
+    assert m, f"{ns} has no neighbour entry for {addr}: {out!r}"
+    # Fixed from now on: a flood drops the sender's own ARP probes at the
     # TAP too, its entry fails, and its kernel then queues and discards
     # what it sends (RSTs among them) while it resolves again, out of
     # every counter the accounting reads.
-    iu.run("ip", "-n", topo.g, "neigh", "replace", addr, "lladdr",
-           m.group(1), "nud", "permanent", "dev", "nsttap")
+    iu.run("ip", "-n", ns, "neigh", "replace", addr, "lladdr", m.group(1),
+           "nud", "permanent", "dev", dev)
     return m.group(1)
+
+
+def gateway_mac(topo, addr="10.0.2.2"):
+    """netstackd's MAC, as the guest resolved it, fixed."""
+    return fixed_neighbour(topo.g, addr)
 
 
 def flood(ns, *args, timeout=300):
@@ -117,6 +125,24 @@ class Background:
             raise self.error
         assert self.result is not None, "flood_peer did not finish"
         return self.result
+
+
+class CpuLoop:
+    """A process that keeps one core busy for `seconds` and sends nothing:
+    the control for a flood, whose sender takes a core too. join() as
+    Background's, with the flood report's fields."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.p = subprocess.Popen([sys.executable, "-c", (
+            "import time\n"
+            f"end = time.monotonic() + {seconds}\n"
+            "while time.monotonic() < end:\n"
+            "    pass\n")])
+
+    def join(self, timeout=300):
+        self.p.wait(timeout)
+        return {"sent": 0, "seconds": self.seconds, "rate": 0}
 
 
 class MemorySampler:
@@ -161,6 +187,116 @@ def iperf3_rate(topo, server, seconds, port=5201, reverse=False):
     return j["end"]["sum_received"]["bits_per_second"]
 
 
+# An established transfer under a flood: it runs LEAD seconds alone, then
+# the flood starts and it goes on; its rate before and during come from
+# the same connection's samples (a quarter second each; those next to the
+# start, and to the flood's start, left out).
+LEAD = 1.5
+SAMPLE = 0.25
+
+
+def _windows(samples, t_flood, seconds):
+    """samples: (start, end, bits) since the transfer began; the rates
+    before the flood (from SAMPLE to t_flood) and during it (SAMPLE after
+    t_flood, for `seconds`)."""
+    def rate(lo, hi):
+        inside = [(s, e, b) for s, e, b in samples if s >= lo and e <= hi]
+        span = sum(e - s for s, e, _ in inside)
+        return sum(b for _, _, b in inside) / span if span > 0 else 0.0
+    return (rate(SAMPLE, t_flood),
+            rate(t_flood + SAMPLE, t_flood + seconds))
+
+
+def iperf3_under(topo, server, seconds, start_flood, port=5201,
+                 reverse=False):
+    """An iperf3 transfer from G to `server` (-R: from it), established and
+    LEAD s old when start_flood() is called, then `seconds` more: (bits/s
+    before, bits/s during, what start_flood returned)."""
+    cmd = ["iperf3", "-c", server, "-p", str(port), "-t",
+           str(LEAD + seconds), "-i", str(SAMPLE), "-J", "--connect-timeout",
+           "5000"] + (["-R"] if reverse else [])
+    for attempt in range(5):
+        p = subprocess.Popen(topo.in_ns(topo.g, *cmd), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        try:
+            p.wait(LEAD)
+        except subprocess.TimeoutExpired:
+            break  # running
+        # Ended before the flood: the server still busy with the last
+        # test ends it at once; anything else is reported below.
+        out, err = p.communicate()
+        if "busy" not in out or attempt == 4:
+            raise AssertionError(f"iperf3 ended early: {out[-2000:]} "
+                                 f"{err[-2000:]}")
+        time.sleep(1)
+    flood = start_flood()
+    t_flood = time.monotonic() - t0
+    out, err = p.communicate(timeout=LEAD + seconds + 60)
+    try:
+        j = json.loads(out)
+    except ValueError:
+        raise AssertionError(f"iperf3: {out[-2000:]} {err[-2000:]}")
+    if "error" in j:
+        raise AssertionError(f"iperf3: {j['error']}")
+    samples = [(i["sum"]["start"], i["sum"]["end"],
+                i["sum"]["bits_per_second"] * i["sum"]["seconds"])
+               for i in j["intervals"]]
+    # The test began when iperf3 had connected, a little after t0: the
+    # flood's start on its clock is at most t_flood.
+    before, during = _windows(samples, t_flood, seconds)
+    return before, during, flood
+
+
+# One TCP connection from a kernel into a stack listener (the discard
+# port), sampling its bytes acknowledged (tcpi_bytes_acked, offset 120 of
+# struct tcp_info, Linux 4.1+) every SAMPLE s, as "t bytes" lines.
+_SENDER = """
+import socket, struct, sys, time
+host, port, seconds, sample = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+s = socket.create_connection((host, port), timeout=5)
+s.settimeout(None)
+buf = bytes(1 << 18)
+t0 = time.monotonic()
+print("start", t0, flush=True)
+next_at = t0 + sample
+while True:
+    s.send(buf)
+    now = time.monotonic()
+    if now >= next_at:
+        info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        print(now - t0, struct.unpack_from("Q", info, 120)[0], flush=True)
+        next_at += sample
+        if now - t0 >= seconds:
+            break
+s.close()
+"""
+
+
+def kernel_sender_under(ns, addr, port, seconds, start_flood):
+    """A kernel TCP connection from `ns` into `addr`:`port`, LEAD s old when
+    start_flood() is called, then `seconds` more: (bits/s before, bits/s
+    during, what start_flood returned)."""
+    p = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c",
+                          _SENDER, addr, str(port), str(LEAD + seconds),
+                          str(SAMPLE)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    first = p.stdout.readline().split()
+    assert first and first[0] == "start", (first, p.stderr.read())
+    t0 = float(first[1])
+    time.sleep(max(0.0, t0 + LEAD - time.monotonic()))
+    flood = start_flood()
+    t_flood = time.monotonic() - t0
+    out, err = p.communicate(timeout=LEAD + seconds + 60)
+    assert p.returncode == 0, err
+    points = [(0.0, 0)] + [(float(t), int(b)) for t, b in
+                           (l.split() for l in out.splitlines() if l)]
+    samples = [(a[0], b[0], (b[1] - a[1]) * 8)
+               for a, b in zip(points, points[1:])]
+    before, during = _windows(samples, t_flood, seconds)
+    return before, during, flood
+
+
 def start_iperf3_server(topo, port=5201):
     p = topo.spawn(topo.h, "iperf3", "-s", "-p", str(port))
     ok = iu.wait_for(lambda: f":{port} " in iu.run(
@@ -203,7 +339,8 @@ def rtt_summary(rtts, count):
 def syn_outcomes(c):
     """How the SYNs netstackd's TCP layer read ended, from its counters
     (a delta of two counter readings): held for a host connect, its
-    retransmission absorbed while held, dropped at the held-SYN cap, sent a
+    retransmission absorbed while held, dropped at the held-SYN cap, shed
+    over the connect rate, sent a
     RST at once (the backend refused it: flow limit, policy), answered by a listener (a half-open connection, a SYN cookie),
     or dropped by a listener (its queues full, cookies off; the connection
     limit)."""
@@ -211,6 +348,10 @@ def syn_outcomes(c):
         "held": c.get("tcp.syns_held", 0),
         "held_retransmit": c.get("tcp.held_syn_retransmits", 0),
         "held_limit": c.get("tcp.held_syn_limit_drops", 0),
+        # Dropped, no RST, over --busy-syn-rate: the backend's (a host
+        # connect) and a listener's (a SYN-ACK).
+        "shed": c.get("backend.tcp_syns_shed", 0),
+        "listener_shed": c.get("tcp.syns_shed", 0),
         # The backend's refusals (each a RST); not drop.tcp_no_listener,
         # which also counts the guest's RSTs that arrive after their
         # connection ended. Host mode has no SynHandler: a SYN to a port
@@ -267,3 +408,58 @@ def syn_accounting(sent, nd_delta, link_delta, snmp_delta, refused=0):
             "qdisc_drops": link_delta["qdisc_drops"],
             "dropped_syns": dropped_syns, "other_frames": other,
             "unexplained": sent - syns_in - dropped_syns}
+
+
+class BackendCase(unittest.TestCase):
+    """A test class's topology: BackendTopology, H's servers
+    (start_servers(), each subclass its own), netstackd --backend with
+    NETSTACKD_ARGS, and the guest configured; cls.topo, cls.nd, cls.pid
+    and cls.mac (netstackd's MAC, fixed in the guest's neighbour table).
+    H's listen queues are deep (16,384), so that H never drops what
+    netstackd connects. At the end netstackd must exit 0 holding no host
+    TCP fd."""
+    NETSTACKD_ARGS = ()
+
+    @classmethod
+    def start_servers(cls, h):
+        raise NotImplementedError
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root")
+        cls.topo = BackendTopology()
+        try:
+            cls.topo.setup()
+            iu.run(*cls.topo.in_ns(cls.topo.h, "sysctl", "-q", "-w",
+                                   "net.core.somaxconn=16384",
+                                   "net.ipv4.tcp_max_syn_backlog=16384"))
+            cls.start_servers(cls.topo.h)
+            cls.nd = cls.topo.netstackd(*cls.NETSTACKD_ARGS)
+            cls.topo.configure_guest()
+            cls.pid = netstackd_pid(cls.nd)
+            cls.mac = gateway_mac(cls.topo)
+        except BaseException:
+            cls.topo.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            code = cls.nd.stop()
+            log = cls.nd.log()
+            c = cls.nd.exit_counters()
+            cls.nd.close()
+            assert code == 0, f"netstackd exited {code}: {log[-3000:]}"
+            assert c.get("backend.tcp_host_fds_open") == 0, c
+        finally:
+            cls.topo.close()
+
+    @classmethod
+    def wait_listening(cls, h, proto, port, count):
+        """Waits until H has `count` sockets on `port` (proto "t" or "u")."""
+        state = "LISTEN" if proto == "t" else "UNCONN"
+        ok = iu.wait_for(lambda: iu.run(*cls.topo.in_ns(
+            h, "ss", f"-l{proto}nH", f"sport = :{port}")).stdout.count(
+                state) == count, 10)
+        assert ok, f"the server on port {port} in H did not start"

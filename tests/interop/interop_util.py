@@ -95,8 +95,9 @@ class Topology:
         else:
             self.add_ns(self.peer_ns)
             self.stack_ns = self.peer_ns  # the TAP lives where the kernel is
+            # multi_queue: netstackd reads it with --tap-queues (16).
             run("ip", "-n", self.peer_ns, "tuntap", "add", "dev", "nsttap",
-                "mode", "tap")
+                "mode", "tap", "multi_queue")
             dev = "nsttap"
             link_flags = ["--tap", "nsttap", "--netns", self.peer_ns]
         run("ip", "-n", self.peer_ns, "addr", "add", f"{net4}.1/24", "dev", dev)

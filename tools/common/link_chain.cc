@@ -31,7 +31,8 @@ EndpointOptions CommonOptions(const HostLinkOptions& options) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
-    const HostLinkOptions& options, buffer::ChunkPool& chunks) {
+    const HostLinkOptions& options, buffer::ChunkPool& chunks,
+    std::vector<std::string>* notes) {
   if (options.tap_fd >= 0) {
     if (!options.packet_interface.empty() || !options.tap_name.empty()) {
       return absl::InvalidArgumentError(
@@ -52,8 +53,14 @@ absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
     o.name = options.tap_name;
     o.netns_fd = options.tap_netns_fd;
     o.tx_queue_len = options.tap_tx_queue_len;
+    o.queues = options.tap_queues;
     auto ep = link::TapEndpoint::Open(o, chunks);
     if (!ep.ok()) return ep.status();
+    if ((*ep)->queue_count() < o.queues && notes != nullptr) {
+      notes->push_back(absl::StrCat(
+          (*ep)->Name(), " has one queue (it was made without multi_queue): "
+          "a guest's flood of new flows shares it with the established ones"));
+    }
     return std::unique_ptr<link::LinkEndpoint>(std::move(*ep));
   }
   auto o = CommonOptions<link::PacketOptions>(options);

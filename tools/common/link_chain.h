@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "link/fault_injector.h"
@@ -38,6 +39,7 @@ struct HostLinkOptions {
   std::optional<wire::MacAddress> mac;
   uint32_t host_gso_max_size = 0;  // > 0: host GSO with this size
   uint32_t tap_tx_queue_len = 0;   // > 0: TapOptions::tx_queue_len
+  uint32_t tap_queues = 1;         // TapOptions::queues
 };
 
 // The decorators; each is left out when off.
@@ -56,9 +58,12 @@ struct LinkChain {
   std::string nic_name;  // the interface or TAP name
 };
 
-// Opens the host endpoint. Errors name the interface.
+// Opens the host endpoint. Errors name the interface. `notes`, if given,
+// gets a line for each thing asked for that the link could not do (a
+// TAP with fewer queues than tap_queues).
 absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> OpenHostLink(
-    const HostLinkOptions& options, buffer::ChunkPool& chunks);
+    const HostLinkOptions& options, buffer::ChunkPool& chunks,
+    std::vector<std::string>* notes = nullptr);
 
 // Wraps `host` in the decorators. Errors start with the flag they come
 // from ("--pcap: ...", "faults: ...", "--gso: ..."). The pools must

@@ -105,6 +105,14 @@ absl::StatusOr<std::unique_ptr<JsonLinesServer>> JsonLinesServer::Create(
         sizeof(un.sun_path) - 1, " bytes"));
   }
   std::memcpy(un.sun_path, path.data(), path.size());
+  // The socket file, by its directory, opened before the bind: removable
+  // at exit after the root has moved (the filesystem is detached after
+  // setup), and removed if the setup fails past the bind.
+  absl::StatusOr<link::DirEntryRef> socket_file = link::DirEntryRef::Of(path);
+  if (!socket_file.ok()) {
+    return absl::Status(socket_file.status().code(),
+                        absl::StrCat(flag, ": ", socket_file.status().message()));
+  }
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat(flag, ": socket"));
   // 0600 from the start: no window in which another user could connect.
@@ -123,11 +131,12 @@ absl::StatusOr<std::unique_ptr<JsonLinesServer>> JsonLinesServer::Create(
   }
   if (listen(fd.get(), static_cast<int>(options.max_clients)) != 0) {
     const int e = errno;
-    (void)unlink(path.c_str());
+    (void)socket_file->Unlink();
     return ErrnoStatus(e, absl::StrCat(flag, ": listen on ", path));
   }
   std::unique_ptr<JsonLinesServer> server(
-      new JsonLinesServer(loop, std::move(options), path, std::move(fd)));
+      new JsonLinesServer(loop, std::move(options), path, std::move(fd),
+                          *std::move(socket_file)));
   if (absl::Status s = loop.Add(server->fd_.get(),
                                 eventloop::EventLoop::kReadable, server.get());
       !s.ok()) {
@@ -137,25 +146,18 @@ absl::StatusOr<std::unique_ptr<JsonLinesServer>> JsonLinesServer::Create(
 }
 
 JsonLinesServer::JsonLinesServer(eventloop::EventLoop& loop, Options options,
-                                 std::string path, UniqueFd fd)
+                                 std::string path, UniqueFd fd,
+                                 link::DirEntryRef socket_file)
     : loop_(loop),
       options_(std::move(options)),
       path_(std::move(path)),
-      fd_(std::move(fd)) {
-  // By its directory: removable at exit after the root has moved.
-  if (auto e = link::DirEntryRef::Of(path_); e.ok()) {
-    socket_file_ = *std::move(e);
-  }
-}
+      fd_(std::move(fd)),
+      socket_file_(std::move(socket_file)) {}
 
 JsonLinesServer::~JsonLinesServer() {
   clients_.clear();
   if (loop_.IsRegistered(fd_.get())) (void)loop_.Remove(fd_.get());
-  if (socket_file_.valid()) {
-    (void)socket_file_.Unlink();
-  } else {
-    (void)unlink(path_.c_str());
-  }
+  (void)socket_file_.Unlink();
 }
 
 void JsonLinesServer::OnReadable(Instant now) {

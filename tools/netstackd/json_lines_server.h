@@ -65,14 +65,15 @@ class JsonLinesServer : public eventloop::Handler {
  private:
   class Client;
   JsonLinesServer(eventloop::EventLoop& loop, Options options,
-                  std::string path, link::UniqueFd fd);
+                  std::string path, link::UniqueFd fd,
+                  link::DirEntryRef socket_file);
   void Drop(Client* c);
 
   eventloop::EventLoop& loop_;
   Options options_;
   std::string path_;
-  link::DirEntryRef socket_file_;  // path_, by its directory
   link::UniqueFd fd_;
+  link::DirEntryRef socket_file_;  // path_, by its directory
   uint64_t connections_ = 0;
   uint64_t refused_connections_ = 0;
   absl::flat_hash_map<Client*, std::unique_ptr<Client>> clients_;

@@ -72,6 +72,13 @@
 #include "netstack/stack/stack.h"
 
 ABSL_FLAG(std::string, tap, "", "Attach to the TAP device NAME (created if needed).");
+ABSL_FLAG(int, tap_queues, 16,
+          "With a TAP (--tap, or the sandbox's tap0): kernel queues "
+          "(IFF_MULTI_QUEUE), 1..16. The kernel steers the flows netstackd "
+          "answers to the first queue, read first, and spreads new flows "
+          "over all of them, so a SYN flood from the TAP's side shares the "
+          "established flows' queue only 1/N. A TAP made without "
+          "multi_queue gets one queue (a note at start says so).");
 ABSL_FLAG(std::string, packet, "",
           "Attach to the interface IFNAME with an AF_PACKET socket (e.g. one "
           "end of a veth pair).");
@@ -164,6 +171,16 @@ ABSL_FLAG(int, max_tcp_flows, 4096,
           "With --backend: TCP flows at once (connecting ones included); "
           "past it the guest gets RST and backend.tcp_refused_flow_limit "
           "counts it.");
+ABSL_FLAG(int, busy_syn_rate, 1000,
+          "SYNs answered a second while the link is busy (its peer sends "
+          "faster than netstackd reads: link.NIC.rx_batch_limit_hits grows), "
+          "a tenth of a second of them saved up: with --backend, the guest's "
+          "SYNs that would start a host connection (backend.tcp_syns_shed), "
+          "and SYNs to the stack's own listeners (tcp.syns_shed). Past it a "
+          "SYN is dropped without a RST (drop.tcp_syn_shed) and its sender "
+          "retransmits it. It keeps a SYN flood from taking the thread from "
+          "established connections. A link that keeps up has no limit. 0: "
+          "no limit at all.");
 ABSL_FLAG(std::vector<std::string>, dns_upstream, {},
           "With --backend: send the guest's DNS queries (to the DNS address "
           ".3 / ::3, UDP and TCP) to this server, ADDR[:PORT] (IPv6 as "
@@ -506,6 +523,10 @@ absl::StatusOr<Config> ParseConfig() {
                                 " out of range [1, 1000000]"));
     }
     b.limits.max_tcp_flows = static_cast<uint32_t>(max_flows);
+    b.limits.busy_connect_rate =
+        static_cast<uint32_t>(absl::GetFlag(FLAGS_busy_syn_rate));
+    b.limits.busy_connect_burst =
+        std::max<uint32_t>(1, b.limits.busy_connect_rate / 10);
     const int max_udp = absl::GetFlag(FLAGS_max_udp_flows);
     if (max_udp < 1 || max_udp > 1000000) {
       return Usage(absl::StrCat("--max-udp-flows ", max_udp,
@@ -597,6 +618,14 @@ absl::StatusOr<Config> ParseConfig() {
   const int mtu = absl::GetFlag(FLAGS_mtu);
   if (mtu != 0 && (mtu < 1280 || mtu > 65535)) {
     return Usage(absl::StrCat("--mtu ", mtu, " out of range [1280, 65535]"));
+  }
+  if (const int q = absl::GetFlag(FLAGS_tap_queues); q < 1 || q > 16) {
+    return Usage(absl::StrCat("--tap-queues ", q, " out of range [1, 16]"));
+  }
+  if (const int r = absl::GetFlag(FLAGS_busy_syn_rate);
+      r < 0 || r > 10000000) {
+    return Usage(absl::StrCat("--busy-syn-rate ", r,
+                              " out of range [0, 10000000]"));
   }
   const std::string mac = absl::GetFlag(FLAGS_mac);
   if (!mac.empty()) {
@@ -883,6 +912,7 @@ int Run(const Config& c) {
       o.tap_netns_fd = guest_netns.get();
     }
     o.tap_fd = c.fd;
+    o.tap_queues = static_cast<uint32_t>(absl::GetFlag(FLAGS_tap_queues));
     if (o.tap_name.empty() && c.fd < 0) {
       o.packet_interface = absl::GetFlag(FLAGS_packet);
     }
@@ -897,11 +927,17 @@ int Run(const Config& c) {
       // window allows is not dropped there.
       o.tap_tx_queue_len = BackendTapQueueLen(c.backend->plan.mtu);
     }
-    auto opened = OpenHostLink(o, chunks);
+    std::vector<std::string> notes;
+    auto opened = OpenHostLink(o, chunks, &notes);
     if (!opened.ok()) {
       std::fprintf(stderr, "netstackd: %s\n",
                    std::string(opened.status().message()).c_str());
       return 1;
+    }
+    if (!c.quiet) {
+      for (const std::string& n : notes) {
+        std::fprintf(stderr, "netstackd: note: %s\n", n.c_str());
+      }
     }
     host = *std::move(opened);
   }
@@ -995,6 +1031,10 @@ int Run(const Config& c) {
   transport::Notifier notifier;
   tcp::TcpLayerOptions tcp_options;
   tcp_options.seed = *tcp_seed;
+  tcp_options.busy_syn_rate =
+      static_cast<uint32_t>(absl::GetFlag(FLAGS_busy_syn_rate));
+  tcp_options.busy_syn_burst =
+      std::max<uint32_t>(1, tcp_options.busy_syn_rate / 10);
   // Both layers register themselves with the stack.
   tcp::TcpLayer tcp(st, chunks, packets, notifier, tcp_options);
   udp::UdpLayer udp(st, chunks, packets, notifier, *udp_seed);

@@ -292,30 +292,24 @@ class PortForwards::UdpListener : public eventloop::Handler {
 // socket whose datagrams go to the guest).
 class PortForwards::Listener : public eventloop::Handler {
  public:
+  // `socket_file`: a unix: forward's socket file, which goes with it.
   Listener(PortForwards& owner, Forward& f, const ForwardRule& rule,
-           UniqueFd fd)
-      : owner_(owner), f_(f), rule_(rule), fd_(std::move(fd)) {
+           UniqueFd fd, link::DirEntryRef socket_file)
+      : owner_(owner),
+        f_(f),
+        rule_(rule),
+        fd_(std::move(fd)),
+        socket_file_(std::move(socket_file)) {
     resume_.set_callback([this](Instant) {
       (void)owner_.options_.loop->Modify(fd_.get(),
                                          eventloop::EventLoop::kReadable);
     });
-    // The socket file, by its directory: removable after the root moved.
-    if (!rule_.unix_path.empty()) {
-      if (auto e = link::DirEntryRef::Of(rule_.unix_path); e.ok()) {
-        socket_file_ = *std::move(e);
-      }
-    }
   }
   ~Listener() override {
     if (owner_.options_.loop->IsRegistered(fd_.get())) {
       (void)owner_.options_.loop->Remove(fd_.get());
     }
-    // The socket file this listener's bind() made goes with it.
-    if (socket_file_.valid()) {
-      (void)socket_file_.Unlink();
-    } else if (!rule_.unix_path.empty()) {
-      (void)unlink(rule_.unix_path.c_str());
-    }
+    if (socket_file_.valid()) (void)socket_file_.Unlink();
   }
   int fd() const { return fd_.get(); }
 
@@ -351,8 +345,8 @@ class PortForwards::Listener : public eventloop::Handler {
   PortForwards& owner_;
   Forward& f_;
   const ForwardRule& rule_;
-  link::DirEntryRef socket_file_;  // rule_.unix_path, by its directory
   UniqueFd fd_;
+  link::DirEntryRef socket_file_;  // rule_.unix_path, by its directory
   eventloop::Timer resume_;  // watches the socket again after an error
 };
 
@@ -524,11 +518,28 @@ absl::StatusOr<uint64_t> PortForwards::Add(
         (void)setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one,
                          sizeof(one));
       }
+      // A unix: forward's socket file, by its directory, opened before the
+      // bind: it can be removed after the root has moved (the filesystem
+      // detached after setup), and is removed if the setup fails later.
+      link::DirEntryRef socket_file;
+      if (family == AF_UNIX) {
+        absl::StatusOr<link::DirEntryRef> e =
+            link::DirEntryRef::Of(rule.unix_path);
+        if (!e.ok()) {
+          return absl::Status(e.status().code(),
+                              absl::StrCat(spec, ": ", e.status().message()));
+        }
+        socket_file = *std::move(e);
+      }
+      const char* what = f->udp ? ": bind " : ": listen on ";
       if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&addrs[i].second),
-               lens[i]) != 0 ||
-          (!f->udp && listen(fd.get(), 1024) != 0)) {
-        return ErrnoStatus(errno, absl::StrCat(spec, f->udp ? ": bind " :
-                                               ": listen on ", labels[i]));
+               lens[i]) != 0) {
+        return ErrnoStatus(errno, absl::StrCat(spec, what, labels[i]));
+      }
+      if (!f->udp && listen(fd.get(), 1024) != 0) {
+        const int e = errno;
+        if (socket_file.valid()) (void)socket_file.Unlink();
+        return ErrnoStatus(e, absl::StrCat(spec, what, labels[i]));
       }
       if (f->udp) {
         auto u = std::make_unique<UdpListener>(*this, *f, rule, std::move(fd),
@@ -541,7 +552,8 @@ absl::StatusOr<uint64_t> PortForwards::Add(
         f->udp_listeners.push_back(std::move(u));
         continue;
       }
-      auto l = std::make_unique<Listener>(*this, *f, rule, std::move(fd));
+      auto l = std::make_unique<Listener>(*this, *f, rule, std::move(fd),
+                                          std::move(socket_file));
       if (absl::Status s = options_.loop->Add(
               l->fd(), eventloop::EventLoop::kReadable, l.get());
           !s.ok()) {
