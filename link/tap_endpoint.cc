@@ -101,7 +101,10 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
   UniqueFd tun;
   std::vector<UniqueFd> other_queues;
   UniqueFd ctl;
+  bool existed = false;  // the TAP was there before us
   auto open_both = [&]() -> absl::Status {
+    existed = !options.name.empty() &&
+              ::if_nametoindex(options.name.c_str()) != 0;
     tun.reset(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
     if (!tun.valid()) {
       const int err = errno;
@@ -152,7 +155,22 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
     if (SetIff(tun.get(), ifr, options).ok()) attached = absl::OkStatus();
   }
   if (!attached.ok()) return attached;
-  if ((ifr.ifr_flags & IFF_MULTI_QUEUE) == 0) other_queues.clear();
+  if ((ifr.ifr_flags & IFF_MULTI_QUEUE) == 0) {
+    other_queues.clear();
+  } else if (existed) {
+    // A multi-queue TAP takes any number of readers, so the EBUSY a second
+    // opener of a one-queue TAP gets never comes. One that is not
+    // persistent (not made with `ip tuntap add`) lives only while its
+    // maker holds it open: someone else's, busy.
+    ifreq got;
+    std::memset(&got, 0, sizeof(got));
+    if (::ioctl(tun.get(), TUNGETIFF, &got) != 0 ||
+        (got.ifr_flags & IFF_PERSIST) == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          TapLabel(options.name, options.netns),
+          " is busy: another process or endpoint has it open"));
+    }
+  }
   // The kernel wrote the device's name (its own pick if none was given).
   for (UniqueFd& q : other_queues) {
     ifreq queue_ifr = ifr;

@@ -43,8 +43,12 @@
 // A TAP made without multi_queue (`ip tuntap add` without it) refuses
 // IFF_MULTI_QUEUE: Open then falls back to one queue (queue_count()); one
 // made with it is attached as one of its queues when queues is 1.
-// Unlike one queue, several are not exclusive: the kernel lets another
-// process with CAP_NET_ADMIN attach further queues to the same TAP.
+// Several queues are not exclusive in the kernel: another process may
+// attach more to the same TAP. Open refuses a multi-queue TAP that exists
+// and is not persistent (someone else made it and holds it: "busy", as a
+// one-queue TAP's second opener is told); a persistent one (`ip tuntap
+// add ... multi_queue`) is attached, and whoever else attaches to it
+// shares its frames.
 //
 // Host GSO (TapOptions::host_gso): Capabilities().gso_max_size becomes
 // gso_max_size, and each TCP super-segment the stack sends is written as

@@ -619,6 +619,26 @@ TEST_F(TapTest, SecondOpenOfTheSameTapIsBusy) {
       << second.status();
 }
 
+// With several queues, a TAP another endpoint made and holds is busy too
+// (the kernel would let a second reader attach).
+TEST_F(TapTest, SecondOpenOfAMultiQueueTapIsBusy) {
+  TapOptions o;
+  o.queues = 4;
+  Open(o);
+  ASSERT_EQ(ep_->queue_count(), 4u);
+  o.name = kTap;
+  o.netns = ns_->name();
+  for (uint32_t queues : {4u, 1u}) {
+    o.queues = queues;
+    auto second = TapEndpoint::Open(o, chunks_);
+    ASSERT_FALSE(second.ok()) << queues;
+    EXPECT_TRUE(absl::IsFailedPrecondition(second.status())) << second.status();
+    EXPECT_NE(std::string(second.status().message()).find("is busy"),
+              std::string::npos)
+        << second.status();
+  }
+}
+
 TEST_F(TapTest, OptionErrors) {
   TapOptions o;
   o.netns = ns_->name();
