@@ -14,12 +14,13 @@ For a target NAME with an entry function LLVMFuzzerTestOneInput in srcs:
 docs/FUZZING.md says how to run them.
 """
 
-def netstack_fuzz_target(name, srcs, deps, dict = None, max_len = None):
+def netstack_fuzz_target(name, srcs, deps, dict = None, max_len = None, local_defines = []):
     native.cc_library(
         name = name + "_lib",
         testonly = True,
         srcs = srcs,
         deps = deps,
+        local_defines = local_defines,
         alwayslink = True,
     )
     native.cc_binary(

@@ -11,11 +11,19 @@
 //   it, and the forgery's choices (what to rewrite, and to what) are read
 //   from the input right after that byte, 32 bits at a time.
 // Once the input is used up, frames cross untouched. Time moves as the
-// connection's own timers and the wire's 2 ms delay say. (Per-frame extra
-// delays, which reorder the wire, were tried as the input's time steps:
-// together with forgeries they stalled a transfer with PAWS rejections on
-// both ends, not yet explained; fuzz/findings/tcp_conn_fuzzer/ has the
-// input and docs/FUZZING.md the details.)
+// connection's own timers and the wire's 2 ms delay say.
+//
+// Built with TCP_CONN_REORDER (tcp_conn_reorder_fuzzer), the byte's bits
+// 1..7 also hold the frame, and its forged copy, that many ms more on the
+// wire: the input's time steps, which reorder the wire. That form found
+// a sender that kept a forged SACK of the bytes at SND.UNA across its
+// RTOs and resent nothing, for the whole 300 s
+// (fuzz/regressions/tcp_conn_reorder_fuzzer/paws_stall_with_reordering;
+// the fix: Scoreboard::ForgetSacksIfReneged).
+//
+// FUZZ_TRACE=1 prints every frame as it enters the wire (when it left,
+// when it arrives, forged or not, its TCP fields); FUZZ_VERBOSE=1 the
+// outcome and both ends' counters.
 //
 // Checked after every round of the network:
 //   - every frame each stack received is consumed or dropped for one
@@ -40,6 +48,7 @@
 #include "netstack/tcp/tcp_forge_test_util.h"
 #include "netstack/tcp/tcp_socket.h"
 #include "netstack/tcp/tcp_test_util.h"
+#include "netstack/wire/bytes.h"
 
 namespace netstack::tcp {
 namespace {
@@ -81,9 +90,57 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   net.delay = absl::Milliseconds(2);
   bool armed = false;
   uint64_t forged = 0;
+#ifdef TCP_CONN_REORDER
+  // tcp_conn_reorder_fuzzer: the byte's bits 1..7 also hold the frame
+  // (and its forged copy) that many ms more on the wire.
+  net.filter = [&](testing::WireFrame& f) {
+    if (!armed || in.done()) return true;
+    const uint8_t b = in.U8();
+    f.at += absl::Milliseconds(b >> 1);
+    if ((b & 1) != 0) {
+      testing::WireFrame copy = f;
+      if (testing::ForgeTcpSegment(copy.bytes,
+                                   [&] { return uint64_t{in.U32()}; })) {
+        ++forged;
+        net.extra.push_back(std::move(copy));
+      }
+    }
+    return true;
+  };
+#else
   testing::ForgeFollowers(
       net, [&] { return armed && !in.done() && (in.U8() & 1) != 0; },
       [&] { return uint64_t{in.U32()}; }, forged);
+#endif
+  if (std::getenv("FUZZ_TRACE") != nullptr) {
+    // Every frame as it enters the wire, forged copies after it.
+    net.filter = [&net, inner = std::move(net.filter),
+                  t0 = net.now()](testing::WireFrame& f) {
+      const bool keep = inner(f);
+      auto show = [&](const testing::WireFrame& w, const char* what) {
+        const std::vector<uint8_t>& b = w.bytes;
+        if (b.size() < 14 + 20 + 20) return;
+        const size_t ihl = (b[14] & 0x0f) * 4u;
+        const uint8_t* t = b.data() + 14 + ihl;
+        const size_t l4 = b.size() - 14 - ihl;
+        const size_t doff = (t[12] >> 4) * 4u;
+        const size_t ts = testing::TsvalOffset(t, l4);
+        std::fprintf(
+            stderr,
+            "%8.3f->%8.3f %s %s seq=%u ack=%u fl=%02x win=%u len=%zu "
+            "tsval=%u tsecr=%u\n",
+            absl::ToDoubleMilliseconds(net.now() - t0),
+            absl::ToDoubleMilliseconds(w.at - t0), w.a_to_b ? "c>s" : "s>c",
+            what, wire::LoadBe32(t + 4), wire::LoadBe32(t + 8), t[13],
+            wire::LoadBe16(t + 14), doff <= l4 ? l4 - doff : 0,
+            ts != 0 ? wire::LoadBe32(t + ts) : 0,
+            ts != 0 ? wire::LoadBe32(t + ts + 4) : 0);
+      };
+      show(f, keep ? "    " : "DROP");
+      for (const testing::WireFrame& x : net.extra) show(x, "FORG");
+      return keep;
+    };
+  }
   auto listener = net.b().tcp->Open(transport::Family::kIpv4);
   FUZZ_CHECK(listener->Bind({net.b().v4(), 80}).ok());
   FUZZ_CHECK(listener->Listen(8).ok());

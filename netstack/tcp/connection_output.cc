@@ -528,6 +528,7 @@ void Connection::OnRetransmitTimer(Instant now) {
   recovery_point_ = snd_nxt_;
   tlp_outstanding_ = false;
   dupacks_ = 0;
+  if (sb_.ForgetSacksIfReneged()) ++layer_.counters_.sack_reneging;
   sb_.MarkAllLost();
   rtt_.Backoff();
   // Retransmit one packet of the first lost segment regardless of cwnd

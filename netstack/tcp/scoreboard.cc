@@ -221,6 +221,22 @@ uint64_t Scoreboard::MarkFirstLost() {
   return 0;
 }
 
+bool Scoreboard::ForgetSacksIfReneged() {
+  if (recs_.empty() || !recs_.front().sacked) return false;
+  for (size_t i = 0; i < recs_.size(); ++i) {
+    TxRecord& r = recs_[i];
+    if (!r.sacked) continue;
+    // A SACKed record's lost marks were taken out of lost_ and lost_retx_
+    // when it was SACKed: clear them, so MarkAllLost counts it afresh.
+    r.sacked = false;
+    r.lost = false;
+    r.lost_retransmitted = false;
+  }
+  sacked_ = 0;
+  next_lost_from_set_ = false;
+  return true;
+}
+
 uint64_t Scoreboard::MarkAllLost() {
   uint64_t marked = 0;
   for (size_t i = 0; i < recs_.size(); ++i) {

@@ -84,6 +84,14 @@ class Scoreboard {
   uint64_t RackDetectLoss(Instant now, Duration reo_wnd, Instant* timeout);
   // Marks the first unsacked record lost (NewReno partial ACK, 3 dupacks).
   uint64_t MarkFirstLost();
+  // At an RTO, before MarkAllLost: when the first record (the bytes at
+  // SND.UNA) is SACKed, the receiver reneged on its SACKs (it may drop
+  // SACKed data, RFC 2018 section 8) or they were never true, since a
+  // receiver that holds the bytes at RCV.NXT acknowledges them. Forgets
+  // every SACK mark, so all of it is resent (RFC 6675 section 5.1;
+  // Linux's tcp_timeout_mark_lost makes the same test). Returns whether
+  // it did.
+  bool ForgetSacksIfReneged();
   // After an RTO: every record not SACKed is lost.
   uint64_t MarkAllLost();
   // A congestion response was undone: no record is lost after all.

@@ -744,7 +744,8 @@ std::string TcpLayer::FormatCounters() const {
       "syn_cookies_rejected=%u accept_overflows=%u time_wait_recycled=%u "
       "connection_limit_refusals=%u half_open_limit_drops=%u "
       "time_wait_overflows=%u half_open_dropped_listener_closed=%u "
-      "timed_out=%u retransmits=%u send_failures=%u connections=%u "
+      "timed_out=%u retransmits=%u sack_reneging=%u send_failures=%u "
+      "connections=%u "
       "time_wait=%u icmp_errors_taken=%u icmp_errors_ignored=%u "
       "pmtu_decreases=%u syns_held=%u held_syn_retransmits=%u "
       "held_syns_accepted=%u held_syns_refused=%u held_syn_limit_drops=%u "
@@ -756,7 +757,8 @@ std::string TcpLayer::FormatCounters() const {
       c.accept_queue_overflows, c.time_wait_recycled,
       c.connection_limit_refusals, c.half_open_limit_drops,
       c.time_wait_overflows, c.half_open_dropped_listener_closed,
-      c.connections_timed_out, c.retransmits, c.send_failures,
+      c.connections_timed_out, c.retransmits, c.sack_reneging,
+      c.send_failures,
       connections_.size(), time_wait_.size(), c.icmp_errors_taken,
       c.icmp_errors_ignored, c.pmtu_decreases, c.syns_held,
       c.held_syn_retransmits, c.held_syns_accepted, c.held_syns_refused,

@@ -67,6 +67,10 @@ struct TcpCounters {
   uint64_t icmp_errors_ignored = 0;
   uint64_t pmtu_decreases = 0;
   uint64_t retransmits = 0;  // packets, all connections
+  // RTOs that found the bytes at SND.UNA SACKed: the peer reneged on its
+  // SACKs (RFC 2018 section 8), or they were forged. Every SACK mark of
+  // the connection is forgotten (Linux: TCPSACKReneging).
+  uint64_t sack_reneging = 0;
   uint64_t send_failures = 0;  // no packet/chunk, or no route
   // Held SYNs (SetSynHandler): held, retransmissions absorbed while held,
   // accepted (SYN-ACK sent), refused, and dropped at the table's cap.

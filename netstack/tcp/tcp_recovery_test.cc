@@ -64,6 +64,41 @@ TEST_P(RecoveryTest, RtoResendsOnePacketThenSlowStartClocksOutTheRest) {
   EXPECT_THAT(h.Take(), ElementsAre(Tcp(Seq(una + mss), PayloadLen(2 * mss))));
 }
 
+// A receiver may drop data it has SACKed (RFC 2018 section 8), and a
+// forged SACK block may claim bytes that never arrived. When the RTO
+// finds the bytes at SND.UNA marked SACKed, the SACKs were not true:
+// forget them all and resend from SND.UNA (Linux: tcp_timeout_mark_lost).
+// Keeping them, the RTO found nothing to resend and the connection hung
+// at each backed-off RTO (tcp_conn_reorder_fuzzer found it: a forged
+// SACK edge, then reordering, stalled a transfer for the whole 300 s).
+TEST_P(RecoveryTest, RtoForgetsSacksWhenTheFirstBytesWereSacked) {
+  SegmentHarness h(Options(/*gso=*/false));
+  ConnectionOptions co;
+  co.rack = false;  // no TLP: the first retransmission is the RTO's
+  auto s = h.OpenActive({}, co);
+  ASSERT_NE(s, nullptr);
+  const uint32_t mss = s->Info().mss;
+  const uint32_t una = h.iss() + 1;
+  ASSERT_TRUE(s->Write(Bytes(4 * mss)).ok());
+  h.Poll();
+  ASSERT_EQ(PayloadBytes(h.Take()), 4u * mss);
+  // A duplicate ACK whose SACK block covers everything sent.
+  h.Send(h.Segment().Ack(una).Sack({Block(una, una + 4 * mss)}));
+  h.Take();
+  ASSERT_EQ(s->Info().sacked_bytes, 4u * mss);
+  for (int rto = 1; rto <= 2; ++rto) {
+    ASSERT_TRUE(h.AdvanceUntilSent()) << "RTO " << rto << " sent nothing";
+    EXPECT_THAT(h.Take(), ElementsAre(Tcp(Seq(una), PayloadLen(mss))))
+        << "RTO " << rto;
+  }
+  EXPECT_EQ(s->Info().sacked_bytes, 0u);
+  EXPECT_EQ(h.tcp().counters().sack_reneging, 1u);
+  // The ACKs that follow clock out the rest.
+  h.SendAck(una + mss);
+  EXPECT_THAT(h.Take(), ElementsAre(Tcp(Seq(una + mss), PayloadLen(mss)),
+                                    Tcp(Seq(una + 2 * mss), PayloadLen(mss))));
+}
+
 // A TLP resent the whole last record; it must resend its last packet.
 TEST_P(RecoveryTest, TailLossProbeResendsOnlyTheLastPacket) {
   SegmentHarness h(Options());
