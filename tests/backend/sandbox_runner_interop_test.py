@@ -336,6 +336,98 @@ class SandboxRunnerTest(unittest.TestCase):
             self.assertEqual(rc, want, f"{sig!r}: {err}")
             self.assert_nothing_left(before, marker)
 
+    def proc_has_submounts(self):
+        """Whether this view of /proc has mounts over parts of it (a
+        container's masks). A user namespace may then not mount a proc of
+        its own (the kernel's mnt_too_revealing), and netstackd goes on
+        with the /proc it has."""
+        with open("/proc/self/mountinfo") as f:
+            return any(line.split()[4].startswith("/proc/") for line in f)
+
+    def test_background_children_go_with_cmd(self):
+        """CMD leaves a child running in the background (SIGHUP ignored,
+        its stdio on /dev/null) and ends, by exiting or by a signal passed
+        on by netstackd. Once netstackd has exited, that child is gone:
+        CMD's tree is in a PID namespace of its own whose init is
+        netstackd's, and the kernel kills what is left in it when the
+        init exits. CMD is pid 2 there and sees that namespace in its
+        /proc (a proc of its own, mounted in its mount namespace)."""
+        own_pidns = os.readlink("/proc/self/ns/pid")
+        mode = os.stat("/dev/net/tun").st_mode & 0o7777
+        os.chmod("/dev/net/tun", 0o666)  # for uid 65534, as above
+        try:
+            for label, wrap in (("root", ()), ("uid 65534", NOBODY)):
+                for end in ("exit", "SIGTERM"):
+                    self.check_background_child(label, wrap, end, own_pidns)
+        finally:
+            os.chmod("/dev/net/tun", mode)
+
+    def check_background_child(self, label, wrap, end, own_pidns):
+        what = f"{label}, CMD ends by {end}"
+        marker = f"nstsandbox{os.getpid()}bg{len(label)}{end}"
+        child = f"{marker}child"  # only the child's command line has it
+        script = (
+            "sh -c 'trap \"\" HUP; while :; do sleep 1; done' \"${0}child\" "
+            "</dev/null >/dev/null 2>&1 & "
+            "echo $$; readlink /proc/self/ns/pid; "
+            "tr '\\0' ' ' </proc/1/cmdline; echo; echo up; " +
+            ("read line; exit 3" if end == "exit" else "exec sleep 60"))
+        before = self.snapshot()
+        p = subprocess.Popen(
+            self.args("--", "sh", "-c", script, marker, wrap=wrap),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        pids = []
+        try:
+            lines = [p.stdout.readline().strip() for _ in range(4)]
+            if lines[-1] != "up":
+                p.kill()
+                p.wait()
+                self.fail(f"{what}: CMD did not start: {lines} "
+                          f"{p.stderr.read()}")
+            # The child as this test sees it: its pid here, its PID
+            # namespace.
+            self.assertTrue(iu.wait_for(lambda: self.pids_of(child),
+                                        timeout=5),
+                            f"{what}: no background child")
+            pids = self.pids_of(child)
+            child_pidns = os.readlink(f"/proc/{pids[0]}/ns/pid")
+            if end == "exit":
+                p.stdin.write("\n")
+                p.stdin.flush()
+            else:
+                os.kill(p.pid, signal.SIGTERM)
+            rc = p.wait(timeout=10)
+            err = p.stderr.read()
+            left = [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+            self.assertEqual(left, [], f"{what}: the background child is "
+                             f"still running")
+            self.assertEqual(self.pids_of(child), [], what)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            for f in (p.stdin, p.stdout, p.stderr):
+                f.close()
+            for pid in self.pids_of(child):  # after a failure only
+                os.kill(pid, signal.SIGKILL)
+        self.assertEqual(rc, 3 if end == "exit" else 128 + signal.SIGTERM,
+                         f"{what}: {err}")
+        self.assertNotEqual(child_pidns, own_pidns,
+                            f"{what}: CMD's tree in a PID namespace of its "
+                            f"own")
+        self.assertEqual(lines[0], "2", f"{what}: CMD is pid 2 there")
+        if label == "root" or not self.proc_has_submounts():
+            self.assertEqual(lines[1], child_pidns,
+                             f"{what}: CMD's /proc is its namespace's")
+            self.assertIn("netstackd", lines[2],
+                          f"{what}: pid 1 is netstackd's init")
+        self.assert_nothing_left(before, marker)
+
+    def pids_of(self, marker):
+        return [int(pid) for pid in
+                iu.run("pgrep", "-f", marker, check=False).stdout.split()]
+
     def test_bad_input(self):
         p = subprocess.run(self.args("--"), capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)

@@ -1295,6 +1295,11 @@ int Run(const Config& c) {
       return absl::IsNotFound(started.status()) ? 127 : 126;
     }
     command.emplace(std::move(*started));
+    if (!c.quiet) {
+      for (const std::string& note : command->notes()) {
+        std::fprintf(stderr, "netstackd: %s\n", note.c_str());
+      }
+    }
     if (!watch(command->pidfd(), &watch_command)) return 1;
   }
   if (c.sandbox) {
@@ -1380,6 +1385,9 @@ int main(int argc, char** argv) {
       "default routes, CMD sees a resolv.conf naming the DNS address, "
       "SIGINT/SIGTERM/SIGHUP go on to CMD, and netstackd exits with CMD's "
       "status (128+N if signal N killed it; 127 if CMD cannot be found). "
+      "CMD runs as pid 2 of a new PID namespace (with its own /proc) under "
+      "an init of netstackd's: when CMD exits, whatever it left running "
+      "is killed. "
       "--netns-pid and --netns do the same for a namespace that exists. "
       "Flag names "
       "take '-' or '_' (--http-root or --http_root). Counters (stack, TCP, "

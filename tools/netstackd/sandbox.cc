@@ -1,6 +1,7 @@
 #include "tools/netstackd/sandbox.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -167,12 +168,23 @@ absl::StatusOr<UniqueFd> OpenNetnsPath(const std::string& name_or_path,
 
 namespace {
 
-// What the child reports through its exec pipe when a step fails.
-struct ChildError {
+// What the init and CMD report through the start pipe, one record per
+// write (a pipe write this small is atomic). A failed step ends the start;
+// a note (kMountProc, and the mount namespace's steps when there is no
+// resolv.conf to mount) does not.
+struct ChildReport {
   int step;
   int err;
 };
-enum Step : int { kSetns, kUnshareMount, kPrivate, kBind, kExec };
+enum Step : int {
+  kSetns,
+  kUnshareMount,
+  kPrivate,
+  kBind,
+  kMountProc,
+  kForkCommand,
+  kExec,
+};
 
 const char* StepName(int step) {
   switch (step) {
@@ -180,14 +192,139 @@ const char* StepName(int step) {
     case kUnshareMount: return "make a mount namespace";
     case kPrivate: return "make / private in it";
     case kBind: return "bind-mount resolv.conf over /etc/resolv.conf";
+    case kMountProc: return "mount a /proc of the PID namespace";
+    case kForkCommand: return "fork CMD in the PID namespace";
     default: return "exec";
   }
 }
 
+void ChildReportStep(int pipe_fd, int step) {
+  const ChildReport r{step, errno};
+  (void)!::write(pipe_fd, &r, sizeof(r));
+}
+
 [[noreturn]] void ChildFail(int pipe_fd, int step) {
-  const ChildError e{step, errno};
-  (void)!::write(pipe_fd, &e, sizeof(e));
+  ChildReportStep(pipe_fd, step);
   _exit(127);
+}
+
+// fork(2) with clone flags, as a system call: glibc's fork() would run
+// its atfork handlers and take locks (malloc's) that another thread of
+// netstackd may hold; the child makes system calls only. A null stack
+// means the child runs on a copy of ours, as after fork. (flags, stack,
+// parent_tid, child_tid, tls) is x86-64's and arm64's order up to the last
+// two, which are null either way.
+pid_t CloneProcess(unsigned long flags) {
+  return static_cast<pid_t>(
+      ::syscall(SYS_clone, flags | SIGCHLD, nullptr, nullptr, nullptr,
+                nullptr));
+}
+
+// Whether nobody reads the start pipe any more: netstackd died before the
+// child asked to die with it.
+bool StartPipeOrphaned(int pipe_fd) {
+  struct pollfd p = {.fd = pipe_fd, .events = POLLOUT, .revents = 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0;
+}
+
+// What the init needs, built before the clone: after it, the init and
+// CMD make system calls only.
+struct InitPlan {
+  int pipe_fd;
+  int netns_fd;
+  const char* resolv_path;  // nullptr: leave /etc/resolv.conf alone
+  char** argv;
+};
+
+// CMD's mount namespace: resolv.conf bound over /etc/resolv.conf, and a
+// /proc of the PID namespace over the host's, so that ps and /proc/self
+// tell the truth in it. The mount namespace and the /proc are a nicety
+// without resolv.conf: a failure there is a note, not an error (a user
+// namespace may not mount proc where /proc has masks over parts of it).
+void SetUpMounts(const InitPlan& plan) {
+  const bool need = plan.resolv_path != nullptr;
+  auto failed = [&](int step) {
+    if (need) ChildFail(plan.pipe_fd, step);
+    ChildReportStep(plan.pipe_fd, step);
+  };
+  if (::unshare(CLONE_NEWNS) != 0) return failed(kUnshareMount);
+  // Private first: nothing mounted here may propagate to the host's.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return failed(kPrivate);
+  }
+  if (need && ::mount(plan.resolv_path, "/etc/resolv.conf", nullptr,
+                      MS_BIND, nullptr) != 0) {
+    ChildFail(plan.pipe_fd, kBind);
+  }
+  if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              nullptr) != 0) {
+    ChildReportStep(plan.pipe_fd, kMountProc);
+  }
+}
+
+// The signals the init passes on to CMD: those netstackd passes on.
+void ForwardedSignals(sigset_t* set) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  sigaddset(set, SIGHUP);
+}
+
+// Pid 1's loop. The kernel delivers to a PID namespace's init only the
+// signals it handles, so the init takes them with sigwaitinfo (blocked
+// signals are queued, never dropped), passes them on to CMD, and reaps
+// every child: CMD, and the orphans the kernel hands to it. When CMD
+// ends, the init ends with its status (128 + N for signal N: the number
+// netstackd reports either way), and the kernel kills everything left in
+// the namespace.
+[[noreturn]] void InitLoop(pid_t command, const sigset_t& waited) {
+  for (;;) {
+    const int signo = ::sigwaitinfo(&waited, nullptr);
+    if (signo < 0) continue;  // EINTR
+    if (signo != SIGCHLD) {
+      ::kill(command, signo);
+      continue;
+    }
+    int status;
+    pid_t r;
+    while ((r = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      if (r != command) continue;
+      _exit(WIFEXITED(status)     ? WEXITSTATUS(status)
+            : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                  : 1);
+    }
+  }
+}
+
+// The child netstackd clones into a new PID namespace: its pid 1.
+[[noreturn]] void RunInit(const InitPlan& plan) {
+  // CMD dies with netstackd: without us it has no network. The init's
+  // death is CMD's, and its whole namespace's.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (StartPipeOrphaned(plan.pipe_fd)) _exit(127);
+  if (::setns(plan.netns_fd, CLONE_NEWNET) != 0) {
+    ChildFail(plan.pipe_fd, kSetns);
+  }
+  SetUpMounts(plan);
+  // Blocked before CMD exists, so that none is lost before the loop.
+  sigset_t waited;
+  ForwardedSignals(&waited);
+  sigaddset(&waited, SIGCHLD);
+  ::sigprocmask(SIG_SETMASK, &waited, nullptr);
+  const pid_t command = CloneProcess(0);
+  if (command < 0) ChildFail(plan.pipe_fd, kForkCommand);
+  if (command == 0) {
+    // The event loop blocks the signals it handles; CMD starts clean.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execvp(plan.argv[0], plan.argv);
+    ChildFail(plan.pipe_fd, kExec);
+  }
+  // The init keeps no fd: not netstackd's (the TAP, its sockets), not
+  // the start pipe (netstackd reads to its end), not CMD's stdio.
+  ::close_range(0, ~0U, 0);
+  InitLoop(command, waited);
 }
 
 }  // namespace
@@ -196,8 +333,8 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
   if (options.argv.empty()) {
     return absl::InvalidArgumentError("no command to run");
   }
-  // The resolv.conf CMD sees: a file of ours, bind-mounted by the child and
-  // unlinked here once it is mounted (or the child failed).
+  // The resolv.conf CMD sees: a file of ours, bind-mounted by the init and
+  // unlinked here once it is mounted (or the start failed).
   std::string resolv_path;
   if (!options.resolv_conf.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -218,8 +355,6 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
       return ErrnoStatus(err, absl::StrCat("write ", resolv_path));
     }
   }
-  // Everything the child needs, built before fork: after it, the child
-  // makes system calls only.
   std::vector<char*> argv;
   for (const std::string& a : options.argv) {
     argv.push_back(const_cast<char*>(a.c_str()));
@@ -231,65 +366,70 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
     if (!resolv_path.empty()) ::unlink(resolv_path.c_str());
     return ErrnoStatus(err, "pipe2");
   }
-  const pid_t parent = getpid();
-  const pid_t pid = ::fork();
+  const InitPlan plan{
+      .pipe_fd = pipefd[1],
+      .netns_fd = options.netns_fd,
+      .resolv_path = resolv_path.empty() ? nullptr : resolv_path.c_str(),
+      .argv = argv.data(),
+  };
+  const pid_t pid = CloneProcess(CLONE_NEWPID);
   if (pid < 0) {
     const int err = errno;
     ::close(pipefd[0]);
     ::close(pipefd[1]);
     if (!resolv_path.empty()) ::unlink(resolv_path.c_str());
-    return ErrnoStatus(err, "fork");
+    return ErrnoStatus(err, "clone(CLONE_NEWPID): a PID namespace for CMD");
   }
   if (pid == 0) {
     ::close(pipefd[0]);
-    // CMD dies with netstackd: without us it has no network.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    // The event loop blocks the signals it handles; CMD starts clean.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (::setns(options.netns_fd, CLONE_NEWNET) != 0) {
-      ChildFail(pipefd[1], kSetns);
-    }
-    if (!resolv_path.empty()) {
-      if (::unshare(CLONE_NEWNS) != 0) ChildFail(pipefd[1], kUnshareMount);
-      if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-        ChildFail(pipefd[1], kPrivate);
-      }
-      if (::mount(resolv_path.c_str(), "/etc/resolv.conf", nullptr, MS_BIND,
-                  nullptr) != 0) {
-        ChildFail(pipefd[1], kBind);
-      }
-    }
-    ::execvp(argv[0], argv.data());
-    ChildFail(pipefd[1], kExec);
+    RunInit(plan);
   }
   ::close(pipefd[1]);
-  ChildError e{};
+  return Started(options, pid, UniqueFd(pipefd[0]), resolv_path);
+}
+
+absl::StatusOr<SandboxCommand> SandboxCommand::Started(
+    const Options& options, pid_t pid, UniqueFd start_pipe,
+    const std::string& resolv_path) {
+  // Notes, then at most one failure, then the end of the pipe: CMD has
+  // exec'd (or the init is gone).
+  std::vector<std::string> notes;
+  ChildReport failure{-1, 0};
+  ChildReport r{};
   ssize_t n;
-  do {
-    n = ::read(pipefd[0], &e, sizeof(e));
-  } while (n < 0 && errno == EINTR);
-  ::close(pipefd[0]);
+  for (;;) {
+    n = ::read(start_pipe.get(), &r, sizeof(r));
+    if (n < 0 && errno == EINTR) continue;
+    if (n != static_cast<ssize_t>(sizeof(r))) break;
+    if (r.step == kMountProc ||
+        (options.resolv_conf.empty() &&
+         (r.step == kUnshareMount || r.step == kPrivate))) {
+      notes.push_back(absl::StrCat("could not ", StepName(r.step),
+                                   " for CMD (", std::strerror(r.err),
+                                   "): CMD sees netstackd's /proc"));
+    } else {
+      failure = r;
+    }
+  }
   if (!resolv_path.empty()) ::unlink(resolv_path.c_str());
-  if (n == static_cast<ssize_t>(sizeof(e))) {
+  if (failure.step >= 0) {
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    if (e.step == kExec) {
+    if (failure.step == kExec) {
       return absl::Status(
-          e.err == ENOENT ? absl::StatusCode::kNotFound
-                          : absl::StatusCode::kFailedPrecondition,
+          failure.err == ENOENT ? absl::StatusCode::kNotFound
+                                : absl::StatusCode::kFailedPrecondition,
           absl::StrCat("cannot run '", options.argv[0],
-                       "': ", std::strerror(e.err)));
+                       "': ", std::strerror(failure.err)));
     }
     return absl::FailedPreconditionError(
         absl::StrCat("cannot start '", options.argv[0], "': ",
-                     StepName(e.step), ": ", std::strerror(e.err),
-                     e.step == kBind ? " (--no-dns-config leaves "
-                                       "/etc/resolv.conf alone)"
-                                     : ""));
+                     StepName(failure.step), ": ",
+                     std::strerror(failure.err),
+                     failure.step == kBind ? " (--no-dns-config leaves "
+                                             "/etc/resolv.conf alone)"
+                                           : ""));
   }
   absl::StatusOr<UniqueFd> pidfd = OpenPidfd(pid);
   if (!pidfd.ok()) {
@@ -298,7 +438,7 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
     ::waitpid(pid, &status, 0);
     return pidfd.status();
   }
-  return SandboxCommand(pid, std::move(*pidfd));
+  return SandboxCommand(pid, std::move(*pidfd), std::move(notes));
 }
 
 SandboxCommand::~SandboxCommand() {

@@ -3,9 +3,17 @@
 //
 //   netstackd (this process, the host's network namespace)
 //     |-- holds: the guest's netns as an fd, the TAP fd inside it
-//     `-- CMD (child): setns(guest netns), its own mount namespace with a
-//         resolv.conf naming the DNS address bind-mounted over
-//         /etc/resolv.conf, then execvp
+//     `-- init (child, pid 1 of a new PID namespace; ours, no exec):
+//         setns(guest netns), its own mount namespace with a resolv.conf
+//         naming the DNS address bind-mounted over /etc/resolv.conf and a
+//         /proc of the PID namespace
+//           `-- CMD (pid 2): execvp
+//
+// The init passes SIGINT, SIGTERM and SIGHUP on to CMD, reaps orphans,
+// and exits with CMD's status when CMD ends; the kernel then kills what
+// is left in the PID namespace (CMD's background children). CMD itself
+// is not pid 1, since a namespace's init gets only the signals it
+// handles.
 //
 // Not root: netstackd first makes a user namespace of its own and maps the
 // caller to root in it (as `unshare -r` and pasta do). It keeps its host
@@ -15,9 +23,9 @@
 // entry: link::RunInNetnsFd, since this process cannot switch back into a
 // namespace the initial user namespace owns).
 //
-// Nothing is left behind: the guest's namespace lives as long as CMD's
-// processes and our fds; the mount namespace is CMD's; the resolv.conf
-// file is unlinked once CMD has it mounted.
+// Nothing is left behind: the guest's namespace lives as long as the
+// init and our fds; the PID and mount namespaces are the init's; the
+// resolv.conf file is unlinked once the init has it mounted.
 #ifndef TOOLS_NETSTACKD_SANDBOX_H_
 #define TOOLS_NETSTACKD_SANDBOX_H_
 
@@ -64,32 +72,46 @@ class SandboxCommand {
     // of CMD's own.
     std::string resolv_conf;
   };
-  // Starts CMD and waits until it has exec'd. An exec failure or a failed
-  // namespace step is an error naming it ("cannot run 'foo': No such file
-  // or directory"); the child is then reaped.
+  // Starts the init and CMD under it, and waits until CMD has exec'd. An
+  // exec failure or a failed namespace step is an error naming it
+  // ("cannot run 'foo': No such file or directory"); the init is then
+  // reaped.
   static absl::StatusOr<SandboxCommand> Start(const Options& options);
 
   SandboxCommand(SandboxCommand&& o) noexcept
-      : pid_(std::exchange(o.pid_, -1)), pidfd_(std::move(o.pidfd_)) {}
+      : pid_(std::exchange(o.pid_, -1)),
+        pidfd_(std::move(o.pidfd_)),
+        notes_(std::move(o.notes_)) {}
   SandboxCommand& operator=(SandboxCommand&&) = delete;
   // Kills and reaps CMD if it is still running.
   ~SandboxCommand();
 
+  // The init's pid, here: the one process netstackd signals.
   pid_t pid() const { return pid_; }
-  // Readable once CMD has exited (pidfd_open).
+  // Readable once CMD has exited, and with it the init (pidfd_open).
   int pidfd() const { return pidfd_.get(); }
-  // Passes a signal on to CMD.
+  // Passes a signal on to CMD, through the init.
   void Signal(int signo) const;
-  // Reaps CMD if it has exited: true, and *status is what netstackd
-  // exits with (its exit code, or 128 + the signal that killed it).
+  // Reaps the init if CMD has exited: true, and *status is what netstackd
+  // exits with (CMD's exit code, or 128 + the signal that killed it).
   bool Reap(int* status);
+  // What the start could not do and went on without (no /proc of CMD's
+  // PID namespace), one sentence each.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
-  SandboxCommand(pid_t pid, link::UniqueFd pidfd)
-      : pid_(pid), pidfd_(std::move(pidfd)) {}
+  SandboxCommand(pid_t pid, link::UniqueFd pidfd,
+                 std::vector<std::string> notes)
+      : pid_(pid), pidfd_(std::move(pidfd)), notes_(std::move(notes)) {}
+  // Start's second half: reads the init's reports to the end of the
+  // start pipe.
+  static absl::StatusOr<SandboxCommand> Started(
+      const Options& options, pid_t pid, link::UniqueFd start_pipe,
+      const std::string& resolv_path);
 
   pid_t pid_ = -1;
   link::UniqueFd pidfd_;
+  std::vector<std::string> notes_;
 };
 
 // A pidfd for `pid` (NotFound when there is no such process).
