@@ -358,6 +358,11 @@ bool TcpFlow::PumpHostToGuest() {
       if (inbound_counts_) {
         inbound_counts_->bytes_to_guest += static_cast<uint64_t>(n);
       }
+      // A short read emptied the socket's queue: asking again would
+      // only say EAGAIN (one of the seven system calls a TCP_RR
+      // transaction cost). The loop's epoll is level-triggered, so
+      // bytes or a FIN that come later wake us as before.
+      if (static_cast<size_t>(n) < want) return true;
       continue;
     }
     if (n == 0) {

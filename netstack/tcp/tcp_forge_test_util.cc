@@ -1,6 +1,8 @@
 #include "netstack/tcp/tcp_forge_test_util.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <span>
 
 #include "netstack/transport/errors.h"
@@ -149,7 +151,18 @@ std::optional<Connection> Connect(Network& net, TcpSocket& listener,
 
 BulkTransfer::BulkTransfer(TcpSocket& client, TcpSocket& server, size_t total)
     : client_(client), server_(server), out_(total), in_(65536) {
-  for (size_t i = 0; i < total; ++i) out_[i] = static_cast<uint8_t>(i * 7);
+  // Byte i is i * 7, a pattern of period 256: filled by copies of one
+  // period. (The fuzz build instruments every iteration of a loop; a
+  // byte loop here and in Pump's check were a third of
+  // tcp_conn_fuzzer's time, perf.)
+  std::array<uint8_t, 256> period;
+  for (size_t i = 0; i < period.size(); ++i) {
+    period[i] = static_cast<uint8_t>(i * 7);
+  }
+  for (size_t at = 0; at < total; at += period.size()) {
+    std::memcpy(out_.data() + at, period.data(),
+                std::min(period.size(), total - at));
+  }
 }
 
 void BulkTransfer::Pump() {
@@ -170,8 +183,9 @@ void BulkTransfer::Pump() {
       if (got_ < total()) error_ = true;
       break;
     }
-    for (size_t i = 0; i < *r; ++i) {
-      if (got_ + i >= total() || in_[i] != out_[got_ + i]) corrupt_ = true;
+    if (got_ + *r > total() ||
+        std::memcmp(in_.data(), out_.data() + got_, *r) != 0) {
+      corrupt_ = true;
     }
     got_ += *r;
   }
