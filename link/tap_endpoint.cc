@@ -456,7 +456,9 @@ ssize_t TapEndpoint::ReadFrame(int fd, uint8_t* buf, size_t cap) {
 
 void TapEndpoint::OnReadable(Instant now) {
   if (other_queues_.empty()) {
-    const size_t kept = ReadQueue(fd_.get(), rx_batch_, 0);
+    bool at_limit = false;
+    const size_t kept = ReadQueue(fd_.get(), rx_batch_, 0, &at_limit);
+    stats_.rx_batch_limit_hits += at_limit;
     slots_.Consume(kept);
     Deliver(kept, now);
     return;
@@ -472,19 +474,52 @@ void TapEndpoint::OnReadable(Instant now) {
   // The first queue first: the flows we have answered are steered there.
   size_t kept = 0;
   for (int i = 0; i < n; ++i) {
-    if (ready[i].data.fd == fd_.get()) kept = ReadQueue(fd_.get(), rx_batch_, 0);
+    if (ready[i].data.fd != fd_.get()) continue;
+    bool at_limit = false;
+    kept = ReadQueue(fd_.get(), rx_batch_, 0, &at_limit);
+    stats_.rx_batch_limit_hits += at_limit;
   }
+  // The others, a share each. Reading a share is not yet a busy link: a
+  // new flow's first frame (its SYN) comes on one of these queues, alone.
+  // A queue that still has frames after its share, two turns running, is
+  // (a flood keeps them full turn after turn; a burst of new connections
+  // such as TCP_CRR's leaves one frame behind now and then). One more
+  // epoll_wait tells, only when some queue was read to its share.
+  int full[kMaxQueues];
+  int n_full = 0;
   for (int i = 0; i < n; ++i) {
     if (ready[i].data.fd == fd_.get()) continue;
     const size_t before = kept;
-    kept = ReadQueue(ready[i].data.fd, other_queue_share_, kept);
+    bool at_limit = false;
+    kept = ReadQueue(ready[i].data.fd, other_queue_share_, kept, &at_limit);
     stats_.rx_frames_other_queues += kept - before;
+    if (at_limit) full[n_full++] = ready[i].data.fd;
   }
+  uint32_t still_full = 0;  // bit q: other_queues_[q]
+  if (n_full > 0) {
+    do {
+      n = ::epoll_wait(queues_epoll_.get(), ready,
+                       static_cast<int>(queue_count()), 0);
+    } while (n < 0 && errno == EINTR);
+    ++stats_.rx_syscalls;
+    for (int i = 0; i < n; ++i) {
+      if (std::find(full, full + n_full, ready[i].data.fd) == full + n_full) {
+        continue;
+      }
+      for (size_t q = 0; q < other_queues_.size(); ++q) {
+        if (other_queues_[q].get() != ready[i].data.fd) continue;
+        still_full |= 1u << q;
+        stats_.rx_batch_limit_hits += (still_full_ >> q) & 1u;
+      }
+    }
+  }
+  still_full_ = still_full;
   slots_.Consume(kept);
   Deliver(kept, now);
 }
 
-size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept) {
+size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept,
+                              bool* at_limit) {
   const size_t cap = slots_.slot_size() - kRxPad;
   size_t i = 0;
   for (; i < limit; ++i) {
@@ -526,7 +561,7 @@ size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept) {
     stats_.rx_bytes += len;
     ++kept;
   }
-  stats_.rx_batch_limit_hits += i == limit;
+  *at_limit = i == limit;
   return kept;
 }
 

@@ -185,8 +185,9 @@ class TapEndpoint final : public LinkEndpoint {
   // read(2) result.
   ssize_t ReadFrame(int fd, uint8_t* buf, size_t cap);
   // Reads up to `limit` frames of queue `fd` into slots kept.. and
-  // frames_; returns the new count of kept frames.
-  size_t ReadQueue(int fd, size_t limit, size_t kept);
+  // frames_; returns the new count of kept frames. *at_limit: it stopped
+  // at `limit`, not at EAGAIN.
+  size_t ReadQueue(int fd, size_t limit, size_t kept, bool* at_limit);
   void Deliver(size_t count, Instant now);
 
   UniqueFd fd_;  // the first queue: every write, and its reads first
@@ -194,6 +195,8 @@ class TapEndpoint final : public LinkEndpoint {
   UniqueFd queues_epoll_;  // with other_queues_: all of them, for ReadFd()
   // Frames read from each of other_queues_ per OnReadable().
   size_t other_queue_share_ = 0;
+  // Bit q: other_queues_[q] still had frames after its share, last turn.
+  uint32_t still_full_ = 0;
   const std::string ifname_;
   const std::string netns_;
   const LinkCapabilities caps_;

@@ -74,7 +74,9 @@ struct LinkStats {
   // than the first, where the kernel puts flows we have not answered.
   uint64_t rx_frames_other_queues = 0;
   // Reads that stopped at their batch limit, frames perhaps still waiting
-  // in the kernel: the other side sends faster than we read. A backend
+  // in the kernel: the other side sends faster than we read. (A TAP's
+  // other queues, read a frame or so a turn, count only when the queue
+  // still has frames after its share.) A backend
   // sheds new host connections while this grows (BackendLimits::
   // busy_connect_rate).
   uint64_t rx_batch_limit_hits = 0;
