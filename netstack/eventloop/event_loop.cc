@@ -76,14 +76,18 @@ class EventLoop::SignalSource final : public Handler {
 };
 
 absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create(
-    TimerWheelOptions timer_options) {
+    TimerWheelOptions timer_options, Clock clock) {
   const int fd = epoll_create1(EPOLL_CLOEXEC);
   if (fd < 0) return absl::ErrnoToStatus(errno, "epoll_create1");
-  return std::unique_ptr<EventLoop>(new EventLoop(fd, timer_options));
+  return std::unique_ptr<EventLoop>(
+      new EventLoop(fd, timer_options, std::move(clock)));
 }
 
-EventLoop::EventLoop(int epoll_fd, TimerWheelOptions timer_options)
-    : epoll_fd_(epoll_fd), timers_(MonotonicNow(), timer_options) {}
+EventLoop::EventLoop(int epoll_fd, TimerWheelOptions timer_options,
+                     Clock clock)
+    : epoll_fd_(epoll_fd),
+      clock_(std::move(clock)),
+      timers_(Now(), timer_options) {}
 
 EventLoop::~EventLoop() {
   signal_sources_.clear();

@@ -102,9 +102,21 @@ class EventLoop {
     uint64_t signals = 0;  // signals delivered to callbacks
   };
 
+  // What Now() reads. Unset: CLOCK_MONOTONIC (MonotonicNow).
+  using Clock = absl::AnyInvocable<Instant() const>;
+
   // The timer wheel starts at Now(); `timer_options` sets its tick and size.
+  //
+  // `clock` is for tests and fuzzers that drive a loop on a fake clock
+  // (fuzz/dns_forwarder_fuzzer.cc): every `now` the loop hands out (to
+  // handlers, timers, pollers, hooks, and Now() itself) is then the
+  // clock's, so a component that takes its time from the loop agrees with
+  // a stack polled at the same fake instant. It must not go backwards.
+  // epoll still waits in real time: RunOnce(max_wait) waits at most
+  // max_wait for fds, or less when a timer or poller is due by the fake
+  // clock's reading (at once when it is already due).
   static absl::StatusOr<std::unique_ptr<EventLoop>> Create(
-      TimerWheelOptions timer_options = {});
+      TimerWheelOptions timer_options = {}, Clock clock = nullptr);
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
   // Closes the epoll fd and the signalfds (pending handled signals are
@@ -136,7 +148,8 @@ class EventLoop {
   // like a date in 1970 plus the uptime), and it never jumps with the wall
   // clock, which is what timers and RTOs need.
   static Instant MonotonicNow();
-  Instant Now() const { return MonotonicNow(); }
+  // MonotonicNow(), or the clock given to Create.
+  Instant Now() const { return clock_ ? clock_() : MonotonicNow(); }
 
   // Pollers are not owned; Remove before destroying one. Adding an
   // already added poller does nothing. Safe from inside callbacks.
@@ -188,7 +201,7 @@ class EventLoop {
   };
   class SignalSource;
 
-  EventLoop(int epoll_fd, TimerWheelOptions timer_options);
+  EventLoop(int epoll_fd, TimerWheelOptions timer_options, Clock clock);
 
   static uint64_t EventData(int fd, uint32_t generation) {
     return (uint64_t{generation} << 32) | static_cast<uint32_t>(fd);
@@ -204,6 +217,7 @@ class EventLoop {
   void RunTurnEndHooks(Instant now);
 
   const int epoll_fd_;
+  const Clock clock_;  // before timers_, which starts at Now()
   TimerWheel timers_;
   std::vector<FdEntry> fds_;  // indexed by fd
   uint32_t next_generation_ = 0;

@@ -483,6 +483,48 @@ TEST(EventLoopTest, PollerDeadlineIsHonoured) {
   EXPECT_EQ(due.polls.size(), 1u);
 }
 
+TEST(EventLoopTest, AFakeClockIsWhatEveryoneInTheTurnSees) {
+  Instant fake = absl::FromUnixSeconds(1'700'000'000);
+  auto created = EventLoop::Create({}, [&fake] { return fake; });
+  ASSERT_TRUE(created.ok()) << created.status();
+  EventLoop& loop = **created;
+  EXPECT_EQ(loop.Now(), fake);
+  Pipe p;
+  ASSERT_TRUE(p.ok());
+  TestHandler h;
+  h.on_readable = [&](Instant) { p.ReadAll(); };
+  ASSERT_TRUE(loop.Add(p.r(), EventLoop::kReadable, &h).ok());
+  FakePoller poller;
+  poller.deadline = fake + absl::Seconds(5);
+  loop.AddPoller(&poller);
+  Instant hook_now;
+  loop.AddTurnEndHook([&](Instant now) { hook_now = now; });
+  bool fired = false;
+  Timer timer([&](Instant) { fired = true; });
+  loop.timers().Schedule(timer, fake + absl::Seconds(5));
+  // Due 5 s later by the fake clock: a turn neither waits for it in real
+  // time nor runs it.
+  const Instant real_start = EventLoop::MonotonicNow();
+  ASSERT_TRUE(p.Write("x"));
+  ASSERT_TRUE(loop.RunOnce(absl::ZeroDuration()).ok());
+  EXPECT_LT(EventLoop::MonotonicNow() - real_start, kGenerous);
+  EXPECT_EQ(h.readable, 1);
+  EXPECT_EQ(h.last_now, fake);
+  EXPECT_EQ(hook_now, fake);
+  EXPECT_TRUE(poller.polls.empty());
+  EXPECT_FALSE(fired);
+  // The clock moves: the poller and the timer are due at once.
+  fake += absl::Seconds(5);
+  ASSERT_TRUE(loop.RunOnce(kLongWait).ok());
+  EXPECT_LT(EventLoop::MonotonicNow() - real_start, kGenerous);
+  ASSERT_EQ(poller.polls.size(), 1u);
+  EXPECT_EQ(poller.polls[0], fake);
+  EXPECT_TRUE(fired);
+  EXPECT_EQ(hook_now, fake);
+  loop.RemovePoller(&poller);
+  ASSERT_TRUE(loop.Remove(p.r()).ok());
+}
+
 TEST(EventLoopTest, PollerRefAdaptsAnyNextDeadlinePollPair) {
   struct Stackish {  // not a Poller: like a LinkEndpoint or the stack
     Instant NextDeadline() const { return next; }
