@@ -223,6 +223,56 @@ def guest_config_scripts():
     add("guest_config_fuzzer", b"\x42" + rec(b"\0" * 4) + b"\x82\x40" + rec(b"\0" * 4 + slla))
 
 
+def dns_forwarder_scripts():
+    """dns_forwarder_fuzzer: four option bytes (upstreams: 1 = two, 2 =
+    ::1 first; max_pending - 1; max_tcp_clients - 1; timeout in 500 ms
+    steps past 1 s), then steps (see the target): 0 = UDP query (0x08:
+    v6, 0x30: guest port), 1 = connect (0x08: v6), 2 = TCP bytes, 3 = TCP
+    message (a connection byte, then the record), 4 = upstream datagram
+    (0x08: upstream, 0x30: id from the input / a pending query / one
+    retired / a pending query from its upstream, 0x80: QR set), 5 = the
+    answer to a pending query (0x80: the newest) plus extra bytes, 6 =
+    time (16-bit ms; 0x80: and seconds), 7 = close (0x30: close, abort,
+    half-close). Real queries: A and AAAA for a name, with an EDNS OPT
+    record, two TCP messages in one write and one split across three,
+    and the malformed ones (a short header, QR=1 as a query)."""
+    rec = lambda b: struct.pack("!H", len(b)) + b
+    def name(n):
+        return b"".join(bytes([len(p)]) + p for p in n.split(b".")) + b"\0"
+    def query(qid, qtype, n=b"example.com", edns=True):
+        q = struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 1 if edns else 0)
+        q += name(n) + struct.pack("!HH", qtype, 1)
+        if edns:  # OPT (RFC 6891): root name, type 41, 1232-byte payload
+            q += b"\0" + struct.pack("!HHIH", 41, 1232, 0, 0)
+        return q
+    a, aaaa = query(0x1234, 1), query(0xbeef, 28, b"www.example.org")
+    opts = lambda ups=0, pending=15, clients=3, timeout=2: bytes([ups, pending, clients, timeout])
+    good = lambda newest=True: bytes([0x85 if newest else 0x05, 0]) + rec(struct.pack("!HI", 0xc00c, 0))
+    t = lambda ms, s=None: (bytes([0x86]) + struct.pack("!HB", ms, s) if s is not None
+                            else bytes([0x06]) + struct.pack("!H", ms))
+    tcp = lambda *msgs: b"".join(struct.pack("!H", len(m)) + m for m in msgs)
+    add("dns_forwarder_fuzzer", opts() + b"\x00" + rec(a) + good() + t(10))
+    add("dns_forwarder_fuzzer", opts() + b"\x18" + rec(aaaa) + good() + b"\x28" + rec(a) + good(False) + good(False))
+    # Two messages in one write, both answered, then a close.
+    add("dns_forwarder_fuzzer", opts() + b"\x01" + b"\x02\x00" + rec(tcp(a, aaaa)) + good(False) + good(False) + b"\x07\x00")
+    # One message split across three writes, answered, then a half-close.
+    m = tcp(aaaa)
+    add("dns_forwarder_fuzzer", opts() + b"\x09" + b"".join(b"\x02\x00" + rec(m[i:j]) for i, j in ((0, 1), (1, 9), (9, len(m)))) + good() + b"\x27\x00")
+    # Malformed: a short header, QR=1 as a query, over UDP; over TCP a
+    # response and then a message shorter than a header.
+    resp = bytearray(a)
+    resp[2] |= 0x80
+    add("dns_forwarder_fuzzer", opts() + b"\x00" + rec(a[:5]) + b"\x00" + rec(bytes(resp)) + b"\x01\x03\x00" + rec(bytes(resp)))
+    add("dns_forwarder_fuzzer", opts() + b"\x01\x03\x00" + rec(a) + b"\x03\x00" + rec(a[:7]) + good())
+    # A timeout, then the late answer (a retired id) and an unknown one.
+    add("dns_forwarder_fuzzer", opts() + b"\x00" + rec(a) + t(0, 10) + b"\xa4\x00" + rec(a[2:]) + b"\x84\x00\x12\x34" + rec(a[2:]))
+    # Two upstreams: a timeout fails over to the second.
+    add("dns_forwarder_fuzzer", opts(ups=1) + b"\x00" + rec(a) + t(0, 10) + b"\x10" + rec(aaaa) + good() + b"\xf4\x00" + rec(a[2:]))
+    add("dns_forwarder_fuzzer", opts(ups=3) + b"\x08" + rec(aaaa) + good())
+    # A full table (max_pending 1), and full TCP clients (1).
+    add("dns_forwarder_fuzzer", opts(pending=0, clients=0) + b"\x00" + rec(a) + b"\x10" + rec(aaaa) + b"\x01\x09" + b"\x03\x00" + rec(a) + good())
+
+
 def pcap_inspect_inputs():
     """pcap_inspect_fuzzer: a record header (number, seconds,
     microseconds, wire length) and the frame, for every captured frame."""
@@ -268,6 +318,7 @@ def main():
     tcp_conn_scripts()
     unix_stream_scripts()
     guest_config_scripts()
+    dns_forwarder_scripts()
     pcap_inspect_inputs()
     json_inputs()
     for target, items in sorted(seeds.items()):

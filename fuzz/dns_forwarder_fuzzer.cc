@@ -1,0 +1,840 @@
+// The backend's DNS forwarder (netstack/backend/dns_forwarder.h) between
+// a guest and fake upstream resolvers. The guest is a second Stack (with
+// its own TCP and UDP) on a FakeLink, joined to the forwarder's Stack by
+// an in-memory wire; the upstreams are real UDP sockets of this process
+// on 127.0.0.1 and ::1 (loopback only), which the harness reads and
+// answers by hand. The forwarder's event loop runs on the harness's fake
+// clock (EventLoop::Create's clock), so the forwarder's timeouts, the
+// stacks and the script share one time; the loop is turned with
+// RunOnce(0), or waits for the kernel (never sleeps) when a datagram is
+// on its way over loopback.
+//
+// An input is four bytes of options (upstreams: one or two, v4 or v6
+// first; max_pending 1..16; max_tcp_clients 1..4; timeout 1..4.5 s), then
+// a script of steps, each one of:
+//   UDP query     a length-prefixed payload (any bytes) from one of four
+//                 guest ports of either family to the DNS address, port 53;
+//   connect       a guest TCP connection to port 53, v4 or v6;
+//   TCP bytes     a length-prefixed byte stream written to one connection
+//                 (the script supplies the 2-byte length prefixes, so
+//                 messages may be split anywhere or run together);
+//   TCP message   a length-prefixed body written with its prefix;
+//   answer        an upstream datagram: an id (raw, a pending query's, or
+//                 one answered or timed out before) and any bytes, sent
+//                 from either upstream;
+//   good answer   a pending query's own bytes with QR set, plus any bytes,
+//                 from its upstream;
+//   time step     the clock moves on;
+//   close         the guest closes, aborts or half-closes a connection.
+// After each step the wire runs until it is quiet (jumping to the stacks'
+// own deadlines, delayed ACKs, up to 200 ms at a time).
+//
+// The harness keeps a model of what the forwarder must do, and checks it
+// after every round of the wire (FUZZ_CHECK):
+//   - every query is counted once, in the round it reaches the forwarder:
+//     queries.udp / queries.tcp (then forwarded, or dropped.table_full or
+//     dropped.upstream_send), dropped.short, dropped.not_query or
+//     dropped.tcp_malformed, as the header says (12 bytes, QR = 0); after a
+//     malformed TCP message the connection is closed and nothing after it
+//     counted (the header file's "Malformed input");
+//   - what the upstream receives is those forwarded queries, in order,
+//     byte for byte but the id, on the current upstream (failover moves on
+//     after a round with a timeout); the id is unique among pending ones;
+//   - pending() is the model's (<= max_pending); tcp_clients() <=
+//     max_tcp_clients, and equal to the connections served and not closed;
+//     each connect is counted once, tcp_connections or
+//     dropped.tcp_clients_full (then the guest sees a reset);
+//   - every upstream datagram is counted once: dropped.reply_short,
+//     dropped.reply_not_response, dropped.reply_unknown_id (an id never
+//     sent, answered already, timed out, or pending on the other
+//     upstream), else one of answers.udp/tcp, dropped.reply_send,
+//     dropped.reply_client_gone (exactly when the model's connection is
+//     gone), dropped.reply_no_buffer;
+//   - the guest receives nothing but answers: each one exactly the
+//     upstream's bytes with the guest's id restored, on the socket or
+//     connection that asked, from the DNS address and port 53, in order;
+//     every counted answer arrives within the step; nothing arrives for a
+//     query that timed out;
+//   - timeouts are counted when the model says (deadline = the round's
+//     time + timeout), and the forwarder closes what it says it closes
+//     (the guest sees the end of the stream);
+//   - both stacks account for every frame;
+// and after teardown every chunk and packet is back in its pool and the
+// process has as many fds open as before the input.
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "fuzz/fuzz_check.h"
+#include "netstack/backend/dns_forwarder.h"
+#include "netstack/backend/udp_host_socket.h"
+#include "netstack/base/time.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/stack/fake_link.h"
+#include "netstack/stack/stack.h"
+#include "netstack/tcp/tcp_layer.h"
+#include "netstack/tcp/tcp_socket.h"
+#include "netstack/transport/address.h"
+#include "netstack/transport/errors.h"
+#include "netstack/transport/notifier.h"
+#include "netstack/udp/udp_layer.h"
+#include "netstack/udp/udp_socket.h"
+#include "netstack/wire/bytes.h"
+
+namespace netstack::backend {
+namespace {
+
+using transport::Family;
+using transport::IpAddress;
+using transport::SocketAddress;
+
+constexpr int kMaxSteps = 64;
+constexpr size_t kMaxConns = 6;
+constexpr size_t kGuestPorts = 4;  // per family
+constexpr uint16_t kDnsPort = 53;
+constexpr size_t kMaxUdpQuery = 4096;
+constexpr size_t kMaxTcpWrite = 16384;
+constexpr size_t kRetired = 16;
+constexpr uint8_t kQrBit = 0x80;  // byte 2 of the header (RFC 1035 4.1.1)
+
+bool Verbose() { return std::getenv("FUZZ_VERBOSE") != nullptr; }
+
+IpAddress Ip(const char* s) { return *IpAddress::Parse(s); }
+
+size_t OpenFds() {
+  size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  FUZZ_CHECK(d != nullptr);
+  while (readdir(d) != nullptr) ++n;
+  closedir(d);
+  return n;  // the same "." / ".." / the DIR's own fd every time
+}
+
+// A fake upstream resolver: a UDP socket on loopback, made once for the
+// process (the forwarder of each input gets a fresh connected socket).
+struct FakeUpstream {
+  int fd = -1;
+  SocketAddress addr;
+};
+
+FakeUpstream MakeUpstream(const char* ip) {
+  FakeUpstream u;
+  const IpAddress a = Ip(ip);
+  u.fd = socket(a.is_v4() ? AF_INET : AF_INET6,
+                SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  FUZZ_CHECK(u.fd >= 0);
+  // Room for a step's forwarded queries (a 16 KiB write completes at
+  // most ~80 KiB of messages, at most 16 of them pending) many times over.
+  const int rcvbuf = 4 << 20;
+  (void)setsockopt(u.fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+  sockaddr_storage ss;
+  socklen_t len = ToSockaddr(SocketAddress{a, 0}, ss);
+  FUZZ_CHECK(bind(u.fd, reinterpret_cast<sockaddr*>(&ss), len) == 0);
+  len = sizeof(ss);
+  FUZZ_CHECK(getsockname(u.fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0);
+  u.addr = *FromSockaddr(ss, len);
+  return u;
+}
+
+FakeUpstream& Upstream(size_t family_v6) {
+  static FakeUpstream up[2] = {MakeUpstream("127.0.0.1"), MakeUpstream("::1")};
+  return up[family_v6];
+}
+
+struct Datagram {
+  std::vector<uint8_t> bytes;
+  SocketAddress from;
+};
+
+std::optional<Datagram> RecvUpstream(int fd) {
+  static std::vector<uint8_t> buf(70000);
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  const ssize_t n = recvfrom(fd, buf.data(), buf.size(), MSG_DONTWAIT,
+                             reinterpret_cast<sockaddr*>(&ss), &len);
+  if (n < 0) return std::nullopt;
+  Datagram d;
+  d.bytes.assign(buf.begin(), buf.begin() + n);
+  d.from = *FromSockaddr(ss, len);
+  return d;
+}
+
+// One end of the wire: a Stack on a FakeLink with TCP and UDP.
+struct Host {
+  Host(buffer::ChunkPool& chunks, buffer::PacketPool& packets, uint8_t mac,
+       const char* v4, const char* v6)
+      : link(chunks, Caps(mac)),
+        stack(Options(), chunks, packets) {
+    const stack::NicId nic = *stack.AddNic(&link, "fuzz0");
+    FUZZ_CHECK(
+        stack.AddAddress(nic, stack::Ipv4Cidr{*wire::Ipv4Address::Parse(v4), 24})
+            .ok());
+    FUZZ_CHECK(
+        stack.AddAddress(nic, stack::Ipv6Cidr{*wire::Ipv6Address::Parse(v6), 64})
+            .ok());
+    tcp::TcpLayerOptions to;
+    to.seed = mac;
+    tcp = std::make_unique<tcp::TcpLayer>(stack, chunks, packets, notifier, to);
+    udp = std::make_unique<udp::UdpLayer>(stack, chunks, packets, notifier, mac);
+  }
+  static link::LinkCapabilities Caps(uint8_t mac) {
+    link::LinkCapabilities caps;
+    caps.mtu = 1500;
+    caps.mac.bytes = {0x02, 0, 0, 0, 0, mac};
+    return caps;
+  }
+  static stack::StackOptions Options() {
+    stack::StackOptions o;
+    o.neighbor.capacity = 16;  // one peer (see stack_fuzzer.cc)
+    return o;
+  }
+  void Poll(Instant now) {
+    stack.Poll(now);
+    tcp->Poll(now);
+  }
+  Instant NextDeadline() const {
+    return std::min(stack.NextDeadline(), tcp->NextDeadline());
+  }
+  void CheckFrames() const {
+    const stack::StackCounters& c = stack.counters();
+    FUZZ_CHECK(c.rx_frames == c.rx_consumed + c.rx_dropped_frames);
+    FUZZ_CHECK(c.RxDrops() == c.rx_dropped_frames);
+  }
+
+  stack::FakeLink link;
+  stack::Stack stack;
+  transport::Notifier notifier;
+  std::unique_ptr<tcp::TcpLayer> tcp;
+  std::unique_ptr<udp::UdpLayer> udp;
+};
+
+enum class Via { kUdp, kTcp };
+
+// A query the guest sent that the forwarder has not counted yet.
+struct Sent {
+  Via via = Via::kUdp;
+  size_t socket = 0;  // guest UDP socket or connection index
+  uint16_t guest_id = 0;
+  std::vector<uint8_t> rest;  // the bytes after the id
+  size_t size = 0;            // the whole message's
+  bool Valid() const { return size >= DnsForwarder::kHeaderLen && !(rest[0] & kQrBit); }
+};
+
+// A query the upstream received, waiting for its answer.
+struct Pending {
+  Via via;
+  size_t socket;
+  uint16_t guest_id;
+  size_t upstream;
+  Instant deadline;
+  std::vector<uint8_t> query;  // as the upstream received it
+};
+
+struct GuestUdp {
+  std::unique_ptr<udp::UdpSocket> socket;
+  SocketAddress dns;  // where it sends, and where answers must come from
+  std::deque<std::vector<uint8_t>> expect;
+};
+
+struct Conn {
+  std::unique_ptr<tcp::TcpSocket> socket;
+  bool connecting = true;  // not read until the forwarder took it or not
+  bool served = false;     // the forwarder took it
+  bool fwd_closed = false;  // the forwarder closed it, or will within the step
+  bool guest_closed = false;  // Close or Abort: not read any more
+  bool ended = false;      // the guest saw EOF or an error
+  bool malformed = false;  // a malformed message went: nothing after counts
+  std::vector<uint8_t> out;  // written, not yet a whole message
+  std::vector<uint8_t> in;   // read, not yet a whole answer
+  std::deque<std::vector<uint8_t>> expect;
+};
+
+struct Fuzz {
+  Fuzz(buffer::ChunkPool& guest_chunks, buffer::PacketPool& guest_packets,
+       buffer::ChunkPool& fwd_chunks, buffer::PacketPool& fwd_packets)
+      : guest(guest_chunks, guest_packets, 0x15, "10.0.2.15", "fd00::15"),
+        server(fwd_chunks, fwd_packets, 0x03, "10.0.2.3", "fd00::3") {}
+
+  // --- the wire ---------------------------------------------------------
+
+  // The forwarder's loop, one turn; the model expires what the
+  // forwarder's Poll expires in it (deadline <= now), and fails over.
+  void Turn(Duration wait) {
+    FUZZ_CHECK(loop->RunOnce(wait).ok());
+    uint64_t expired = 0;
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->second.deadline <= now) {
+        Retire(it->first);
+        it = pending.erase(it);
+        ++expired;
+      } else {
+        ++it;
+      }
+    }
+    FUZZ_CHECK(fwd->counters().timeouts - timeouts_seen == expired);
+    timeouts_seen = fwd->counters().timeouts;
+    if (expired > 0) current = (current + 1) % upstreams.size();
+  }
+
+  // One round: frames cross, everything is polled and dispatched, the
+  // loop turns, then the checks. True when anything moved.
+  bool Round() {
+    bool moved = false;
+    std::vector<std::vector<uint8_t>> to_server = std::move(guest.link.sent);
+    std::vector<std::vector<uint8_t>> to_guest = std::move(server.link.sent);
+    guest.link.sent.clear();
+    server.link.sent.clear();
+    if (!to_server.empty()) server.link.Inject(to_server, now);
+    if (!to_guest.empty()) guest.link.Inject(to_guest, now);
+    moved = !to_server.empty() || !to_guest.empty();
+    const size_t current_at_dispatch = current;
+    for (int i = 0; i < 8; ++i) {
+      guest.notifier.Dispatch();
+      server.notifier.Dispatch();
+      guest.Poll(now);
+      server.Poll(now);
+      if (guest.notifier.empty() && server.notifier.empty()) break;
+    }
+    AccountQueries(current_at_dispatch);
+    Turn(absl::ZeroDuration());
+    server.Poll(now);  // what the turn closed or wrote
+    ReadGuest();
+    CheckRound();
+    return moved || !guest.link.sent.empty() || !server.link.sent.empty();
+  }
+
+  void Settle() {
+    for (int round = 0; round < 512; ++round) {
+      if (Round()) continue;
+      const Instant next = std::min(guest.NextDeadline(), server.NextDeadline());
+      if (next <= now || next > now + absl::Milliseconds(200)) break;
+      now = next;
+    }
+  }
+
+  // --- queries ----------------------------------------------------------
+
+  static uint64_t Counted(const DnsCounters& c) {
+    return c.queries_udp + c.queries_tcp + c.dropped_short +
+           c.dropped_not_query + c.dropped_tcp_malformed;
+  }
+
+  // What the forwarder counted in this round's dispatch: the oldest
+  // `sent` queries, each in the counter its header says; those it
+  // forwarded reached the upstream of `upstream_now`, in order.
+  void AccountQueries(size_t upstream_now) {
+    const DnsCounters& c = fwd->counters();
+    const uint64_t n = Counted(c) - Counted(last);
+    FUZZ_CHECK(n <= sent.size());
+    uint64_t udp = 0, tcp = 0, shrt = 0, not_query = 0, malformed = 0;
+    std::vector<Sent> valid;
+    for (uint64_t i = 0; i < n; ++i) {
+      Sent s = std::move(sent.front());
+      sent.pop_front();
+      if (s.Valid()) {
+        ++(s.via == Via::kUdp ? udp : tcp);
+        valid.push_back(std::move(s));
+      } else if (s.via == Via::kTcp) {
+        ++malformed;
+      } else {
+        ++(s.size < DnsForwarder::kHeaderLen ? shrt : not_query);
+      }
+    }
+    FUZZ_CHECK(c.queries_udp - last.queries_udp == udp);
+    FUZZ_CHECK(c.queries_tcp - last.queries_tcp == tcp);
+    FUZZ_CHECK(c.dropped_short - last.dropped_short == shrt);
+    FUZZ_CHECK(c.dropped_not_query - last.dropped_not_query == not_query);
+    FUZZ_CHECK(c.dropped_tcp_malformed - last.dropped_tcp_malformed ==
+               malformed);
+    const uint64_t dropped = (c.dropped_table_full - last.dropped_table_full) +
+                             (c.dropped_upstream_send - last.dropped_upstream_send);
+    FUZZ_CHECK(dropped <= udp + tcp);
+    const uint64_t forwarded = udp + tcp - dropped;
+    // Within one dispatch nothing expires, so the table only fills.
+    FUZZ_CHECK(pending.size() + forwarded <= options.max_pending);
+    // The upstream gets them over loopback: wait for the kernel (never
+    // long: it is queued by the time sendmsg returns).
+    std::vector<Datagram> got;
+    const Instant give_up = eventloop::EventLoop::MonotonicNow() + absl::Seconds(5);
+    for (;;) {
+      for (size_t u = 0; u < upstreams.size(); ++u) {
+        while (auto d = RecvUpstream(Upstream(upstreams[u]).fd)) {
+          FUZZ_CHECK(u == upstream_now);
+          got.push_back(*std::move(d));
+        }
+      }
+      if (got.size() >= forwarded) break;
+      FUZZ_CHECK(eventloop::EventLoop::MonotonicNow() < give_up);
+      pollfd p{Upstream(upstreams[upstream_now]).fd, POLLIN, 0};
+      (void)poll(&p, 1, 100);
+    }
+    FUZZ_CHECK(got.size() == forwarded);
+    // In order, a subsequence of the valid queries (the table fills up,
+    // and one too large for a datagram fails to send): the earliest one
+    // with the same bytes after the id is the one (two with the same bytes
+    // share their fate).
+    size_t next = 0;
+    for (Datagram& d : got) {
+      FUZZ_CHECK(d.bytes.size() >= 2);
+      while (next < valid.size() &&
+             !std::equal(valid[next].rest.begin(), valid[next].rest.end(),
+                         d.bytes.begin() + 2, d.bytes.end())) {
+        ++next;
+      }
+      FUZZ_CHECK(next < valid.size());
+      FUZZ_CHECK(valid[next].rest.size() + 2 == d.bytes.size());
+      const uint16_t id = wire::LoadBe16(d.bytes.data());
+      FUZZ_CHECK(!pending.contains(id));
+      fwd_addr[upstream_now] = d.from;
+      pending.emplace(id, Pending{valid[next].via, valid[next].socket,
+                                  valid[next].guest_id, upstream_now,
+                                  now + options.timeout, std::move(d.bytes)});
+      newest = id;
+      ++next;
+    }
+    last = c;
+  }
+
+  void Retire(uint16_t id) {
+    retired.push_back(id);
+    if (retired.size() > kRetired) retired.pop_front();
+  }
+
+  // --- what the guest receives ------------------------------------------
+
+  void ReadGuest() {
+    for (GuestUdp& g : udp_sockets) {
+      if (!g.socket) continue;
+      for (;;) {
+        absl::StatusOr<udp::ReceivedDatagram> d = g.socket->RecvDatagram();
+        if (!d.ok()) {
+          FUZZ_CHECK(transport::IsWouldBlock(d.status()));
+          break;
+        }
+        FUZZ_CHECK(d->from == g.dns);
+        FUZZ_CHECK(!g.expect.empty());
+        const auto b = d->payload.bytes();
+        FUZZ_CHECK(std::equal(b.begin(), b.end(), g.expect.front().begin(),
+                              g.expect.front().end()));
+        g.expect.pop_front();
+      }
+    }
+    static std::vector<uint8_t> buf(1 << 17);
+    for (Conn& c : conns) {
+      if (c.connecting || c.guest_closed || c.ended) continue;
+      for (;;) {
+        absl::StatusOr<size_t> n = c.socket->Read(buf);
+        if (!n.ok() && transport::IsWouldBlock(n.status())) break;
+        if (!n.ok() || *n == 0) {
+          // The forwarder closed it (or never took it): the model knows.
+          FUZZ_CHECK(c.fwd_closed);
+          c.ended = true;
+          break;
+        }
+        c.in.insert(c.in.end(), buf.begin(), buf.begin() + *n);
+        while (c.in.size() >= 2 && c.in.size() >= 2u + wire::LoadBe16(c.in.data())) {
+          const size_t len = wire::LoadBe16(c.in.data());
+          FUZZ_CHECK(!c.expect.empty());
+          FUZZ_CHECK(c.expect.front().size() == len);
+          FUZZ_CHECK(std::equal(c.in.begin() + 2, c.in.begin() + 2 + len,
+                                c.expect.front().begin()));
+          c.expect.pop_front();
+          c.in.erase(c.in.begin(), c.in.begin() + 2 + len);
+        }
+      }
+    }
+  }
+
+  void CheckRound() {
+    guest.CheckFrames();
+    server.CheckFrames();
+    FUZZ_CHECK(fwd->pending() == pending.size());
+    FUZZ_CHECK(fwd->pending() <= options.max_pending);
+    FUZZ_CHECK(fwd->tcp_clients() <= options.max_tcp_clients);
+  }
+
+  // After a step has settled: everything sent was counted, everything
+  // answered arrived, the forwarder serves exactly the live connections.
+  void CheckStep() {
+    FUZZ_CHECK(sent.empty());
+    for (const GuestUdp& g : udp_sockets) FUZZ_CHECK(g.expect.empty());
+    size_t live = 0;
+    for (const Conn& c : conns) {
+      if (c.served && !c.fwd_closed) ++live;
+      if (!c.guest_closed) {
+        FUZZ_CHECK(c.expect.empty() || c.ended);
+        // What the forwarder closes, the guest sees closed.
+        FUZZ_CHECK(c.ended == c.fwd_closed);
+      }
+    }
+    FUZZ_CHECK(fwd->tcp_clients() == live);
+  }
+
+  // --- the script's steps -----------------------------------------------
+
+  GuestUdp& UdpSocket(bool v6, size_t port) {
+    GuestUdp& g = udp_sockets[(v6 ? kGuestPorts : 0) + port];
+    if (!g.socket) {
+      g.socket = guest.udp->Open(v6 ? Family::kIpv6 : Family::kIpv4);
+      FUZZ_CHECK(g.socket
+                     ->Bind({v6 ? Ip("fd00::15") : Ip("10.0.2.15"),
+                             static_cast<uint16_t>(5300 + port)})
+                     .ok());
+      g.dns = {v6 ? Ip("fd00::3") : Ip("10.0.2.3"), kDnsPort};
+    }
+    return g;
+  }
+
+  void UdpQuery(bool v6, size_t port, std::span<const uint8_t> q) {
+    GuestUdp& g = UdpSocket(v6, port);
+    if (!g.socket->SendTo(q, g.dns, now).ok()) return;
+    Sent s;
+    s.via = Via::kUdp;
+    s.socket = (v6 ? kGuestPorts : 0) + port;
+    s.size = q.size();
+    if (q.size() >= 2) {
+      s.guest_id = wire::LoadBe16(q.data());
+      s.rest.assign(q.begin() + 2, q.end());
+    }
+    sent.push_back(std::move(s));
+  }
+
+  void Connect(bool v6) {
+    if (conns.size() >= kMaxConns) return;
+    Conn c;
+    c.socket = guest.tcp->Open(v6 ? Family::kIpv6 : Family::kIpv4);
+    FUZZ_CHECK(
+        c.socket->Connect({v6 ? Ip("fd00::3") : Ip("10.0.2.3"), kDnsPort}).ok());
+    conns.push_back(std::move(c));
+    const uint64_t accepted = fwd->counters().tcp_connections;
+    const uint64_t refused = fwd->counters().dropped_tcp_clients_full;
+    Settle();
+    Conn& n = conns.back();
+    const uint64_t a = fwd->counters().tcp_connections - accepted;
+    const uint64_t r = fwd->counters().dropped_tcp_clients_full - refused;
+    FUZZ_CHECK(a + r == 1);
+    n.served = a == 1;
+    // Past max_tcp_clients the forwarder aborts it: a reset.
+    n.fwd_closed = !n.served;
+    n.connecting = false;
+  }
+
+  // Bytes of the guest's stream: whole messages become queries, as the
+  // forwarder frames them (RFC 1035 4.2.2: a 2-byte length, then that many).
+  void Write(size_t index, std::span<const uint8_t> bytes) {
+    Conn& c = conns[index];
+    if (c.guest_closed || c.ended) return;
+    absl::StatusOr<size_t> n = c.socket->Write(bytes);
+    if (!n.ok() || *n == 0) return;
+    if (!c.served || c.fwd_closed || c.malformed) return;
+    c.out.insert(c.out.end(), bytes.begin(), bytes.begin() + *n);
+    size_t at = 0;
+    while (c.out.size() - at >= 2 &&
+           c.out.size() - at >= 2u + wire::LoadBe16(&c.out[at])) {
+      const size_t len = wire::LoadBe16(&c.out[at]);
+      Sent s;
+      s.via = Via::kTcp;
+      s.socket = index;
+      s.size = len;
+      if (len >= 2) {
+        s.guest_id = wire::LoadBe16(&c.out[at + 2]);
+        s.rest.assign(c.out.begin() + at + 4, c.out.begin() + at + 2 + len);
+      }
+      const bool valid = s.Valid();
+      sent.push_back(std::move(s));
+      at += 2 + len;
+      if (!valid) {
+        // Documented: a TCP message shorter than a header, or a response,
+        // closes the connection; nothing after it is read.
+        c.malformed = true;
+        c.fwd_closed = true;
+        break;
+      }
+    }
+    c.out.erase(c.out.begin(), c.out.begin() + at);
+  }
+
+  void Close(size_t index, int how) {
+    Conn& c = conns[index];
+    if (c.guest_closed) return;
+    switch (how) {
+      case 0:
+        c.socket->Close();
+        c.guest_closed = true;
+        break;
+      case 1:
+        c.socket->Abort();
+        c.guest_closed = true;
+        break;
+      default:
+        // Half-close: the forwarder reads the end and closes its side.
+        if (!c.socket->Shutdown(false, true).ok()) return;
+        break;
+    }
+    // The forwarder closes its side when it reads the FIN or the reset
+    // (if it still had one).
+    c.fwd_closed = true;
+  }
+
+  // An upstream datagram, and what the model says becomes of it.
+  void Answer(size_t upstream, std::vector<uint8_t> msg) {
+    if (!fwd_addr[upstream]) return;  // no query went there yet
+    const DnsCounters before = fwd->counters();
+    sockaddr_storage ss;
+    const socklen_t len = ToSockaddr(*fwd_addr[upstream], ss);
+    if (sendto(Upstream(upstreams[upstream]).fd, msg.data(), msg.size(), 0,
+               reinterpret_cast<sockaddr*>(&ss), len) !=
+        static_cast<ssize_t>(msg.size())) {
+      return;  // too large for the family (EMSGSIZE): nothing sent
+    }
+    const auto replies = [](const DnsCounters& c) {
+      return c.dropped_reply_short + c.dropped_reply_not_response +
+             c.dropped_reply_unknown_id + c.dropped_reply_no_buffer +
+             c.dropped_reply_send + c.dropped_reply_client_gone +
+             c.answers_udp + c.answers_tcp;
+    };
+    // Turns until the forwarder has read it: the kernel has it queued for
+    // the forwarder's socket (loopback), so a turn that waits for it wakes
+    // at once.
+    const Instant give_up = eventloop::EventLoop::MonotonicNow() + absl::Seconds(5);
+    while (replies(fwd->counters()) == replies(before)) {
+      FUZZ_CHECK(eventloop::EventLoop::MonotonicNow() < give_up);
+      Turn(absl::Milliseconds(100));
+    }
+    const DnsCounters& c = fwd->counters();
+    FUZZ_CHECK(replies(c) == replies(before) + 1);
+    const uint16_t id = msg.size() >= 2 ? wire::LoadBe16(msg.data()) : 0;
+    auto it = pending.find(id);
+    if (msg.size() < DnsForwarder::kHeaderLen) {
+      FUZZ_CHECK(c.dropped_reply_short == before.dropped_reply_short + 1);
+      return;
+    }
+    if (!(msg[2] & kQrBit)) {
+      FUZZ_CHECK(c.dropped_reply_not_response ==
+                 before.dropped_reply_not_response + 1);
+      return;
+    }
+    if (it == pending.end() || it->second.upstream != upstream) {
+      // Never sent, answered already, timed out, or pending upstream of
+      // the other upstream.
+      FUZZ_CHECK(c.dropped_reply_unknown_id ==
+                 before.dropped_reply_unknown_id + 1);
+      return;
+    }
+    const Pending p = std::move(it->second);
+    pending.erase(it);
+    Retire(id);
+    std::vector<uint8_t> want = std::move(msg);
+    wire::StoreBe16(want.data(), p.guest_id);
+    if (c.dropped_reply_no_buffer != before.dropped_reply_no_buffer) return;
+    if (p.via == Via::kUdp) {
+      FUZZ_CHECK(c.dropped_reply_client_gone == before.dropped_reply_client_gone);
+      if (c.answers_udp == before.answers_udp + 1) {
+        udp_sockets[p.socket].expect.push_back(std::move(want));
+      } else {
+        FUZZ_CHECK(c.dropped_reply_send == before.dropped_reply_send + 1);
+        // Only what cannot go as one small datagram: larger than an IPv4
+        // UDP payload (the forwarder's limit for both families), or a
+        // large one the stack could not fragment (a pool exhausted).
+        FUZZ_CHECK(want.size() > 1200);
+      }
+      return;
+    }
+    Conn& conn = conns[p.socket];
+    if (conn.fwd_closed) {
+      FUZZ_CHECK(c.dropped_reply_client_gone ==
+                 before.dropped_reply_client_gone + 1);
+      return;
+    }
+    FUZZ_CHECK(c.dropped_reply_client_gone == before.dropped_reply_client_gone);
+    if (c.answers_tcp == before.answers_tcp + 1) {
+      conn.expect.push_back(std::move(want));
+    } else {
+      // A send buffer too full for the answer: the forwarder gives up on
+      // the connection.
+      FUZZ_CHECK(c.dropped_reply_send == before.dropped_reply_send + 1);
+      conn.fwd_closed = true;
+    }
+  }
+
+  DnsForwarderOptions options;
+  Instant now = absl::FromUnixSeconds(1'700'000'000);
+  Host guest;
+  Host server;
+  std::unique_ptr<eventloop::EventLoop> loop;
+  std::unique_ptr<DnsForwarder> fwd;
+  std::vector<size_t> upstreams;  // 0: 127.0.0.1, 1: ::1
+  std::optional<SocketAddress> fwd_addr[2];
+  size_t current = 0;
+
+  std::deque<Sent> sent;
+  // Ordered: the script picks the n-th, the same one in every run.
+  std::map<uint16_t, Pending> pending;
+  std::deque<uint16_t> retired;
+  std::optional<uint16_t> newest;
+  DnsCounters last;
+  uint64_t timeouts_seen = 0;
+  GuestUdp udp_sockets[2 * kGuestPorts];
+  std::vector<Conn> conns;
+};
+
+std::span<const uint8_t> Capped(fuzz::FuzzInput& in, size_t cap) {
+  const auto r = in.Record();
+  return r.first(std::min(r.size(), cap));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::FuzzInput in(data, size);
+  // The upstreams first: they are the process's, not the input's.
+  for (size_t u = 0; u < 2; ++u) {
+    while (RecvUpstream(Upstream(u).fd)) {
+    }
+  }
+  const size_t fds = OpenFds();
+  buffer::ChunkPool guest_chunks(512), fwd_chunks(512);
+  buffer::PacketPool guest_packets(1024), fwd_packets(1024);
+  {
+    Fuzz f(guest_chunks, guest_packets, fwd_chunks, fwd_packets);
+    const uint8_t ups = in.U8();
+    f.upstreams = {static_cast<size_t>((ups >> 1) & 1)};
+    if (ups & 1) f.upstreams.push_back(1 - f.upstreams[0]);
+    f.options.listen = {{Ip("10.0.2.3"), kDnsPort}, {Ip("fd00::3"), kDnsPort}};
+    for (size_t u : f.upstreams) f.options.upstreams.push_back(Upstream(u).addr);
+    f.options.max_pending = 1 + in.U8() % 16;
+    f.options.max_tcp_clients = 1 + in.U8() % 4;
+    f.options.timeout = absl::Seconds(1) + absl::Milliseconds(500) * (in.U8() % 8);
+    f.options.seed = 1;
+    auto loop = eventloop::EventLoop::Create({}, [&f] { return f.now; });
+    FUZZ_CHECK(loop.ok());
+    f.loop = *std::move(loop);
+    auto fwd = DnsForwarder::Create(*f.server.udp, f.server.tcp.get(),
+                                    fwd_chunks, *f.loop, f.options);
+    FUZZ_CHECK(fwd.ok());
+    f.fwd = *std::move(fwd);
+
+    for (int step = 0; step < kMaxSteps && !in.done(); ++step) {
+      const uint8_t op = in.U8();
+      const bool v6 = (op >> 3) & 1;
+      switch (op & 7) {
+        case 0:  // UDP query
+          f.UdpQuery(v6, (op >> 4) & 3, Capped(in, kMaxUdpQuery));
+          break;
+        case 1:  // connect
+          f.Connect(v6);
+          break;
+        case 2:  // TCP bytes
+        case 3: {  // one TCP message, prefixed
+          const uint8_t which = in.U8();
+          const auto body = Capped(in, kMaxTcpWrite);
+          if (f.conns.empty()) break;
+          const size_t c = which % f.conns.size();
+          if ((op & 7) == 2) {
+            f.Write(c, body);
+          } else {
+            std::vector<uint8_t> m(2);
+            wire::StoreBe16(m.data(), static_cast<uint16_t>(body.size()));
+            m.insert(m.end(), body.begin(), body.end());
+            f.Write(c, m);
+          }
+          break;
+        }
+        case 4: {  // an upstream datagram
+          const uint8_t choice = in.U8();
+          size_t upstream = ((op >> 3) & 1) % f.upstreams.size();
+          std::vector<uint8_t> msg(2);
+          switch ((op >> 4) & 3) {
+            case 0:
+              wire::StoreBe16(msg.data(), in.U16());
+              break;
+            case 1:
+            case 3:
+              if (!f.pending.empty()) {
+                auto it = f.pending.begin();
+                std::advance(it, choice % f.pending.size());
+                wire::StoreBe16(msg.data(), it->first);
+                // 3: from the upstream it went to.
+                if (((op >> 4) & 3) == 3) upstream = it->second.upstream;
+              }
+              break;
+            default:
+              if (!f.retired.empty()) {
+                wire::StoreBe16(msg.data(), f.retired[choice % f.retired.size()]);
+              }
+              break;
+          }
+          const auto body = in.Record();
+          msg.insert(msg.end(), body.begin(), body.end());
+          if ((op & 0x80) && msg.size() > 2) msg[2] |= kQrBit;
+          f.Answer(upstream, std::move(msg));
+          break;
+        }
+        case 5: {  // a well-formed answer to a pending query
+          const uint8_t choice = in.U8();
+          const auto extra = Capped(in, 2048);
+          if (f.pending.empty()) break;
+          auto it = f.pending.begin();
+          if (op & 0x80 && f.newest && f.pending.contains(*f.newest)) {
+            it = f.pending.find(*f.newest);
+          } else {
+            std::advance(it, choice % f.pending.size());
+          }
+          std::vector<uint8_t> msg = it->second.query;
+          msg[2] |= kQrBit;
+          msg.insert(msg.end(), extra.begin(), extra.end());
+          f.Answer(it->second.upstream, std::move(msg));
+          break;
+        }
+        case 6:  // time passes
+          f.now += absl::Milliseconds(in.U16());
+          if (op & 0x80) f.now += absl::Seconds(in.U8() % 16);
+          break;
+        default: {  // close
+          const uint8_t which = in.U8();
+          if (f.conns.empty()) break;
+          f.Close(which % f.conns.size(), (op >> 4) & 3);
+          break;
+        }
+      }
+      f.Settle();
+      if (Verbose()) {
+        std::fprintf(stderr, "step %d op %u: pending %zu clients %zu\n%s",
+                     step, op, f.fwd->pending(), f.fwd->tcp_clients(),
+                     f.fwd->counters().Format().c_str());
+      }
+      f.CheckStep();
+    }
+    f.fwd.reset();
+    for (GuestUdp& g : f.udp_sockets) g.socket.reset();
+    f.conns.clear();
+    f.guest.tcp.reset();
+    f.server.tcp.reset();
+    f.guest.udp.reset();
+    f.server.udp.reset();
+  }
+  FUZZ_CHECK(guest_chunks.stats().in_use == 0);
+  FUZZ_CHECK(fwd_chunks.stats().in_use == 0);
+  FUZZ_CHECK(guest_packets.stats().in_use == 0);
+  FUZZ_CHECK(fwd_packets.stats().in_use == 0);
+  FUZZ_CHECK(OpenFds() == fds);
+  return 0;
+}
+
+}  // namespace netstack::backend
