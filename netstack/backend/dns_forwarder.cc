@@ -210,24 +210,29 @@ void DnsForwarder::ReadTcpClient(uint64_t id) {
   const Instant now = loop_.Now();
   for (;;) {
     // Read the length first, then exactly the message: one message at a
-    // time is buffered.
-    size_t want = 2;
-    if (c.buffer.size() >= 2) want = 2 + wire::LoadBe16(c.buffer.data());
-    const size_t have = c.buffer.size();
-    c.buffer.resize(want);
-    absl::StatusOr<size_t> n =
-        c.socket->Read(std::span<uint8_t>(c.buffer).subspan(have));
-    if (!n.ok()) {
-      c.buffer.resize(have);
-      if (transport::IsWouldBlock(n.status())) return;
-      return CloseTcpClient(id);  // reset or error
+    // time is buffered. A zero length is a whole (malformed) message as
+    // soon as it is read: reading its empty body would return 0, which
+    // looks like the guest's FIN.
+    const bool have_length = c.buffer.size() >= 2;
+    const size_t want =
+        have_length ? 2 + wire::LoadBe16(c.buffer.data()) : size_t{2};
+    if (c.buffer.size() < want) {
+      const size_t have = c.buffer.size();
+      c.buffer.resize(want);
+      absl::StatusOr<size_t> n =
+          c.socket->Read(std::span<uint8_t>(c.buffer).subspan(have));
+      if (!n.ok()) {
+        c.buffer.resize(have);
+        if (transport::IsWouldBlock(n.status())) return;
+        return CloseTcpClient(id);  // reset or error
+      }
+      if (*n == 0) {
+        c.buffer.resize(have);
+        return CloseTcpClient(id);  // the guest's FIN
+      }
+      c.buffer.resize(have + *n);
+      if (c.buffer.size() < want || !have_length) continue;
     }
-    if (*n == 0) {
-      c.buffer.resize(have);
-      return CloseTcpClient(id);  // the guest's FIN
-    }
-    c.buffer.resize(have + *n);
-    if (c.buffer.size() < want || want == 2) continue;
     // A whole message.
     const std::span<const uint8_t> q = std::span(c.buffer).subspan(2);
     if (q.size() < kHeaderLen || (q[2] & kQrBit)) {
