@@ -273,6 +273,28 @@ def dns_forwarder_scripts():
     add("dns_forwarder_fuzzer", opts(pending=0, clients=0) + b"\x00" + rec(a) + b"\x10" + rec(aaaa) + b"\x01\x09" + b"\x03\x00" + rec(a) + good())
 
 
+def udp_flows_scripts():
+    """udp_flows_fuzzer: two option bytes (max_flows - 1, idle timeout
+    - 1 s), then steps (see the target): op 0 = guest datagram (0x04: v6;
+    a byte: guest port 6000 + (b & 3), port 0 if b & 7 == 7, destination
+    (b >> 3) % 5: peer 0, peer 1, the closed port 9, the gateway, port
+    0), 2 = peer datagram (0x04: v6; a byte: 0x02 from the other peer,
+    b >> 2 picks the flow), 3 = time (16-bit ms; 0x80: and seconds);
+    payloads length-prefixed."""
+    rec = lambda b: struct.pack("!H", len(b)) + b
+    g = lambda v6, port, dst, p: bytes([0x04 if v6 else 0, port | (dst << 3)]) + rec(p)
+    peer = lambda v6, other, flow, p: bytes([0x06 if v6 else 0x02, (flow << 2) | (2 if other else 0)]) + rec(p)
+    t = lambda ms, sec=None: (bytes([0x83]) + struct.pack("!HB", ms, sec) if sec is not None
+                              else bytes([0x03]) + struct.pack("!H", ms))
+    q = struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + b"\x07example\x03com\x00" + struct.pack("!HH", 1, 1)
+    for v6 in (False, True):
+        add("udp_flows_fuzzer", bytes([7, 2]) + g(v6, 0, 0, q) + peer(v6, False, 0, b"answer") + t(0, 2) + g(v6, 0, 0, b"again"))
+        add("udp_flows_fuzzer", bytes([7, 2]) + g(v6, 0, 2, b"closed") + t(1) + g(v6, 0, 2, b"closed again") + t(1) + g(v6, 0, 2, b"x"))
+        add("udp_flows_fuzzer", bytes([7, 2]) + g(v6, 1, 3, b"to the gateway") + g(v6, 1, 4, b"to port 0") + g(v6, 7, 0, b"from port 0"))
+        add("udp_flows_fuzzer", bytes([0, 0]) + g(v6, 0, 0, b"one") + g(v6, 1, 1, b"two: over the limit") + t(0, 2) + g(v6, 1, 1, b"two again"))
+        add("udp_flows_fuzzer", bytes([7, 4]) + g(v6, 0, 0, b"a") + g(v6, 2, 1, b"b") + peer(v6, True, 0, b"from the other peer") + peer(v6, False, 1, b"b's answer"))
+
+
 def pcap_inspect_inputs():
     """pcap_inspect_fuzzer: a record header (number, seconds,
     microseconds, wire length) and the frame, for every captured frame."""
@@ -319,6 +341,7 @@ def main():
     unix_stream_scripts()
     guest_config_scripts()
     dns_forwarder_scripts()
+    udp_flows_scripts()
     pcap_inspect_inputs()
     json_inputs()
     for target, items in sorted(seeds.items()):
