@@ -292,6 +292,9 @@ def udp_flows_scripts():
         add("udp_flows_fuzzer", bytes([7, 2]) + g(v6, 0, 2, b"closed") + t(1) + g(v6, 0, 2, b"closed again") + t(1) + g(v6, 0, 2, b"x"))
         add("udp_flows_fuzzer", bytes([7, 2]) + g(v6, 1, 3, b"to the gateway") + g(v6, 1, 4, b"to port 0") + g(v6, 7, 0, b"from port 0"))
         add("udp_flows_fuzzer", bytes([0, 0]) + g(v6, 0, 0, b"one") + g(v6, 1, 1, b"two: over the limit") + t(0, 2) + g(v6, 1, 1, b"two again"))
+        # The peer's answer keeps the flow alive: idle 3 s, answered at 2 s,
+        # still open at 4 s.
+        add("udp_flows_fuzzer", bytes([7, 2]) + g(v6, 0, 1, q) + t(0, 2) + peer(v6, False, 0, b"late answer") + t(0, 2) + peer(v6, False, 0, b"and another"))
         add("udp_flows_fuzzer", bytes([7, 4]) + g(v6, 0, 0, b"a") + g(v6, 2, 1, b"b") + peer(v6, True, 0, b"from the other peer") + peer(v6, False, 1, b"b's answer"))
 
 
