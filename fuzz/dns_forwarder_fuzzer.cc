@@ -61,7 +61,6 @@
 //   - both stacks account for every frame;
 // and after teardown every chunk and packet is back in its pool and the
 // process has as many fds open as before the input.
-#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -80,6 +79,7 @@
 
 #include "absl/time/time.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/loopback_udp.h"
 #include "netstack/backend/dns_forwarder.h"
 #include "netstack/backend/udp_host_socket.h"
 #include "netstack/base/time.h"
@@ -117,63 +117,21 @@ bool Verbose() { return std::getenv("FUZZ_VERBOSE") != nullptr; }
 
 IpAddress Ip(const char* s) { return *IpAddress::Parse(s); }
 
-size_t OpenFds() {
-  size_t n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  FUZZ_CHECK(d != nullptr);
-  while (readdir(d) != nullptr) ++n;
-  closedir(d);
-  return n;  // the same "." / ".." / the DIR's own fd every time
-}
-
-// A fake upstream resolver: a UDP socket on loopback, made once for the
-// process (the forwarder of each input gets a fresh connected socket).
-struct FakeUpstream {
-  int fd = -1;
-  SocketAddress addr;
-};
-
-FakeUpstream MakeUpstream(const char* ip) {
-  FakeUpstream u;
-  const IpAddress a = Ip(ip);
-  u.fd = socket(a.is_v4() ? AF_INET : AF_INET6,
-                SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  FUZZ_CHECK(u.fd >= 0);
-  // Room for a step's forwarded queries (a 16 KiB write completes at
-  // most ~80 KiB of messages, at most 16 of them pending) many times over.
-  const int rcvbuf = 4 << 20;
-  (void)setsockopt(u.fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-  sockaddr_storage ss;
-  socklen_t len = ToSockaddr(SocketAddress{a, 0}, ss);
-  FUZZ_CHECK(bind(u.fd, reinterpret_cast<sockaddr*>(&ss), len) == 0);
-  len = sizeof(ss);
-  FUZZ_CHECK(getsockname(u.fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0);
-  u.addr = *FromSockaddr(ss, len);
-  return u;
-}
-
-FakeUpstream& Upstream(size_t family_v6) {
-  static FakeUpstream up[2] = {MakeUpstream("127.0.0.1"), MakeUpstream("::1")};
+// The fake upstream resolvers: a UDP socket on each loopback, made once
+// for the process (the forwarder of each input gets a fresh connected
+// socket). Room for a step's forwarded queries (a 16 KiB write completes
+// at most ~80 KiB of messages, at most 16 of them pending) many times
+// over.
+fuzz::LoopbackUdp& Upstream(size_t family_v6) {
+  static fuzz::LoopbackUdp up[2] = {
+      fuzz::BindLoopbackUdp(Ip("127.0.0.1"), 4 << 20),
+      fuzz::BindLoopbackUdp(Ip("::1"), 4 << 20)};
   return up[family_v6];
 }
 
-struct Datagram {
-  std::vector<uint8_t> bytes;
-  SocketAddress from;
-};
-
-std::optional<Datagram> RecvUpstream(int fd) {
-  static std::vector<uint8_t> buf(70000);
-  sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  const ssize_t n = recvfrom(fd, buf.data(), buf.size(), MSG_DONTWAIT,
-                             reinterpret_cast<sockaddr*>(&ss), &len);
-  if (n < 0) return std::nullopt;
-  Datagram d;
-  d.bytes.assign(buf.begin(), buf.begin() + n);
-  d.from = *FromSockaddr(ss, len);
-  return d;
-}
+using fuzz::Datagram;
+using fuzz::OpenFdCount;
+using fuzz::RecvDatagram;
 
 // One end of the wire: a Stack on a FakeLink with TCP and UDP.
 struct Host {
@@ -376,7 +334,7 @@ struct Fuzz {
     const Instant give_up = eventloop::EventLoop::MonotonicNow() + absl::Seconds(5);
     while (forwarded > 0) {
       for (size_t u = 0; u < upstreams.size(); ++u) {
-        while (auto d = RecvUpstream(Upstream(upstreams[u]).fd)) {
+        while (auto d = RecvDatagram(Upstream(upstreams[u]).fd)) {
           FUZZ_CHECK(u == upstream_now);
           got.push_back(*std::move(d));
         }
@@ -477,7 +435,7 @@ struct Fuzz {
     FUZZ_CHECK(sent.empty());
     // The upstreams got nothing the forwarder did not count.
     for (size_t u = 0; u < upstreams.size(); ++u) {
-      FUZZ_CHECK(!RecvUpstream(Upstream(upstreams[u]).fd));
+      FUZZ_CHECK(!RecvDatagram(Upstream(upstreams[u]).fd));
     }
     for (const GuestUdp& g : udp_sockets) FUZZ_CHECK(g.expect.empty());
     size_t live = 0;
@@ -711,10 +669,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::FuzzInput in(data, size);
   // The upstreams first: they are the process's, not the input's.
   for (size_t u = 0; u < 2; ++u) {
-    while (RecvUpstream(Upstream(u).fd)) {
+    while (RecvDatagram(Upstream(u).fd)) {
     }
   }
-  const size_t fds = OpenFds();
+  const size_t fds = OpenFdCount();
   buffer::ChunkPool guest_chunks(512), fwd_chunks(512);
   buffer::PacketPool guest_packets(1024), fwd_packets(1024);
   {
@@ -839,7 +797,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(fwd_chunks.stats().in_use == 0);
   FUZZ_CHECK(guest_packets.stats().in_use == 0);
   FUZZ_CHECK(fwd_packets.stats().in_use == 0);
-  FUZZ_CHECK(OpenFds() == fds);
+  FUZZ_CHECK(OpenFdCount() == fds);
   return 0;
 }
 

@@ -33,7 +33,6 @@
 //   - the stack accounts for every frame;
 // and after teardown every chunk and packet is back in its pool and the
 // process has as many fds open as before the input.
-#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -50,6 +49,7 @@
 
 #include "absl/time/time.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/loopback_udp.h"
 #include "fuzz/fuzz_frames.h"
 #include "netstack/backend/udp_flows.h"
 #include "netstack/backend/udp_host_socket.h"
@@ -76,66 +76,27 @@ constexpr uint16_t kClosedPort = 9;   // discard: nobody listens on loopback
 
 bool Verbose() { return std::getenv("FUZZ_VERBOSE") != nullptr; }
 
-size_t OpenFds() {
-  size_t n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  FUZZ_CHECK(d != nullptr);
-  while (readdir(d) != nullptr) ++n;
-  closedir(d);
-  return n;
-}
-
-// The host peers: two UDP sockets per family on loopback, made once for
-// the process.
-struct HostPeer {
-  int fd = -1;
-  SocketAddress addr;
-};
-
-HostPeer MakePeer(const IpAddress& ip) {
-  HostPeer p;
-  p.fd = socket(ip.is_v4() ? AF_INET : AF_INET6,
-                SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  FUZZ_CHECK(p.fd >= 0);
-  const int rcvbuf = 1 << 20;
-  (void)setsockopt(p.fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-  sockaddr_storage ss;
-  socklen_t len = ToSockaddr(SocketAddress{ip, 0}, ss);
-  FUZZ_CHECK(bind(p.fd, reinterpret_cast<sockaddr*>(&ss), len) == 0);
-  len = sizeof(ss);
-  FUZZ_CHECK(getsockname(p.fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0);
-  p.addr = *FromSockaddr(ss, len);
-  return p;
-}
-
 const IpAddress& Loopback(bool v6) {
   static const IpAddress lo[2] = {*IpAddress::Parse("127.0.0.1"),
                                   *IpAddress::Parse("::1")};
   return lo[v6];
 }
 
-// Peer `i` (0, 1) of a family.
-HostPeer& Peer(bool v6, size_t i) {
-  static HostPeer peers[4] = {MakePeer(Loopback(false)), MakePeer(Loopback(false)),
-                              MakePeer(Loopback(true)), MakePeer(Loopback(true))};
+// The host peers: two UDP sockets per family on loopback, made once for
+// the process. Peer `i` (0, 1) of a family.
+fuzz::LoopbackUdp& Peer(bool v6, size_t i) {
+  static fuzz::LoopbackUdp peers[4] = {
+      fuzz::BindLoopbackUdp(Loopback(false), 1 << 20),
+      fuzz::BindLoopbackUdp(Loopback(false), 1 << 20),
+      fuzz::BindLoopbackUdp(Loopback(true), 1 << 20),
+      fuzz::BindLoopbackUdp(Loopback(true), 1 << 20)};
   return peers[(v6 ? 2 : 0) + i];
 }
 
-struct Datagram {
-  std::vector<uint8_t> bytes;
-  SocketAddress from;
-};
+using fuzz::Datagram;
+using fuzz::OpenFdCount;
 
-std::optional<Datagram> Recv(int fd) {
-  static std::vector<uint8_t> buf(70000);
-  sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  const ssize_t n = recvfrom(fd, buf.data(), buf.size(), MSG_DONTWAIT,
-                             reinterpret_cast<sockaddr*>(&ss), &len);
-  if (n < 0) return std::nullopt;
-  return Datagram{std::vector<uint8_t>(buf.begin(), buf.begin() + n),
-                  *FromSockaddr(ss, len)};
-}
+std::optional<Datagram> Recv(int fd) { return fuzz::RecvDatagram(fd); }
 
 void DrainPeers() {
   for (bool v6 : {false, true}) {
@@ -420,7 +381,7 @@ struct Fuzz {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::FuzzInput in(data, size);
   DrainPeers();
-  const size_t fds = OpenFds();
+  const size_t fds = OpenFdCount();
   buffer::ChunkPool chunks(256);
   buffer::PacketPool packets(1024);
   {
@@ -490,7 +451,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(chunks.stats().in_use == 0);
   FUZZ_CHECK(packets.stats().in_use == 0);
-  FUZZ_CHECK(OpenFds() == fds);
+  FUZZ_CHECK(OpenFdCount() == fds);
   return 0;
 }
 
