@@ -115,12 +115,43 @@ class NginxServer:
     def __init__(self, site, proc):
         self.site, self.proc = site, proc
 
+    def descendants(self):
+        """The runner's pid and those of everything under it still alive."""
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        todo += [int(c) for c in f.read().split()]
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                continue
+            out.append(pid)
+        return out
+
     def nginx_pid(self):
+        """nginx's master, as this namespace numbers it. The pid file holds
+        the number in nginx's own PID namespace: under `netstackd -- CMD`
+        that is CMD's (2, say), not ours, so the master is the process
+        under the runner whose innermost NSpid is the file's."""
         try:
             with open(self.site.pid_file) as f:
-                return int(f.read().strip() or 0) or None
+                inner = int(f.read().strip() or 0)
         except (FileNotFoundError, ValueError):
             return None
+        if inner <= 0:
+            return None
+        for pid in self.descendants():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("NSpid:"):
+                            if int(line.split()[-1]) == inner:
+                                return pid
+                            break
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                continue
+        return None
 
     def listening(self):
         """Whether nginx's master listens on the site's port on both
@@ -166,22 +197,16 @@ class NginxServer:
         and worker), all threads. Take it before and after a run: the
         difference is what the server side spent on it."""
         out = {}
-        todo = [self.proc.pid]
-        while todo:
-            pid = todo.pop()
+        for pid in self.descendants():
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     stat = f.read()
-                comm = stat[stat.index("(") + 1:stat.rindex(")")]
-                fields = stat[stat.rindex(")") + 2:].split()
-                ticks = int(fields[11]) + int(fields[12])  # utime, stime
-                out[comm] = out.get(comm, 0) + ticks / os.sysconf(
-                    "SC_CLK_TCK")
-                for task in os.listdir(f"/proc/{pid}/task"):
-                    with open(f"/proc/{pid}/task/{task}/children") as f:
-                        todo += [int(c) for c in f.read().split()]
-            except (FileNotFoundError, ProcessLookupError, ValueError):
+            except (FileNotFoundError, ProcessLookupError):
                 continue
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            fields = stat[stat.rindex(")") + 2:].split()
+            ticks = int(fields[11]) + int(fields[12])  # utime, stime
+            out[comm] = out.get(comm, 0) + ticks / os.sysconf("SC_CLK_TCK")
         return out
 
     def stop(self, timeout=20):
