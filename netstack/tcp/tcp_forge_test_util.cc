@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <span>
 
 #include "netstack/transport/errors.h"
@@ -26,6 +27,29 @@ size_t TsvalOffset(const uint8_t* t, size_t l4_len) {
   }
   return 0;
 }
+
+namespace {
+// The TSval a receiver takes from the segment at `t`: that of its last
+// Timestamps option, as netstack's parser and Linux's tcp_parse_options
+// both keep the last one; nullopt if there is none.
+std::optional<uint32_t> TakenTsval(const uint8_t* t, size_t l4_len) {
+  const size_t doff = std::min<size_t>((t[12] >> 4) * 4u, l4_len);
+  std::optional<uint32_t> tsval;
+  for (size_t i = 20; i < doff;) {
+    if (t[i] == 0) break;
+    if (t[i] == 1) {
+      ++i;
+      continue;
+    }
+    if (i + 1 >= doff || t[i + 1] < 2) break;
+    if (t[i] == 8 && t[i + 1] == 10 && i + 10 <= doff) {
+      tsval = wire::LoadBe32(t + i + 2);
+    }
+    i += t[i + 1];
+  }
+  return tsval;
+}
+}  // namespace
 
 bool ForgeTcpSegment(std::vector<uint8_t>& f,
                      absl::FunctionRef<uint64_t()> next) {
@@ -87,7 +111,17 @@ bool ForgeTcpSegment(std::vector<uint8_t>& f,
             ts != 0 && i >= ts && i < ts + 4) {
           i += 4;  // the TSecr instead
         }
+        // Nor a byte that makes another TSval the one taken: a SACK
+        // option's kind rewritten to 8, say, turns its left edge (a
+        // sequence number) into a second Timestamps option, whose TSval
+        // the receiver takes (the last one wins, in Linux too).
+        const std::optional<uint32_t> taken = TakenTsval(t, l4_len);
+        const uint8_t was = t[i];
         t[i] = static_cast<uint8_t>(next());
+        if (const std::optional<uint32_t> now = TakenTsval(t, l4_len);
+            now.has_value() && now != taken) {
+          t[i] = was;
+        }
       }
       break;
     case 7:  // truncate the TCP part (IP length left as is: stack drops)

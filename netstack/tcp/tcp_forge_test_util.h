@@ -16,7 +16,9 @@
 //     receiver takes it as the end of the stream, which BulkTransfer
 //     counts as an error the application saw;
 //   - a later TSval in an otherwise exact copy (it poisons TS.Recent in
-//     any TCP, Linux too: every later genuine segment fails PAWS).
+//     any TCP, Linux too: every later genuine segment fails PAWS), nor an
+//     option byte that makes another TSval the one a receiver takes (a
+//     SACK option turned into a second Timestamps option).
 #ifndef NETSTACK_TCP_TCP_FORGE_TEST_UTIL_H_
 #define NETSTACK_TCP_TCP_FORGE_TEST_UTIL_H_
 
