@@ -13,28 +13,13 @@
 
 namespace netstack::tcp::testing {
 
-size_t TsvalOffset(const uint8_t* t, size_t l4_len) {
-  const size_t doff = std::min<size_t>((t[12] >> 4) * 4u, l4_len);
-  for (size_t i = 20; i < doff;) {
-    if (t[i] == 0) break;
-    if (t[i] == 1) {
-      ++i;
-      continue;
-    }
-    if (i + 1 >= doff || t[i + 1] < 2) break;
-    if (t[i] == 8 && t[i + 1] == 10 && i + 10 <= doff) return i + 2;
-    i += t[i + 1];
-  }
-  return 0;
-}
-
 namespace {
-// The TSval a receiver takes from the segment at `t`: that of its last
-// Timestamps option, as netstack's parser and Linux's tcp_parse_options
-// both keep the last one; nullopt if there is none.
-std::optional<uint32_t> TakenTsval(const uint8_t* t, size_t l4_len) {
+// Offset of the TSval of the first Timestamps option (or the last, as a
+// receiver takes it: netstack's parser and Linux's tcp_parse_options both
+// keep the last one); 0 if there is none.
+size_t FindTsval(const uint8_t* t, size_t l4_len, bool last) {
   const size_t doff = std::min<size_t>((t[12] >> 4) * 4u, l4_len);
-  std::optional<uint32_t> tsval;
+  size_t found = 0;
   for (size_t i = 20; i < doff;) {
     if (t[i] == 0) break;
     if (t[i] == 1) {
@@ -43,13 +28,25 @@ std::optional<uint32_t> TakenTsval(const uint8_t* t, size_t l4_len) {
     }
     if (i + 1 >= doff || t[i + 1] < 2) break;
     if (t[i] == 8 && t[i + 1] == 10 && i + 10 <= doff) {
-      tsval = wire::LoadBe32(t + i + 2);
+      found = i + 2;
+      if (!last) break;
     }
     i += t[i + 1];
   }
-  return tsval;
+  return found;
+}
+
+// The TSval a receiver takes from the segment at `t`, if any.
+std::optional<uint32_t> TakenTsval(const uint8_t* t, size_t l4_len) {
+  const size_t at = FindTsval(t, l4_len, /*last=*/true);
+  if (at == 0) return std::nullopt;
+  return wire::LoadBe32(t + at);
 }
 }  // namespace
+
+size_t TsvalOffset(const uint8_t* t, size_t l4_len) {
+  return FindTsval(t, l4_len, /*last=*/false);
+}
 
 bool ForgeTcpSegment(std::vector<uint8_t>& f,
                      absl::FunctionRef<uint64_t()> next) {
