@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -337,14 +338,18 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Setup(
     if (!queues_epoll.valid()) {
       return ErrnoStatus(errno, absl::StrCat(label, ": epoll_create1"));
     }
-    auto watch = [&](int fd) {
+    // Each queue by its index: 0 the first, q + 1 other_queues[q].
+    auto watch = [&](int fd, uint32_t index) {
       epoll_event ev{};
       ev.events = EPOLLIN;
-      ev.data.fd = fd;
+      ev.data.u32 = index;
       return ::epoll_ctl(queues_epoll.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
     };
-    bool watched = watch(tun.get());
-    for (const UniqueFd& q : other_queues) watched = watched && watch(q.get());
+    bool watched = watch(tun.get(), 0);
+    for (size_t q = 0; q < other_queues.size(); ++q) {
+      watched = watched &&
+                watch(other_queues[q].get(), static_cast<uint32_t>(q + 1));
+    }
     if (!watched) return ErrnoStatus(errno, absl::StrCat(label, ": epoll_ctl"));
   }
   return std::unique_ptr<TapEndpoint>(new TapEndpoint(
@@ -474,7 +479,7 @@ void TapEndpoint::OnReadable(Instant now) {
   // The first queue first: the flows we have answered are steered there.
   size_t kept = 0;
   for (int i = 0; i < n; ++i) {
-    if (ready[i].data.fd != fd_.get()) continue;
+    if (ready[i].data.u32 != 0) continue;
     bool at_limit = false;
     kept = ReadQueue(fd_.get(), rx_batch_, 0, &at_limit);
     stats_.rx_batch_limit_hits += at_limit;
@@ -485,34 +490,30 @@ void TapEndpoint::OnReadable(Instant now) {
   // (a flood keeps them full turn after turn; a burst of new connections
   // such as TCP_CRR's leaves one frame behind now and then). One more
   // epoll_wait tells, only when some queue was read to its share.
-  int full[kMaxQueues];
-  int n_full = 0;
+  uint32_t read_to_share = 0;  // bit q: other_queues_[q]
   for (int i = 0; i < n; ++i) {
-    if (ready[i].data.fd == fd_.get()) continue;
+    const uint32_t index = ready[i].data.u32;
+    if (index == 0) continue;
     const size_t before = kept;
     bool at_limit = false;
-    kept = ReadQueue(ready[i].data.fd, other_queue_share_, kept, &at_limit);
+    kept = ReadQueue(other_queues_[index - 1].get(), other_queue_share_, kept,
+                     &at_limit);
     stats_.rx_frames_other_queues += kept - before;
-    if (at_limit) full[n_full++] = ready[i].data.fd;
+    if (at_limit) read_to_share |= 1u << (index - 1);
   }
-  uint32_t still_full = 0;  // bit q: other_queues_[q]
-  if (n_full > 0) {
+  uint32_t still_full = 0;
+  if (read_to_share != 0) {
     do {
       n = ::epoll_wait(queues_epoll_.get(), ready,
                        static_cast<int>(queue_count()), 0);
     } while (n < 0 && errno == EINTR);
     ++stats_.rx_syscalls;
     for (int i = 0; i < n; ++i) {
-      if (std::find(full, full + n_full, ready[i].data.fd) == full + n_full) {
-        continue;
-      }
-      for (size_t q = 0; q < other_queues_.size(); ++q) {
-        if (other_queues_[q].get() != ready[i].data.fd) continue;
-        still_full |= 1u << q;
-        stats_.rx_batch_limit_hits += (still_full_ >> q) & 1u;
-      }
+      if (ready[i].data.u32 == 0) continue;
+      still_full |= read_to_share & (1u << (ready[i].data.u32 - 1));
     }
   }
+  stats_.rx_batch_limit_hits += std::popcount(still_full & still_full_);
   still_full_ = still_full;
   slots_.Consume(kept);
   Deliver(kept, now);
