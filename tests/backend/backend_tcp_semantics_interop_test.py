@@ -14,7 +14,7 @@ Shown, over IPv4 and IPv6:
     the other side's recv/send fails as it does kernel to kernel
     (ECONNRESET for a reader, ECONNRESET or EPIPE for a sender), and the
     flow ends as backend.tcp_end.guest_reset / host_reset;
-  - a slow reader on either side (64 KiB every 50 ms while 16 MiB come):
+  - a slow reader on either side (64 KiB every 25 ms while 16 MiB come):
     every byte arrives, netstackd's RSS grows by less than 64 MiB and
     backend.tcp_buffered_bytes stays bounded;
   - the guest process SIGKILLed, or H's server SIGKILLed, while sending
@@ -384,7 +384,7 @@ class BackendTcpSemanticsTest(unittest.TestCase):
     def slow_pair(self, via, addr, reader_side):
         port = self.next_port()
         sender = dict(send=SLOW_BYTES, seed=5, shut=True)
-        reader = dict(recv=True, chunk=64 << 10, sleep=0.05)
+        reader = dict(recv=True, chunk=64 << 10, sleep=0.025)
         srv = self.server(addr, port, **(reader if reader_side == "host"
                                          else sender))
         cli = self.client(via, addr, port,
@@ -431,7 +431,7 @@ class BackendTcpSemanticsTest(unittest.TestCase):
               f"(peak {peak_rss >> 10} KiB), peak "
               f"backend.tcp_buffered_bytes {peak_buf}, longest time without "
               f"a relayed byte {max_gap:.1f} s", file=sys.stderr)
-        # The reader takes 64 KiB every 50 ms: the flow moves bytes at
+        # The reader takes 64 KiB every 25 ms: the flow moves bytes at
         # least that often. A window that opened unannounced would leave
         # the sender to its persist timer, seconds at a time.
         self.assertLess(max_gap, 4.0, "the flow stalled")

@@ -54,6 +54,11 @@ class NetstackdCli(unittest.TestCase):
                              "--gateway", "nope"], 2, "not an IP address")
         self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",
                              "--mtu", "100"], 2, "out of range")
+        for t in ("500ms", "2m1s"):
+            self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",
+                                 "--reassembly-timeout", t], 2,
+                                f"--reassembly-timeout {t} out of range "
+                                "[1s, 2m]")
         self.expect_failure(["--unix", "/tmp/x.sock", "--netns", "x",
                              "--addr", "10.0.0.2/24"], 2,
                             "--netns does not apply to --unix")

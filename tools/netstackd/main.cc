@@ -195,6 +195,13 @@ ABSL_FLAG(absl::Duration, tcp_guest_timeout, absl::ZeroDuration(),
           "backend.tcp_end.guest_error): data unacked that long, or an idle "
           "flow's keepalive probes unanswered. 0 = the retransmission limit "
           "only (about 15 minutes; an idle flow stays).");
+ABSL_FLAG(absl::Duration, reassembly_timeout, absl::ZeroDuration(),
+          "How long a fragmented datagram may wait for its missing "
+          "fragments before it is dropped (reassembly.datagram_drop.timeout; "
+          "an ICMP time exceeded goes back when the first fragment came). "
+          "0 = 30s for IPv4 (Linux's net.ipv4.ipfrag_time) and 60s for "
+          "IPv6 (RFC 8200); a shorter one frees a fragment storm's memory "
+          "sooner. 1s to 2m.");
 ABSL_FLAG(int, max_udp_flows, 1024,
           "With --backend: UDP flows at once; past it the guest gets ICMP "
           "port unreachable and backend.udp.refused.limit counts it.");
@@ -310,6 +317,8 @@ struct Config {
   ForwardPath forward_path = ForwardPath::kAuto;
   std::string forward_api;  // --forward-api PATH
   std::string control;      // --control PATH (host mode)
+  // --reassembly-timeout; 0: each family's default.
+  absl::Duration reassembly_timeout = absl::ZeroDuration();
   bool sandbox = true;        // --sandbox
   bool sandbox_log = false;   // --sandbox=log
   std::string sandbox_test;   // --sandbox-test
@@ -722,6 +731,14 @@ absl::StatusOr<Config> ParseConfig() {
     return Usage(absl::StrCat("--sandbox-test '", c.sandbox_test,
                               "': want execve or kill"));
   }
+  c.reassembly_timeout = absl::GetFlag(FLAGS_reassembly_timeout);
+  if (c.reassembly_timeout != absl::ZeroDuration() &&
+      (c.reassembly_timeout < absl::Seconds(1) ||
+       c.reassembly_timeout > absl::Seconds(120))) {
+    return Usage(absl::StrCat("--reassembly-timeout ",
+                              absl::FormatDuration(c.reassembly_timeout),
+                              " out of range [1s, 2m] (0: the defaults)"));
+  }
   c.http_root = absl::GetFlag(FLAGS_http_root);
   if (auto s = port("http-port", absl::GetFlag(FLAGS_http_port), &c.http_port);
       !s.ok()) {
@@ -987,7 +1004,12 @@ int Run(const Config& c) {
   link::FaultInjector* const faults = chain->faults;
   const int read_fd = chain->read_fd;
 
-  stack::Stack st(stack::StackOptions{}, chunks, packets);
+  stack::StackOptions stack_options;
+  if (c.reassembly_timeout != absl::ZeroDuration()) {
+    stack_options.reassembly.ipv4_timeout = c.reassembly_timeout;
+    stack_options.reassembly.ipv6_timeout = c.reassembly_timeout;
+  }
+  stack::Stack st(stack_options, chunks, packets);
   const std::string nic_name = c.fd >= 0 ? absl::StrCat("fd", c.fd)
                                : !absl::GetFlag(FLAGS_tap).empty()
                                    ? absl::GetFlag(FLAGS_tap)
