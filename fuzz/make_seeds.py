@@ -298,6 +298,44 @@ def udp_flows_scripts():
         add("udp_flows_fuzzer", bytes([7, 4]) + g(v6, 0, 0, b"a") + g(v6, 2, 1, b"b") + peer(v6, True, 0, b"from the other peer") + peer(v6, False, 1, b"b's answer"))
 
 
+def tcp_flows_scripts():
+    """tcp_flows_fuzzer: two option bytes (o1: flow limit 1 + o1 % 8,
+    guest timeout (o1 >> 3) % 8 s; o2 & 1: small per-flow buffers), then
+    steps of an op byte (op % 9) and an argument byte (arg % flows picks
+    the flow): 0 connect (arg & 1: IPv6; arg & 6 == 6: the refusing
+    port), 1 guest write (16-bit length), 2 guest end ((arg >> 4) % 3:
+    shutdown, Close, Abort), 3 host write (16-bit length), 4 host end
+    ((arg >> 4) % 4: shutdown, close, close with RST, reading on/off),
+    5 forged segment (see the target), 7 loss, 8 time (16-bit ms; arg
+    0x80: and arg & 0x3f seconds)."""
+    op = lambda o, arg=0, tail=b"": bytes([o, arg]) + tail
+    n16 = lambda n: struct.pack("!H", n)
+    rec = lambda b: struct.pack("!H", len(b)) + b
+    def forged(flow, v6, kind, seq, ack, flags, window=0xFFFF, opts=b"", payload=b""):
+        return op(5, flow, bytes([int(v6) | (kind << 1)])
+                  + struct.pack("!IIBH", seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, flags, window) + rec(opts) + rec(payload))
+    for v6 in (0, 1):
+        # Bytes both ways, then each side's FIN.
+        add("tcp_flows_fuzzer", bytes([7, 0]) + op(0, v6) + op(1, 0, n16(3000)) + op(3, 0, n16(5000))
+            + op(2, 0x00) + op(4, 0x00) + op(8, 0x81, n16(0)))
+        # A host that does not read, small buffers, a big write: the window closes.
+        add("tcp_flows_fuzzer", bytes([7, 1]) + op(0, v6) + op(4, 0x30) + op(1, 0, n16(60000))
+            + op(8, 0x82, n16(0)) + op(4, 0x30) + op(8, 0x81, n16(0)) + op(2, 0x00))
+        # Refused port; a flow over the limit of 1; a guest abort; a host RST.
+        add("tcp_flows_fuzzer", bytes([0, 0]) + op(0, v6 | 6) + op(0, v6) + op(8, 0x81, n16(0)))
+        add("tcp_flows_fuzzer", bytes([7, 0]) + op(0, v6) + op(1, 0, n16(100)) + op(2, 0x20)
+            + op(0, v6) + op(3, 1, n16(100)) + op(4, 0x21) + op(8, 0x83, n16(0)))
+        # A guest that goes silent with a guest timeout of 2 s.
+        add("tcp_flows_fuzzer", bytes([2 << 3 | 7, 0]) + op(0, v6) + op(3, 0, n16(2000)) + op(7, 0x3F)
+            + op(3, 0, n16(2000)) + op(7, 0x3F) + op(8, 0x85, n16(0)))
+        # Forged: an RST and data on a live flow, a SYN to the other
+        # listener, a SYN to the refusing port.
+        add("tcp_flows_fuzzer", bytes([7, 0]) + op(0, v6) + op(1, 0, n16(10))
+            + forged(0, v6, 0, 0, 0, 0x04) + forged(0, v6, 0, 1, 0, 0x18, payload=b"injected")
+            + forged(0, v6, 1, 1000, 0, 0x02, opts=bytes([2, 4, 5, 0xB4, 1, 1, 4, 2]))
+            + forged(0, v6, 2, 1000, 0, 0x02) + op(8, 0x81, n16(0)))
+
+
 def pcap_inspect_inputs():
     """pcap_inspect_fuzzer: a record header (number, seconds,
     microseconds, wire length) and the frame, for every captured frame."""
@@ -345,6 +383,7 @@ def main():
     guest_config_scripts()
     dns_forwarder_scripts()
     udp_flows_scripts()
+    tcp_flows_scripts()
     pcap_inspect_inputs()
     json_inputs()
     for target, items in sorted(seeds.items()):

@@ -1,0 +1,655 @@
+// The backend's TCP flow table (netstack/backend/backend.h, tcp_flow.h)
+// between a guest netstack and host sockets of this process on 127.0.0.1
+// and ::1, with a hostile guest's forged segments mixed in. As in
+// backend_test.cc: the guest is a Stack and TcpLayer of its own on a
+// FakeLink, the backend's Stack on another, the harness moves the frames;
+// the backend reaches the host through the gateway address (host
+// loopback). Every host destination is one the harness made: a listener
+// per genuine flow, one for the forged SYNs, and a bound port that does
+// not listen (connect refused). The loop and both TCP layers run on the
+// harness's fake clock; the host kernel's sockets are real.
+//
+// An input is two bytes of options (the flow limit 1..8, a guest timeout
+// of 0 or 1..7 s, the two per-flow buffers small or default), then a
+// script of steps, each one of:
+//   connect      the guest opens a flow (IPv4 or IPv6) to its own
+//                listener or to the refusing port (at most kMaxFlows);
+//   guest write  up to 64 KiB of the flow's byte pattern;
+//   guest end    shutdown(SHUT_WR), Close() or Abort();
+//   host write   up to 64 KiB of the host side's pattern;
+//   host end     shutdown(SHUT_WR), close(), close() with SO_LINGER 0, or
+//                stop/start reading (a host that does not read);
+//   forged       a TCP segment from the guest's addresses that the guest's
+//                stack never sent: on a live flow's 4-tuple with its
+//                sequence and acknowledgment numbers near the guest's last
+//                ones, to the forged-SYN listener, or to the refusing
+//                port; any flags, window, options and payload;
+//   loss         the next 0..7 frames each way are lost;
+//   time         the clock moves on (ms, or seconds).
+// After each step the harness turns everything until nothing moves.
+//
+// Checked (FUZZ_CHECK):
+//   - what a host socket reads is the guest's bytes for that flow, in
+//     order (a prefix of what the guest wrote), unless a forged segment
+//     hit the flow's 4-tuple (TCP accepts in-window data from anyone);
+//     what a guest socket reads is a prefix of what its host side wrote;
+//     a host EOF comes after every byte the guest wrote (untouched flows);
+//   - the flow table: no more flows than the limit, at least the opened
+//     less the closed ones, every ended flow counted under one reason,
+//     host fds open no more than flows; once quiet, the table holds
+//     exactly the opened less the closed;
+//   - the backend's stack accounts for every frame;
+// and after teardown every chunk and packet is back in its pool and the
+// process has as many fds open as before the input.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_frames.h"
+#include "fuzz/loopback_udp.h"
+#include "netstack/backend/backend.h"
+#include "netstack/base/time.h"
+#include "netstack/buffer/chunk.h"
+#include "netstack/buffer/packet.h"
+#include "netstack/eventloop/event_loop.h"
+#include "netstack/stack/fake_link.h"
+#include "netstack/stack/stack.h"
+#include "netstack/tcp/tcp_layer.h"
+#include "netstack/tcp/tcp_socket.h"
+#include "netstack/transport/address.h"
+#include "netstack/transport/errors.h"
+#include "netstack/transport/notifier.h"
+#include "netstack/wire/bytes.h"
+
+namespace netstack::backend {
+namespace {
+
+using transport::IpAddress;
+using transport::SocketAddress;
+
+constexpr int kMaxSteps = 48;
+constexpr int kMaxFlows = 6;           // genuine guest flows an input opens
+constexpr int kMaxTurns = 200;         // a step's turns until quiet
+constexpr size_t kMaxWrite = 64 << 10;
+constexpr uint16_t kForgedPortBase = 1000;  // below the ephemeral range
+
+bool Verbose() { return std::getenv("FUZZ_VERBOSE") != nullptr; }
+
+// Host sockets of the process, made once: per family, kMaxFlows listeners
+// (flow k of an input connects to listener k of its family, so an accepted
+// socket is known by its listener), one for forged SYNs, and a bound port
+// without listen() (a connect to it is refused; nobody else can take it).
+struct HostPorts {
+  int listen_fd[2][kMaxFlows + 1];
+  uint16_t listen_port[2][kMaxFlows + 1];
+  int refusing_fd[2];
+  uint16_t refusing_port[2];
+};
+
+int BoundTcp(bool v6, uint16_t* port) {
+  const int fd = socket(v6 ? AF_INET6 : AF_INET,
+                        SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  FUZZ_CHECK(fd >= 0);
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(*a);
+  }
+  FUZZ_CHECK(bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0);
+  FUZZ_CHECK(getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0);
+  *port = v6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+             : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return fd;
+}
+
+const HostPorts& Ports() {
+  static const HostPorts ports = [] {
+    HostPorts p;
+    for (int v6 = 0; v6 < 2; ++v6) {
+      for (int i = 0; i <= kMaxFlows; ++i) {
+        p.listen_fd[v6][i] = BoundTcp(v6, &p.listen_port[v6][i]);
+        FUZZ_CHECK(listen(p.listen_fd[v6][i], 64) == 0);
+      }
+      p.refusing_fd[v6] = BoundTcp(v6, &p.refusing_port[v6]);
+    }
+    return p;
+  }();
+  return ports;
+}
+
+void CloseAbortively(int fd) {
+  const linger l{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  close(fd);
+}
+
+// Connections queued on the listeners (a previous input's, once its
+// backend has gone): accepted and reset.
+void DrainListeners() {
+  const HostPorts& p = Ports();
+  for (int v6 = 0; v6 < 2; ++v6) {
+    for (int i = 0; i <= kMaxFlows; ++i) {
+      for (int fd; (fd = accept4(p.listen_fd[v6][i], nullptr, nullptr,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+        CloseAbortively(fd);
+      }
+    }
+  }
+}
+
+// Byte `off` of a stream: flow `k`, direction `dir` (0: guest to host).
+inline uint8_t PatternByte(int k, int dir, uint64_t off) {
+  return static_cast<uint8_t>(off * 131 + (off >> 11) + k * 17 + dir * 89);
+}
+FUZZ_NO_COVERAGE void FillPattern(int k, int dir, uint64_t off,
+                                  std::span<uint8_t> out) {
+  for (size_t i = 0; i < out.size(); ++i) out[i] = PatternByte(k, dir, off + i);
+}
+FUZZ_NO_COVERAGE bool MatchesPattern(int k, int dir, uint64_t off,
+                                     std::span<const uint8_t> in) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != PatternByte(k, dir, off + i)) return false;
+  }
+  return true;
+}
+
+struct Flow {
+  std::unique_ptr<tcp::TcpSocket> guest;  // null once closed or aborted
+  bool v6 = false;
+  bool refused_port = false;  // connected to the refusing port
+  uint64_t guest_wrote = 0;   // bytes the guest's Write took
+  uint64_t guest_read = 0;    // bytes the guest read (host's pattern)
+  bool guest_wr_shut = false;
+  bool guest_closed = false;  // Close(): FIN after the bytes, or RST
+  bool guest_eof = false;
+  int host_fd = -1;           // the accepted host socket, once accepted
+  bool host_reading = true;
+  bool host_wr_shut = false;
+  bool host_done = false;     // closed by the harness, or reset/EOF read
+  uint64_t host_wrote = 0;
+  uint64_t host_read = 0;
+  bool host_eof = false;
+  bool forged = false;        // a forged segment used its 4-tuple
+  // The guest's last sequence and acknowledgment numbers on the wire.
+  uint32_t last_seq = 0, last_ack = 0;
+  uint16_t guest_port = 0;
+};
+
+struct Fuzz {
+  Fuzz(const BackendConfig& config, buffer::ChunkPool& guest_chunks,
+       buffer::PacketPool& guest_packets, buffer::ChunkPool& backend_chunks,
+       buffer::PacketPool& backend_packets)
+      : guest_link(guest_chunks, Caps(guest_mac)),
+        backend_link(backend_chunks, Caps(backend_mac)) {
+    auto loop_or = eventloop::EventLoop::Create({}, [this] { return now; });
+    FUZZ_CHECK(loop_or.ok());
+    loop = *std::move(loop_or);
+    guest = std::make_unique<stack::Stack>(SmallCache(), guest_chunks,
+                                           guest_packets);
+    const stack::NicId gnic = *guest->AddNic(&guest_link, "g");
+    FUZZ_CHECK(guest->AddAddress(gnic, *stack::ParseIpv4Cidr("10.0.2.100/24")).ok());
+    FUZZ_CHECK(guest->AddAddress(gnic, *stack::ParseIpv6Cidr("fd00::100/64")).ok());
+    FUZZ_CHECK(guest->AddRoute(stack::Route<wire::Ipv4Address>{
+                   *stack::ParseIpv4Cidr("0.0.0.0/0"), gateway4, gnic}).ok());
+    FUZZ_CHECK(guest->AddRoute(stack::Route<wire::Ipv6Address>{
+                   *stack::ParseIpv6Cidr("::/0"), gateway6, gnic}).ok());
+    tcp::TcpLayerOptions go;
+    go.seed = 7;
+    guest_tcp = std::make_unique<tcp::TcpLayer>(*guest, guest_chunks,
+                                                guest_packets, guest_notifier, go);
+    stack = std::make_unique<stack::Stack>(SmallCache(), backend_chunks,
+                                           backend_packets);
+    const stack::NicId nic = *stack->AddNic(&backend_link, "b");
+    tcp::TcpLayerOptions bo;
+    bo.seed = 9;
+    tcp = std::make_unique<tcp::TcpLayer>(*stack, backend_chunks,
+                                          backend_packets, notifier, bo);
+    auto b = Backend::Create(config, *stack, nic, *tcp, *loop, backend_chunks);
+    FUZZ_CHECK(b.ok());
+    backend = *std::move(b);
+  }
+  // Users first: the sockets, the backend, the layers, the stacks.
+  ~Fuzz() {
+    for (Flow& f : flows) f.guest.reset();
+    backend.reset();
+    tcp.reset();
+    guest_tcp.reset();
+    stack.reset();
+    guest.reset();
+    for (Flow& f : flows) {
+      if (f.host_fd >= 0) CloseAbortively(f.host_fd);
+    }
+    for (int fd : forged_fds) CloseAbortively(fd);
+  }
+  static link::LinkCapabilities Caps(const wire::MacAddress& mac) {
+    link::LinkCapabilities caps;
+    caps.mtu = 1500;
+    caps.mac = mac;
+    return caps;
+  }
+  static stack::StackOptions SmallCache() {
+    stack::StackOptions o;
+    o.neighbor.capacity = 16;
+    return o;
+  }
+
+  // Moves the frames each way (minus the lost ones), noting the guest's
+  // sequence numbers; true if any moved.
+  bool MoveFrames() {
+    bool moved = false;
+    std::vector<std::vector<uint8_t>> frames = std::move(guest_link.sent);
+    guest_link.sent.clear();
+    for (const auto& f : frames) NoteGuestSegment(f);
+    std::erase_if(frames, [&](const auto&) { return lose_from_guest > 0 && lose_from_guest--; });
+    if (!frames.empty()) {
+      backend_link.Inject(frames, now);
+      moved = true;
+    }
+    frames = std::move(backend_link.sent);
+    backend_link.sent.clear();
+    std::erase_if(frames, [&](const auto&) { return lose_to_guest > 0 && lose_to_guest--; });
+    if (!frames.empty()) {
+      guest_link.Inject(frames, now);
+      moved = true;
+    }
+    return moved;
+  }
+
+  void NoteGuestSegment(const std::vector<uint8_t>& f) {
+    size_t l4;
+    bool v6;
+    if (f.size() >= 34 && f[12] == 0x08 && f[13] == 0x00 && f[23] == 6) {
+      l4 = 14 + (f[14] & 0x0fu) * 4;
+      v6 = false;
+    } else if (f.size() >= 54 && f[12] == 0x86 && f[13] == 0xdd && f[20] == 6) {
+      l4 = 54;
+      v6 = true;
+    } else {
+      return;
+    }
+    if (f.size() < l4 + 20) return;
+    const uint16_t sport = wire::LoadBe16(&f[l4]);
+    for (Flow& fl : flows) {
+      if (fl.v6 == v6 && fl.guest_port == sport) {
+        fl.last_seq = wire::LoadBe32(&f[l4 + 4]);
+        fl.last_ack = wire::LoadBe32(&f[l4 + 8]);
+      }
+    }
+  }
+
+  // One turn of everything; true if anything moved.
+  bool Turn() {
+    bool moved = MoveFrames();
+    FUZZ_CHECK(loop->RunOnce(absl::ZeroDuration()).ok());
+    guest_notifier.Dispatch();
+    notifier.Dispatch();
+    backend->Sweep(now);
+    guest_tcp->Poll(now);
+    tcp->Poll(now);
+    guest->Poll(now);
+    stack->Poll(now);
+    moved |= HostIo();
+    moved |= GuestIo();
+    // Frames the turn made move in the next one.
+    return moved || !guest_link.sent.empty() || !backend_link.sent.empty();
+  }
+
+  // Turns until a turn moves nothing (and one more for the Sweep).
+  void Settle() {
+    for (int i = 0; i < kMaxTurns; ++i) {
+      if (Verbose()) {
+        std::fprintf(stderr, "  turn %d: frames %zu from the guest, %zu to it\n", i,
+                     guest_link.sent.size(), backend_link.sent.size());
+      }
+      if (!Turn()) {
+        quiet = true;
+        Turn();
+        return;
+      }
+    }
+    quiet = false;
+  }
+
+  // Accepts what the listeners hold and reads every host socket.
+  bool HostIo() {
+    bool moved = false;
+    const HostPorts& p = Ports();
+    for (int v6 = 0; v6 < 2; ++v6) {
+      for (int i = 0; i <= kMaxFlows; ++i) {
+        for (int fd; (fd = accept4(p.listen_fd[v6][i], nullptr, nullptr,
+                                   SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+          moved = true;
+          Flow* owner = i < static_cast<int>(flows.size()) ? &flows[i] : nullptr;
+          if (i < kMaxFlows && owner != nullptr && owner->v6 == (v6 != 0) &&
+              !owner->refused_port && owner->host_fd < 0 &&
+              !owner->host_done && !owner->forged) {
+            owner->host_fd = fd;
+          } else {
+            // A forged SYN's flow, or a second one on a 4-tuple a forged
+            // segment reused.
+            forged_fds.push_back(fd);
+          }
+        }
+      }
+    }
+    uint8_t buf[16384];
+    for (size_t k = 0; k < flows.size(); ++k) {
+      Flow& f = flows[k];
+      if (f.host_fd < 0 || f.host_done || !f.host_reading || f.host_eof) continue;
+      for (;;) {
+        const ssize_t n = recv(f.host_fd, buf, sizeof(buf), 0);
+        if (n > 0) {
+          moved = true;
+          const std::span<const uint8_t> got(buf, static_cast<size_t>(n));
+          if (!f.forged) {
+            FUZZ_CHECK(f.host_read + got.size() <= f.guest_wrote);
+            FUZZ_CHECK(MatchesPattern(static_cast<int>(k), 0, f.host_read, got));
+          }
+          f.host_read += got.size();
+          continue;
+        }
+        if (n == 0) {
+          moved = true;
+          f.host_eof = true;
+          // The guest's FIN is relayed after its bytes.
+          if (!f.forged) {
+            FUZZ_CHECK(f.guest_wr_shut || f.guest_closed);
+            FUZZ_CHECK(f.host_read == f.guest_wrote);
+          }
+        } else if (errno != EAGAIN) {
+          moved = true;
+          f.host_done = true;  // reset: the flow ended abortively
+        }
+        break;
+      }
+    }
+    for (int fd : forged_fds) {
+      while (recv(fd, buf, sizeof(buf), 0) > 0) moved = true;
+    }
+    return moved;
+  }
+
+  // Reads every guest socket.
+  bool GuestIo() {
+    bool moved = false;
+    uint8_t buf[16384];
+    for (size_t k = 0; k < flows.size(); ++k) {
+      Flow& f = flows[k];
+      if (!f.guest || f.guest_eof) continue;
+      for (;;) {
+        auto n = f.guest->Read(buf);
+        if (!n.ok()) {
+          if (!transport::IsWouldBlock(n.status())) {
+            moved = true;
+            f.guest_eof = true;  // reset, refused, timed out
+          }
+          break;
+        }
+        moved = true;
+        if (*n == 0) {
+          f.guest_eof = true;
+          // The host's FIN came after all of its bytes.
+          if (f.host_wr_shut) FUZZ_CHECK(f.guest_read == f.host_wrote);
+          break;
+        }
+        const std::span<const uint8_t> got(buf, *n);
+        FUZZ_CHECK(f.guest_read + got.size() <= f.host_wrote);
+        FUZZ_CHECK(MatchesPattern(static_cast<int>(k), 1, f.guest_read, got));
+        f.guest_read += got.size();
+      }
+    }
+    return moved;
+  }
+
+  void Check() const {
+    const stack::StackCounters& s = stack->counters();
+    FUZZ_CHECK(s.rx_frames == s.rx_consumed + s.rx_dropped_frames);
+    FUZZ_CHECK(s.RxDrops() == s.rx_dropped_frames);
+    const BackendCounters& c = backend->counters();
+    FUZZ_CHECK(c.tcp_flows_closed <= c.tcp_flows_opened);
+    const uint64_t open = c.tcp_flows_opened - c.tcp_flows_closed;
+    FUZZ_CHECK(backend->tcp_flow_count() >= open);
+    if (quiet) FUZZ_CHECK(backend->tcp_flow_count() == open);
+    FUZZ_CHECK(backend->tcp_flow_count() <= backend->config().limits.max_tcp_flows);
+    FUZZ_CHECK(c.tcp_host_fds_open <= backend->tcp_flow_count());
+    FUZZ_CHECK(std::accumulate(c.tcp_ends.begin(), c.tcp_ends.end(),
+                               uint64_t{0}) == c.tcp_flows_closed);
+    FUZZ_CHECK(c.tcp_inbound_opened == 0);
+  }
+
+  void Connect(bool v6, bool refused) {
+    if (flows.size() >= kMaxFlows) return;
+    const int k = static_cast<int>(flows.size());
+    const HostPorts& p = Ports();
+    Flow& f = flows.emplace_back();
+    f.v6 = v6;
+    f.refused_port = refused;
+    f.guest = guest_tcp->Open(v6 ? transport::Family::kIpv6
+                                 : transport::Family::kIpv4);
+    const uint16_t port = refused ? p.refusing_port[v6] : p.listen_port[v6][k];
+    const SocketAddress dst{v6 ? IpAddress(gateway6) : IpAddress(gateway4), port};
+    FUZZ_CHECK(f.guest->Connect(dst).ok());
+    f.guest_port = f.guest->local_address().port;
+  }
+
+  void GuestWrite(Flow& f, int k, size_t n) {
+    if (!f.guest || f.guest_wr_shut) return;
+    std::vector<uint8_t> bytes(n);
+    FillPattern(k, 0, f.guest_wrote, bytes);
+    auto w = f.guest->Write(bytes);
+    if (w.ok()) f.guest_wrote += *w;
+  }
+
+  void HostWrite(Flow& f, int k, size_t n) {
+    if (f.host_fd < 0 || f.host_done || f.host_wr_shut) return;
+    std::vector<uint8_t> bytes(n);
+    FillPattern(k, 1, f.host_wrote, bytes);
+    const ssize_t w = send(f.host_fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (w > 0) f.host_wrote += static_cast<uint64_t>(w);
+  }
+
+  // A TCP segment the guest's stack did not send.
+  void Forge(fuzz::FuzzInput& in) {
+    const uint8_t b = in.U8();
+    const bool v6 = b & 1;
+    const HostPorts& p = Ports();
+    uint16_t sport, dport;
+    uint32_t seq = in.U32(), ack = in.U32();
+    switch ((b >> 1) % 3) {
+      case 0: {  // a live flow's 4-tuple, near the guest's numbers
+        std::vector<size_t> live;
+        for (size_t k = 0; k < flows.size(); ++k) {
+          if (flows[k].v6 == v6 && flows[k].host_fd >= 0) live.push_back(k);
+        }
+        if (live.empty()) return;
+        Flow& f = flows[live[(b >> 3) % live.size()]];
+        f.forged = true;
+        sport = f.guest_port;
+        dport = p.listen_port[v6][&f - flows.data()];
+        seq = f.last_seq + static_cast<uint32_t>(static_cast<int16_t>(seq));
+        ack = f.last_ack + static_cast<uint32_t>(static_cast<int16_t>(ack));
+        break;
+      }
+      case 1:  // to the forged-SYN listener
+        sport = kForgedPortBase + (b >> 3);
+        dport = p.listen_port[v6][kMaxFlows];
+        break;
+      default:
+        sport = kForgedPortBase + (b >> 3);
+        dport = p.refusing_port[v6];
+        break;
+    }
+    const uint8_t flags = in.U8();
+    const uint16_t window = in.U16();
+    const auto options = in.Record();
+    const size_t opt_len = std::min<size_t>(options.size(), 40) & ~size_t{3};
+    const auto payload_in = in.Record();
+    const auto payload = payload_in.first(std::min<size_t>(payload_in.size(), 1400));
+    std::vector<uint8_t> l4(20 + opt_len);
+    wire::StoreBe16(&l4[0], sport);
+    wire::StoreBe16(&l4[2], dport);
+    wire::StoreBe32(&l4[4], seq);
+    wire::StoreBe32(&l4[8], ack);
+    l4[12] = static_cast<uint8_t>((20 + opt_len) / 4 << 4);
+    l4[13] = flags;
+    wire::StoreBe16(&l4[14], window);
+    std::copy_n(options.begin(), opt_len, l4.begin() + 20);
+    l4.insert(l4.end(), payload.begin(), payload.end());
+    backend_link.Inject(
+        v6 ? fuzz::Ipv6Frame(guest_mac, backend_mac, guest6, gateway6, 6, 64,
+                             std::move(l4), ident++)
+           : fuzz::Ipv4Frame(guest_mac, backend_mac, guest4, gateway4, 6,
+                             std::move(l4), ident++),
+        now);
+  }
+
+  static inline const wire::MacAddress guest_mac =
+      *wire::MacAddress::Parse("02:00:00:00:00:64");
+  static inline const wire::MacAddress backend_mac =
+      *wire::MacAddress::Parse("02:00:00:00:00:02");
+  Instant now = absl::FromUnixSeconds(1'700'000'000);
+  const wire::Ipv4Address gateway4 = *wire::Ipv4Address::Parse("10.0.2.2");
+  const wire::Ipv6Address gateway6 = *wire::Ipv6Address::Parse("fd00::2");
+  const wire::Ipv4Address guest4 = *wire::Ipv4Address::Parse("10.0.2.100");
+  const wire::Ipv6Address guest6 = *wire::Ipv6Address::Parse("fd00::100");
+  std::unique_ptr<eventloop::EventLoop> loop;
+  stack::FakeLink guest_link, backend_link;
+  std::unique_ptr<stack::Stack> guest, stack;
+  transport::Notifier guest_notifier, notifier;
+  std::unique_ptr<tcp::TcpLayer> guest_tcp, tcp;
+  std::unique_ptr<Backend> backend;
+  std::vector<Flow> flows;
+  std::vector<int> forged_fds;
+  int lose_from_guest = 0, lose_to_guest = 0;
+  uint16_t ident = 1;
+  bool quiet = true;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::FuzzInput in(data, size);
+  Ports();
+  DrainListeners();
+  const size_t fds = fuzz::OpenFdCount();
+  buffer::ChunkPool guest_chunks(512), backend_chunks(512);
+  buffer::PacketPool guest_packets(2048), backend_packets(2048);
+  {
+    BackendConfig config;
+    config.policy.host_loopback = true;
+    const uint8_t o1 = in.U8(), o2 = in.U8();
+    config.limits.max_tcp_flows = 1 + o1 % 8;
+    config.limits.tcp_guest_timeout = absl::Seconds((o1 >> 3) % 8);
+    if (o2 & 1) {
+      config.limits.guest_to_host_pending = 8 << 10;
+      config.limits.host_to_guest_buffer = 16 << 10;
+    }
+    Fuzz f(config, guest_chunks, guest_packets, backend_chunks, backend_packets);
+    f.flows.reserve(kMaxFlows);
+    for (int step = 0; step < kMaxSteps && !in.done(); ++step) {
+      const uint8_t op = in.U8();
+      const uint8_t arg = in.U8();
+      Flow* flow = f.flows.empty() ? nullptr : &f.flows[arg % f.flows.size()];
+      const int k = flow ? static_cast<int>(flow - f.flows.data()) : 0;
+      switch (op % 9) {
+        case 0:
+          f.Connect(arg & 1, (arg & 6) == 6);
+          break;
+        case 1:
+          if (flow) f.GuestWrite(*flow, k, in.U16() % (kMaxWrite + 1));
+          break;
+        case 2:
+          if (!flow || !flow->guest) break;
+          switch ((arg >> 4) % 3) {
+            case 0:
+              if (flow->guest->Shutdown(false, true).ok()) flow->guest_wr_shut = true;
+              break;
+            case 1:
+              flow->guest->Close();
+              flow->guest.reset();
+              flow->guest_closed = true;
+              break;
+            default:
+              flow->guest->Abort();
+              flow->guest.reset();
+              break;
+          }
+          break;
+        case 3:
+          if (flow) f.HostWrite(*flow, k, in.U16() % (kMaxWrite + 1));
+          break;
+        case 4:
+          if (!flow || flow->host_fd < 0 || flow->host_done) break;
+          switch ((arg >> 4) % 4) {
+            case 0:
+              if (shutdown(flow->host_fd, SHUT_WR) == 0) flow->host_wr_shut = true;
+              break;
+            case 1:
+              close(flow->host_fd);
+              flow->host_fd = -1;
+              flow->host_done = true;
+              break;
+            case 2:
+              CloseAbortively(flow->host_fd);
+              flow->host_fd = -1;
+              flow->host_done = true;
+              break;
+            default:
+              flow->host_reading = !flow->host_reading;
+              break;
+          }
+          break;
+        case 5:
+        case 6:
+          f.Forge(in);
+          break;
+        case 7:
+          f.lose_from_guest = arg & 7;
+          f.lose_to_guest = (arg >> 3) & 7;
+          break;
+        default:
+          f.now += absl::Milliseconds(in.U16() % 2000);
+          if (arg & 0x80) f.now += absl::Seconds(arg & 0x3f);
+          break;
+      }
+      f.Settle();
+      if (Verbose()) {
+        std::fprintf(stderr, "step %d op %u arg %u: flows %zu quiet %d\n%s",
+                     step, op % 9, arg, f.backend->tcp_flow_count(), f.quiet,
+                     f.backend->FormatCounters().c_str());
+      }
+      f.Check();
+    }
+  }
+  FUZZ_CHECK(guest_chunks.stats().in_use == 0);
+  FUZZ_CHECK(backend_chunks.stats().in_use == 0);
+  FUZZ_CHECK(guest_packets.stats().in_use == 0);
+  FUZZ_CHECK(backend_packets.stats().in_use == 0);
+  DrainListeners();
+  FUZZ_CHECK(fuzz::OpenFdCount() == fds);
+  return 0;
+}
+
+}  // namespace netstack::backend
