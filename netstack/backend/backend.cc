@@ -254,10 +254,15 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
     ++counters_.tcp_syns_shed;
     return tcp::SynVerdict::kDrop;
   }
-  auto [it, inserted] =
-      flows_.emplace(tuple, std::make_unique<TcpFlow>(*this, tuple));
-  // The layer holds one SYN per tuple.
-  if (!inserted) return tcp::SynVerdict::kReset;
+  // The layer holds one SYN per tuple, but a flow outlives its guest
+  // socket until the next Sweep: a SYN for the tuple of a flow whose
+  // socket the layer closed in this turn (its user timeout, say) finds
+  // it here. That flow is over; so is the connection the SYN belongs to.
+  // (Made before the check, a TcpFlow destroyed unstarted counted an end
+  // for a flow that never opened: found by tcp_flows_fuzzer.)
+  if (flows_.contains(tuple)) return tcp::SynVerdict::kReset;
+  auto it =
+      flows_.emplace(tuple, std::make_unique<TcpFlow>(*this, tuple)).first;
   it->second->Start(*host, now);
   return tcp::SynVerdict::kHold;
 }
