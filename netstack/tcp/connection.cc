@@ -41,7 +41,10 @@ Connection::Connection(TcpLayer& layer, const transport::FourTuple& tuple,
       delack_timer_([this](Instant now) { OnDelayedAckTimer(now); }),
       rack_timer_([this](Instant now) { OnRackTimer(now); }),
       keepalive_timer_([this](Instant now) {
-        if (state_ == TcpState::kFinWait2) {
+        // The slot is the orphan's FIN_WAIT_2 timeout once the
+        // application let go; an attached half-closed socket keeps its
+        // keepalive.
+        if (state_ == TcpState::kFinWait2 && !attached_) {
           OnFinWait2Timer(now);
         } else {
           OnKeepaliveTimer(now);

@@ -627,9 +627,11 @@ void Connection::EnterRecovery(uint64_t prior_in_flight, Instant now) {
 }
 
 void Connection::ArmKeepalive(Instant now) {
+  // An orphan's FIN_WAIT_2 timeout shares the slot: a segment from the
+  // peer must not move it.
+  if (state_ == TcpState::kFinWait2 && !attached_) return;
   if (!options_.keepalive) {
-    // FIN_WAIT_2's timer shares the slot.
-    if (state_ != TcpState::kFinWait2) layer_.timers_.Cancel(keepalive_timer_);
+    layer_.timers_.Cancel(keepalive_timer_);
     return;
   }
   layer_.timers_.Schedule(keepalive_timer_, now + options_.keepalive_idle);

@@ -281,6 +281,47 @@ TEST_P(KeepaliveTest, DataResetsIdleTimer) {
   EXPECT_THAT(h().Take(), ElementsAre(Tcp(Seq(una_ - 1))));
 }
 
+// Our half-close (SHUT_WR) with keepalive on: FIN_WAIT_2 shares the
+// keepalive timer with the orphan timeout, and a socket still attached
+// must get keepalive probes there, not the orphan's RST. (It got the RST:
+// netstackd --tcp-guest-timeout ended every flow whose host closed its
+// side first one idle time later, while the guest still sent; found by
+// tcp_flows_fuzzer.)
+TEST_P(KeepaliveTest, HalfClosedSocketIsProbedNotReset) {
+  HarnessOptions o = Options();
+  o.tcp.connection.keepalive = true;
+  o.tcp.connection.keepalive_idle = absl::Seconds(10);
+  o.tcp.connection.keepalive_interval = absl::Seconds(2);
+  o.tcp.connection.keepalive_probes = 3;
+  Open(o);
+  CloseOurSide();  // FIN sent and acked: FIN_WAIT_2, still attached
+  ASSERT_EQ(sock_->state(), TcpState::kFinWait2);
+  const Instant t0 = h().now();
+  h().AdvanceTo(t0 + absl::Seconds(10));
+  // A probe (SND.NXT - 1 is our FIN's sequence), not an RST.
+  EXPECT_THAT(h().Take(), ElementsAre(Tcp(Flags(kAck), Seq(una_),
+                                          PayloadLen(0))));
+  EXPECT_EQ(sock_->state(), TcpState::kFinWait2);
+  // The peer answers and goes on sending: the connection stays.
+  h().Send(h().Segment());
+  h().AdvanceTo(t0 + absl::Seconds(15));
+  h().SendData(100);
+  h().AdvanceTo(t0 + absl::Seconds(20));
+  EXPECT_EQ(sock_->state(), TcpState::kFinWait2);
+  std::vector<uint8_t> buf(200);
+  auto r = sock_->Read(buf);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 100u);
+  // Once the application closes it, it is an orphan: the FIN_WAIT_2
+  // timeout applies (2 MSL here) and ends it with an RST.
+  sock_->Close();
+  (void)h().Take();
+  h().Advance(2 * o.tcp.connection.msl + absl::Seconds(1));
+  const auto out = h().Take();
+  ASSERT_FALSE(out.empty());
+  EXPECT_THAT(out.back(), Tcp(Flags(kRst | kAck)));
+}
+
 }  // namespace
 }  // namespace netstack::tcp
 
