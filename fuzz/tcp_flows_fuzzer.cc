@@ -472,7 +472,13 @@ struct Fuzz {
     std::vector<uint8_t> bytes(n);
     FillPattern(k, 0, f.guest_wrote, bytes);
     auto w = f.guest->Write(bytes);
-    if (w.ok()) f.guest_wrote += *w;
+    if (w.ok()) {
+      f.guest_wrote += *w;
+    } else if (!transport::IsWouldBlock(w.status())) {
+      // The write took the socket's error (a reset): reads now see the
+      // end of the stream, so nothing more is checked on them.
+      f.guest_eof = true;
+    }
   }
 
   void HostWrite(Flow& f, int k, size_t n) {
@@ -480,7 +486,13 @@ struct Fuzz {
     std::vector<uint8_t> bytes(n);
     FillPattern(k, 1, f.host_wrote, bytes);
     const ssize_t w = send(f.host_fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (w > 0) f.host_wrote += static_cast<uint64_t>(w);
+    if (w > 0) {
+      f.host_wrote += static_cast<uint64_t>(w);
+    } else if (w < 0 && errno != EAGAIN) {
+      // As for the guest: the send took the reset, and a recv after it
+      // returns 0 as if at a FIN.
+      f.host_done = true;
+    }
   }
 
   // A TCP segment the guest's stack did not send.
