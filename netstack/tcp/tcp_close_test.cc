@@ -212,16 +212,23 @@ TEST_P(CloseTest, FinAfterDataIsSentWithTheLastSegment) {
                                           PayloadLen(100))));
 }
 
-class KeepaliveTest : public CloseTest {};
+class KeepaliveTest : public CloseTest {
+ protected:
+  // Keepalive on: probes after 10 s idle, every 2 s, three of them.
+  HarnessOptions KeepaliveOptions() {
+    HarnessOptions o = Options();
+    o.tcp.connection.keepalive = true;
+    o.tcp.connection.keepalive_idle = absl::Seconds(10);
+    o.tcp.connection.keepalive_interval = absl::Seconds(2);
+    o.tcp.connection.keepalive_probes = 3;
+    return o;
+  }
+};
 INSTANTIATE_TEST_SUITE_P(V4V6, KeepaliveTest, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "v6" : "v4"; });
 
 TEST_P(KeepaliveTest, ProbesAfterIdleThenAbort) {
-  HarnessOptions o = Options();
-  o.tcp.connection.keepalive = true;
-  o.tcp.connection.keepalive_idle = absl::Seconds(10);
-  o.tcp.connection.keepalive_interval = absl::Seconds(2);
-  o.tcp.connection.keepalive_probes = 3;
+  const HarnessOptions o = KeepaliveOptions();
   Open(o);
   const Instant t0 = h().now();
   h().AdvanceTo(t0 + absl::Seconds(15));
@@ -241,11 +248,7 @@ TEST_P(KeepaliveTest, ProbesAfterIdleThenAbort) {
 }
 
 TEST_P(KeepaliveTest, AnswerResetsProbing) {
-  HarnessOptions o = Options();
-  o.tcp.connection.keepalive = true;
-  o.tcp.connection.keepalive_idle = absl::Seconds(10);
-  o.tcp.connection.keepalive_interval = absl::Seconds(2);
-  o.tcp.connection.keepalive_probes = 3;
+  const HarnessOptions o = KeepaliveOptions();
   Open(o);
   const Instant t0 = h().now();
   h().AdvanceTo(t0 + absl::Seconds(10));
@@ -264,11 +267,7 @@ TEST_P(KeepaliveTest, AnswerResetsProbing) {
 }
 
 TEST_P(KeepaliveTest, DataResetsIdleTimer) {
-  HarnessOptions o = Options();
-  o.tcp.connection.keepalive = true;
-  o.tcp.connection.keepalive_idle = absl::Seconds(10);
-  o.tcp.connection.keepalive_interval = absl::Seconds(2);
-  o.tcp.connection.keepalive_probes = 3;
+  const HarnessOptions o = KeepaliveOptions();
   Open(o);
   const Instant t0 = h().now();
   h().AdvanceTo(t0 + absl::Seconds(8));
@@ -288,11 +287,7 @@ TEST_P(KeepaliveTest, DataResetsIdleTimer) {
 // side first one idle time later, while the guest still sent; found by
 // tcp_flows_fuzzer.)
 TEST_P(KeepaliveTest, HalfClosedSocketIsProbedNotReset) {
-  HarnessOptions o = Options();
-  o.tcp.connection.keepalive = true;
-  o.tcp.connection.keepalive_idle = absl::Seconds(10);
-  o.tcp.connection.keepalive_interval = absl::Seconds(2);
-  o.tcp.connection.keepalive_probes = 3;
+  const HarnessOptions o = KeepaliveOptions();
   Open(o);
   CloseOurSide();  // FIN sent and acked: FIN_WAIT_2, still attached
   ASSERT_EQ(sock_->state(), TcpState::kFinWait2);
