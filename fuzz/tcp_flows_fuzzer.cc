@@ -42,6 +42,7 @@
 // and after teardown every chunk and packet is back in its pool and the
 // process has as many fds open as before the input.
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -160,20 +161,50 @@ void DrainListeners(const uint32_t used[2]) {
   }
 }
 
-// Byte `off` of a stream: flow `k`, direction `dir` (0: guest to host).
-inline uint8_t PatternByte(int k, int dir, uint64_t off) {
-  return static_cast<uint8_t>(off * 131 + (off >> 11) + k * 17 + dir * 89);
+// Byte `off` of a stream of flow `k`, direction `dir` (0: guest to host),
+// is off * 131 + (off >> 11) + k * 17 + dir * 89, mod 256. Within one
+// 2 KiB block only off * 131 varies, and that repeats every 256 bytes, so
+// kPatternRun[(off % 256) + j] + a constant is the block's byte j: a
+// contiguous run, which the compiler vectorises (the byte-at-a-time loop
+// was 9% of the fuzzer's time).
+constexpr size_t kPatternBlock = 2048;
+constexpr auto kPatternRun = [] {
+  std::array<uint8_t, 256 + kPatternBlock> t{};
+  for (size_t j = 0; j < t.size(); ++j) t[j] = static_cast<uint8_t>(j * 131);
+  return t;
+}();
+
+// fn(position, length, run, constant) for each block's part of
+// [off, off + n).
+template <typename Fn>
+void ForEachPatternRun(int k, int dir, uint64_t off, size_t n, Fn fn) {
+  for (size_t i = 0; i < n;) {
+    const uint64_t o = off + i;
+    const size_t len = std::min<size_t>(n - i, kPatternBlock - o % kPatternBlock);
+    fn(i, len, &kPatternRun[o % 256],
+       static_cast<uint8_t>((o >> 11) + k * 17 + dir * 89));
+    i += len;
+  }
 }
 FUZZ_NO_COVERAGE void FillPattern(int k, int dir, uint64_t off,
                                   std::span<uint8_t> out) {
-  for (size_t i = 0; i < out.size(); ++i) out[i] = PatternByte(k, dir, off + i);
+  ForEachPatternRun(k, dir, off, out.size(),
+                    [&](size_t at, size_t len, const uint8_t* run, uint8_t add) {
+                      for (size_t j = 0; j < len; ++j) {
+                        out[at + j] = static_cast<uint8_t>(run[j] + add);
+                      }
+                    });
 }
 FUZZ_NO_COVERAGE bool MatchesPattern(int k, int dir, uint64_t off,
                                      std::span<const uint8_t> in) {
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != PatternByte(k, dir, off + i)) return false;
-  }
-  return true;
+  uint8_t diff = 0;
+  ForEachPatternRun(k, dir, off, in.size(),
+                    [&](size_t at, size_t len, const uint8_t* run, uint8_t add) {
+                      for (size_t j = 0; j < len; ++j) {
+                        diff |= in[at + j] ^ static_cast<uint8_t>(run[j] + add);
+                      }
+                    });
+  return diff == 0;
 }
 
 struct Flow {
@@ -333,16 +364,32 @@ struct Fuzz {
     quiet = false;
   }
 
-  // Accepts what the listeners hold and reads every host socket.
+  // Accepts what the listeners hold and reads every host socket. One
+  // poll() finds the sockets with something to take: a recv() or
+  // accept4() on every socket each turn, most of them EAGAIN, was most of
+  // the harness's system calls.
   bool HostIo() {
-    bool moved = false;
+    enum Kind : uint8_t { kListener, kHost, kForged };
+    struct Watch {
+      Kind kind;
+      uint8_t v6;
+      uint8_t index;  // listener, flow or forged_fds index
+    };
+    std::array<pollfd, 2 * (kMaxFlows + 1) + kMaxFlows + 16> fds;
+    std::array<Watch, fds.size()> watch;
+    size_t n = 0;
+    auto add = [&](int fd, Watch w) {
+      if (n == fds.size()) return false;
+      fds[n] = {fd, POLLIN, 0};
+      watch[n++] = w;
+      return true;
+    };
     const HostPorts& p = Ports();
     for (int v6 = 0; v6 < 2; ++v6) {
       for (int i = 0; i <= kMaxFlows; ++i) {
-        // Only where a connection may wait (a listener's accept4 per turn
-        // was most of the harness's system calls): flow i's listener
-        // until it accepted, or after a forged segment reused its tuple;
-        // the forged SYNs' once they were sent.
+        // Only where a connection may wait: flow i's listener until it
+        // accepted, or after a forged segment reused its tuple; the
+        // forged SYNs' once they were sent.
         if (i < kMaxFlows) {
           if (i >= static_cast<int>(flows.size()) || flows[i].v6 != (v6 != 0) ||
               (flows[i].host_fd >= 0 && !flows[i].forged)) {
@@ -351,57 +398,94 @@ struct Fuzz {
         } else if (!forged_syn_listener[v6]) {
           continue;
         }
-        for (int fd; (fd = accept4(p.listen_fd[v6][i], nullptr, nullptr,
-                                   SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
-          moved = true;
-          Flow* owner = i < static_cast<int>(flows.size()) ? &flows[i] : nullptr;
-          if (i < kMaxFlows && owner != nullptr && owner->v6 == (v6 != 0) &&
-              !owner->refused_port && owner->host_fd < 0 &&
-              !owner->host_done && !owner->forged) {
-            owner->host_fd = fd;
-          } else {
-            // A forged SYN's flow, or a second one on a 4-tuple a forged
-            // segment reused.
-            forged_fds.push_back(fd);
-          }
-        }
+        add(p.listen_fd[v6][i], {kListener, static_cast<uint8_t>(v6),
+                                 static_cast<uint8_t>(i)});
       }
     }
-    uint8_t buf[16384];
     for (size_t k = 0; k < flows.size(); ++k) {
-      Flow& f = flows[k];
+      const Flow& f = flows[k];
       if (f.host_fd < 0 || f.host_done || !f.host_reading || f.host_eof) continue;
-      for (;;) {
-        const ssize_t n = recv(f.host_fd, buf, sizeof(buf), 0);
-        if (n > 0) {
-          moved = true;
-          const std::span<const uint8_t> got(buf, static_cast<size_t>(n));
-          if (!f.forged) {
-            FUZZ_CHECK(f.host_read + got.size() <= f.guest_wrote);
-            FUZZ_CHECK(MatchesPattern(static_cast<int>(k), 0, f.host_read, got));
-          }
-          f.host_read += got.size();
-          continue;
-        }
-        if (n == 0) {
-          moved = true;
-          f.host_eof = true;
-          // The guest's FIN is relayed after its bytes.
-          if (!f.forged) {
-            FUZZ_CHECK(f.guest_wr_shut || f.guest_closed);
-            FUZZ_CHECK(f.host_read == f.guest_wrote);
-          }
-        } else if (errno != EAGAIN) {
-          moved = true;
-          f.host_done = true;  // reset: the flow ended abortively
-        }
-        break;
+      add(f.host_fd, {kHost, 0, static_cast<uint8_t>(k)});
+    }
+    // Forged flows' sockets past the array's room are read every turn.
+    size_t forged_polled = 0;
+    while (forged_polled < forged_fds.size() &&
+           add(forged_fds[forged_polled],
+               {kForged, 0, static_cast<uint8_t>(forged_polled)})) {
+      ++forged_polled;
+    }
+    if (n == 0) return false;
+    FUZZ_CHECK(poll(fds.data(), n, 0) >= 0);
+    bool moved = false;
+    uint8_t buf[16384];
+    for (size_t j = 0; j < n; ++j) {
+      if (fds[j].revents == 0) continue;
+      const Watch w = watch[j];
+      switch (w.kind) {
+        case kListener:
+          moved |= Accept(w.v6, w.index);
+          break;
+        case kHost:
+          moved |= ReadHost(flows[w.index], w.index, buf);
+          break;
+        case kForged:
+          while (recv(fds[j].fd, buf, sizeof(buf), 0) > 0) moved = true;
+          break;
       }
     }
-    for (int fd : forged_fds) {
-      while (recv(fd, buf, sizeof(buf), 0) > 0) moved = true;
+    for (size_t j = forged_polled; j < forged_fds.size(); ++j) {
+      while (recv(forged_fds[j], buf, sizeof(buf), 0) > 0) moved = true;
     }
     return moved;
+  }
+
+  bool Accept(int v6, int i) {
+    bool moved = false;
+    for (int fd; (fd = accept4(Ports().listen_fd[v6][i], nullptr, nullptr,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+      moved = true;
+      Flow* owner = i < static_cast<int>(flows.size()) ? &flows[i] : nullptr;
+      if (i < kMaxFlows && owner != nullptr && owner->v6 == (v6 != 0) &&
+          !owner->refused_port && owner->host_fd < 0 && !owner->host_done &&
+          !owner->forged) {
+        owner->host_fd = fd;
+      } else {
+        // A forged SYN's flow, or a second one on a 4-tuple a forged
+        // segment reused.
+        forged_fds.push_back(fd);
+      }
+    }
+    return moved;
+  }
+
+  // Reads what host socket k holds; a short read leaves the rest (and an
+  // EOF behind it) to the next turn's poll.
+  bool ReadHost(Flow& f, size_t k, std::span<uint8_t> buf) {
+    for (bool moved = false;; moved = true) {
+      const ssize_t n = recv(f.host_fd, buf.data(), buf.size(), 0);
+      if (n > 0) {
+        const std::span<const uint8_t> got = buf.first(static_cast<size_t>(n));
+        if (!f.forged) {
+          FUZZ_CHECK(f.host_read + got.size() <= f.guest_wrote);
+          FUZZ_CHECK(MatchesPattern(static_cast<int>(k), 0, f.host_read, got));
+        }
+        f.host_read += got.size();
+        if (got.size() < buf.size()) return true;
+        continue;
+      }
+      if (n == 0) {
+        f.host_eof = true;
+        // The guest's FIN is relayed after its bytes.
+        if (!f.forged) {
+          FUZZ_CHECK(f.guest_wr_shut || f.guest_closed);
+          FUZZ_CHECK(f.host_read == f.guest_wrote);
+        }
+        return true;
+      }
+      if (errno == EAGAIN) return moved;
+      f.host_done = true;  // reset: the flow ended abortively
+      return true;
+    }
   }
 
   // Reads every guest socket.
