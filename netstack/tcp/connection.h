@@ -110,6 +110,7 @@ class Connection {
   // The connection reached TIME_WAIT and handed its tuple to the layer's
   // TIME_WAIT table (time_wait.h); it is CLOSED itself since.
   bool entered_time_wait() const { return entered_time_wait_; }
+  bool read_shutdown() const { return read_shutdown_; }
 
  private:
   friend class TcpLayer;

@@ -68,6 +68,24 @@ TEST_P(RstTest, EstablishedExactSequenceResets) {
   EXPECT_EQ(transport::ErrnoOf(sock_->TakeError()), ECONNRESET);
 }
 
+// Once a write took the reset, a read must not look like the peer's FIN:
+// a relay (the backend) would pass a reset on as a clean end of stream.
+TEST_P(RstTest, ReadAfterTheResetWasTakenIsAnErrorNotEndOfStream) {
+  Open();
+  ExpectExactRstResets();
+  const uint8_t byte = 1;
+  EXPECT_EQ(transport::ErrnoOf(sock_->Write({&byte, 1}).status()), ECONNRESET);
+  uint8_t buf[16];
+  auto r = sock_->Read(buf);
+  ASSERT_FALSE(r.ok()) << "read returned " << *r;
+  EXPECT_EQ(transport::ErrnoOf(r.status()), ECONNABORTED);
+  buffer::PayloadView views[4];
+  size_t n = 0;
+  auto rv = sock_->ReadViews(views, 1024, &n);
+  ASSERT_FALSE(rv.ok()) << "ReadViews returned " << *rv;
+  EXPECT_EQ(transport::ErrnoOf(rv.status()), ECONNABORTED);
+}
+
 TEST_P(RstTest, EstablishedInWindowRstGetsChallengeAck) {
   Open();
   h().Send(h().Segment().Flags(kRst).Seq(h().peer.seq + 1000));

@@ -89,14 +89,25 @@ absl::Status TcpSocket::Connect(const transport::SocketAddress& remote) {
   return absl::OkStatus();
 }
 
+// A read that found no bytes, no FIN and no pending error. A CLOSED
+// connection without the peer's FIN ended abortively, and an earlier call
+// took its error (a Write that returned the reset): that is
+// ECONNABORTED, never 0, which a relay would pass on as the peer's clean
+// end of stream. (Linux's recv() returns 0 there.) After our own
+// shutdown of reading, 0.
+absl::StatusOr<size_t> TcpSocket::ClosedOrWouldBlock() const {
+  if (conn_->state() != TcpState::kClosed) return transport::WouldBlock();
+  if (conn_->read_shutdown()) return size_t{0};
+  return transport::ConnectionAborted();
+}
+
 absl::StatusOr<size_t> TcpSocket::Read(std::span<uint8_t> out) {
   if (conn_ == nullptr) return transport::NotConnected();
   bool eof = false;
   const size_t n = conn_->Read(out, &eof);
   if (n > 0 || eof || out.empty()) return n;
   if (absl::Status e = conn_->TakeError(); !e.ok()) return e;
-  if (conn_->state() == TcpState::kClosed) return size_t{0};
-  return transport::WouldBlock();
+  return ClosedOrWouldBlock();
 }
 
 absl::StatusOr<size_t> TcpSocket::ReadViews(
@@ -107,8 +118,7 @@ absl::StatusOr<size_t> TcpSocket::ReadViews(
   const size_t n = conn_->ReadViews(out, max_bytes, views, &eof);
   if (n > 0 || eof) return n;
   if (absl::Status e = conn_->TakeError(); !e.ok()) return e;
-  if (conn_->state() == TcpState::kClosed) return size_t{0};
-  return transport::WouldBlock();
+  return ClosedOrWouldBlock();
 }
 
 absl::StatusOr<size_t> TcpSocket::Write(std::span<const uint8_t> data) {

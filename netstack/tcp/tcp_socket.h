@@ -57,8 +57,10 @@ class TcpSocket {
   // says ConnectionRefused, TimedOut or HostUnreachable).
   absl::Status Connect(const transport::SocketAddress& remote);
 
-  // Copies received bytes out. 0 means end of stream (the peer's FIN).
-  // WouldBlock when nothing is readable yet.
+  // Copies received bytes out. 0 means end of stream (the peer's FIN, or
+  // our own SHUT_RD). WouldBlock when nothing is readable yet. An error
+  // once the connection failed: the error itself the first time
+  // (ECONNRESET, ETIMEDOUT...), ECONNABORTED after another call took it.
   absl::StatusOr<size_t> Read(std::span<uint8_t> out);
   // Zero-copy read: moves up to `max_bytes` of received payload views out
   // (they share the receive chunks). Same return values as Read.
@@ -109,6 +111,7 @@ class TcpSocket {
   size_t unsent_bytes() const;
 
  private:
+  absl::StatusOr<size_t> ClosedOrWouldBlock() const;
   friend class TcpLayer;
   TcpSocket(TcpLayer& layer, transport::Family family,
             const ConnectionOptions& options);
