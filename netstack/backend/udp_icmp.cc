@@ -53,6 +53,7 @@ bool SendUdpUnreachable(stack::Stack& stack, buffer::PacketPool& packets,
                         const transport::SocketAddress& peer,
                         uint16_t udp_len, Instant now) {
   if (guest.ip.is_v4() != peer.ip.is_v4()) return false;
+  if (!stack.TakeIcmpErrorToken(now)) return false;
   buffer::PacketPtr packet = packets.Allocate();
   if (packet == nullptr) {
     stack.CountDrop(stack::DropReason::kNoBuffer);

@@ -27,7 +27,8 @@ enum class Unreachable : uint8_t {
 
 // Sends the error from `peer.ip` to `guest.ip` about a datagram of
 // `udp_len` bytes (header included) that went from `guest` to `peer`.
-// False if no packet buffer was left or the stack dropped it (counted).
+// False if the stack's ICMP error budget was spent, no packet buffer was
+// left, or the stack dropped it (each counted).
 bool SendUdpUnreachable(stack::Stack& stack, buffer::PacketPool& packets,
                         Unreachable what, const transport::SocketAddress& guest,
                         const transport::SocketAddress& peer,

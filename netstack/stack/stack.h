@@ -304,6 +304,13 @@ class Stack {
   // fragments if needed and allowed, resolves the next hop. Returns false if the packet was dropped (counted).
   bool SendIpv4(wire::Ipv4Repr ip, buffer::PacketPtr packet, Instant now);
   bool SendIpv6(wire::Ipv6Repr ip, buffer::PacketPtr packet, Instant now);
+  // Takes one token of the ICMP error budget (StackOptions
+  // icmp_errors_per_second and icmp_error_burst); false: rate limited,
+  // counted as kIcmpRateLimited. The stack's own errors take one; so must
+  // every error a user builds and sends with SendIpv4/SendIpv6 (the
+  // backend's UDP unreachables), or a guest's spray is answered packet
+  // for packet.
+  bool TakeIcmpErrorToken(Instant now);
 
  private:
   struct Nic;
@@ -343,8 +350,6 @@ class Stack {
   // Expires timed-out datagrams; called from Poll and before a fragment is
   // added, so a late fragment never joins a datagram past its deadline.
   void ExpireReassembly(Instant now);
-  // Takes one token of the ICMP error budget; false: rate limited.
-  bool TakeIcmpErrorToken(Instant now);
   void SendReassemblyTimeExceeded(const ip::ExpiredDatagram& e, Instant now);
   // Hands an ICMP error to the transport it concerns (icmp_error.cc).
   // `invoking` starts at the invoking datagram's IP header. False (and
