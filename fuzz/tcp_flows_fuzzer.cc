@@ -415,7 +415,13 @@ struct Fuzz {
       ++forged_polled;
     }
     if (n == 0) return false;
-    FUZZ_CHECK(poll(fds.data(), n, 0) >= 0);
+    // libFuzzer's -timeout timer may land inside the call; even a poll()
+    // that does not wait then fails with EINTR.
+    int ready;
+    do {
+      ready = poll(fds.data(), n, 0);
+    } while (ready < 0 && errno == EINTR);
+    FUZZ_CHECK(ready >= 0);
     bool moved = false;
     uint8_t buf[16384];
     for (size_t j = 0; j < n; ++j) {
