@@ -202,7 +202,11 @@ class Parser {
       if (!digits()) return Error("bad number");
     }
     const std::string literal(text_.substr(start, pos_ - start));
-    return JsonValue::Number(std::strtod(literal.c_str(), nullptr));
+    const double value = std::strtod(literal.c_str(), nullptr);
+    // Past a double's range strtod says infinity, which JSON cannot say
+    // back (the writer makes it null). Underflow rounds toward zero: fine.
+    if (!std::isfinite(value)) return Error("number out of range");
+    return JsonValue::Number(value);
   }
 
   // Four hex digits of a \u escape.

@@ -53,6 +53,23 @@ TEST(JsonReader, RejectsMalformedInput) {
   }
 }
 
+TEST(JsonReader, RejectsANumberPastADoublesRange) {
+  // strtod makes 1e400 infinity, which JSON cannot write back: the writer
+  // would say null, and a results document with one would not decode
+  // again. A peer's 1e400 is an error here, as NaN and Infinity are.
+  for (const char* bad : {"1e400", "-1e400", "[73709E51615]",
+                          "{\"cpu_util_system\":1E309}"}) {
+    absl::StatusOr<JsonValue> v = ParseJson(bad);
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_NE(v.status().message().find("out of range"), std::string::npos)
+        << v.status();
+  }
+  // Underflow is not an error: it rounds to zero, or to a subnormal.
+  for (const char* fine : {"1e-400", "1.7976931348623157e308", "4.9e-324"}) {
+    EXPECT_TRUE(ParseJson(fine).ok()) << fine;
+  }
+}
+
 TEST(JsonReader, LimitsNesting) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   absl::StatusOr<JsonValue> v = ParseJson(deep);
