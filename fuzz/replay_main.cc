@@ -1,5 +1,5 @@
 // Runs every file in the directories named on the command line through the
-// fuzz target's LLVMFuzzerTestOneInput, once each: the corpus and the
+// fuzz target's LLVMFuzzerTestOneInput: the corpus and the
 // regression inputs of one target, in the normal (gcc) and ASan builds. A
 // crash, a sanitizer report or a failed invariant (the targets abort) fails
 // the test and names the file on stderr before the input runs.
@@ -44,8 +44,8 @@ std::vector<std::string> FilesIn(const std::string& dir) {
   return out;
 }
 
-// Arms a fast SIGALRM timer with a handler that does nothing and no
-// SA_RESTART, as libFuzzer's is; disarms it when it goes.
+// Arms a fast SIGALRM timer with a handler that only counts and has no
+// SA_RESTART, as libFuzzer's has none; disarms it when it goes.
 class FrequentSignals {
  public:
   FrequentSignals() {
