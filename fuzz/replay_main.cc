@@ -28,7 +28,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 namespace {
 
 std::vector<std::string> g_dirs;
-bool g_quiet = false;  // no line per input
 
 std::vector<std::string> FilesIn(const std::string& dir) {
   std::vector<std::string> out;
@@ -69,6 +68,8 @@ class FrequentSignals {
   struct sigaction old_ = {};
 };
 
+// Replays every input once; `how` names the pass on stderr, or nullptr for
+// a silent one.
 size_t ReplayAll(const char* how) {
   size_t runs = 0;
   for (const std::string& dir : g_dirs) {
@@ -78,7 +79,7 @@ size_t ReplayAll(const char* how) {
       if (!in.good()) continue;
       const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                                        std::istreambuf_iterator<char>());
-      if (!g_quiet) {
+      if (how != nullptr) {
         std::fprintf(stderr, "replay%s: %s (%zu bytes)\n", how,
                      path.c_str(), bytes.size());
       }
@@ -87,7 +88,7 @@ size_t ReplayAll(const char* how) {
       ++runs;
     }
   }
-  if (!g_quiet) std::fprintf(stderr, "replay%s: %zu inputs\n", how, runs);
+  if (how != nullptr) std::fprintf(stderr, "replay%s: %zu inputs\n", how, runs);
   return runs;
 }
 
@@ -104,12 +105,10 @@ TEST(FuzzReplay, EveryInputRunsWhileSignalsInterruptItsSystemCalls) {
   ReplayAll(" (SIGALRM every 200 us)");
   // A parser's whole corpus can run before the first signal: go again
   // (silently) until one has arrived, so that the test always tests.
-  g_quiet = true;
   for (int pass = 0; pass < 100000 && FrequentSignals::Delivered() == 0;
        ++pass) {
-    ReplayAll("");
+    ReplayAll(nullptr);
   }
-  g_quiet = false;
   std::fprintf(stderr, "replay: %ld signals delivered\n",
                FrequentSignals::Delivered());
   EXPECT_GT(FrequentSignals::Delivered(), 0);

@@ -64,7 +64,8 @@ TEST(JsonReader, RejectsANumberPastADoublesRange) {
     EXPECT_NE(v.status().message().find("out of range"), std::string::npos)
         << v.status();
   }
-  // Underflow is not an error: it rounds to zero, or to a subnormal.
+  // The largest double is fine, and so is underflow: it rounds to zero or
+  // to a subnormal.
   for (const char* fine : {"1e-400", "1.7976931348623157e308", "4.9e-324"}) {
     EXPECT_TRUE(ParseJson(fine).ok()) << fine;
   }
