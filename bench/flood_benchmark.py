@@ -21,7 +21,7 @@ TAP's transmit ring with the flood) and -R (the host sending; only the
 guest's ACKs share it). --rates adds floods paced at those SYNs per
 second. Also printed: netstackd's VmHWM after each case. --variants runs
 every case once per set of netstackd flags, in the same run, e.g.
---variants "now=;before=--tap-queues 1 --tcp-connect-rate 0" for the
+--variants "now=;before=--tap-queues 1 --busy-syn-rate 0" for the
 defaults against one TAP queue and no connect rate.
 
 Every namespace is made here, with names carrying our pid, and removed at
