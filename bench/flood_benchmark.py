@@ -22,7 +22,7 @@ guest's ACKs share it). --rates adds floods paced at those SYNs per
 second. Also printed: netstackd's VmHWM after each case. --variants runs
 every case once per set of netstackd flags, in the same run, e.g.
 --variants "now=;before=--tap-queues 1 --busy-syn-rate 0" for the
-defaults against one TAP queue and no connect rate.
+defaults against one TAP queue and no SYN shedding.
 
 Every namespace is made here, with names carrying our pid, and removed at
 exit; H has no default route (asserted before netstackd starts). Needs
