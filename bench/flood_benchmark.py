@@ -46,17 +46,32 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-ap = argparse.ArgumentParser()
+ap = argparse.ArgumentParser(
+    description="What an established transfer keeps while the guest floods "
+    "SYNs (issue 15). Needs root, iperf3 and an opt build of netstackd; "
+    "every namespace is made here and removed at exit.")
 ap.add_argument("--netstackd", default=os.path.join(
     HERE, "..", "bazel-out", "k8-optopt", "bin", "tools", "netstackd",
-    "netstackd"))
-ap.add_argument("--seconds", type=float, default=4)
-ap.add_argument("--repeat", type=int, default=2)
-ap.add_argument("--rates", default="100000,30000")
-ap.add_argument("--cases", default="cpu,closed,open,stack")
-ap.add_argument("--syns", type=int, default=100000)
+    "netstackd"), help="the netstackd binary (default: the opt build's)")
+ap.add_argument("--seconds", type=float, default=4,
+                help="seconds of each transfer under the flood (default 4)")
+ap.add_argument("--repeat", type=int, default=2,
+                help="repetitions of each case; the table has medians "
+                "(default 2)")
+ap.add_argument("--rates", default="100000,30000",
+                help="comma-separated SYN/s for paced floods, besides the "
+                "full-rate one; \"\" for full rate only "
+                "(default 100000,30000)")
+ap.add_argument("--cases", default="cpu,closed,open,stack",
+                help="cpu (a core kept busy, no flood: the control), closed "
+                "and open (a closed or open port of H through the backend), "
+                "stack (netstackd's own listener) (default: all four)")
+ap.add_argument("--syns", type=int, default=100000,
+                help="distinct SYNs (4-tuples) built once and sent over "
+                "and over (default 100000)")
 ap.add_argument("--variants", default="default=",
-                help="NAME=NETSTACKD FLAGS;... each runs every case")
+                help="NAME=NETSTACKD FLAGS;... each runs every case "
+                "(default: netstackd's defaults only)")
 ARGS = ap.parse_args()
 os.environ["NETSTACKD"] = os.path.abspath(ARGS.netstackd)
 
