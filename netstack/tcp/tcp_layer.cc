@@ -300,8 +300,8 @@ std::optional<DropReason> TcpLayer::Receive(Segment& seg, Instant now) {
   return DropReason::kTcpNoListener;
 }
 
-std::optional<DropReason> TcpLayer::ReceiveUnclaimedSyn(Segment& seg,
-                                                         Instant now) {
+std::optional<DropReason> TcpLayer::ReceiveUnclaimedSyn(
+    Segment& seg, Instant now, std::optional<SeqNum> iss) {
   if (held_syns_.contains(seg.tuple)) {
     // The guest retransmits while the decision is pending: one decision
     // per tuple, so never a second host connection.
@@ -323,7 +323,7 @@ std::optional<DropReason> TcpLayer::ReceiveUnclaimedSyn(Segment& seg,
   }
   wire::TcpRepr syn = seg.tcp;
   syn.flags = flag::kSyn;  // data and PSH/URG are not kept (nor ACKed)
-  held_syns_.emplace(seg.tuple, syn);
+  held_syns_.emplace(seg.tuple, HeldSyn{syn, iss});
   ++counters_.syns_held;
   return std::nullopt;
 }
@@ -337,7 +337,8 @@ absl::StatusOr<std::unique_ptr<TcpSocket>> TcpLayer::AcceptHeld(
   }
   Segment seg;
   seg.tuple = tuple;
-  seg.tcp = it->second;
+  seg.tcp = it->second.syn;
+  const std::optional<SeqNum> iss = it->second.iss;
   held_syns_.erase(it);
   if (connections_.contains(tuple) || !ConnectionRoom()) {
     ++counters_.held_syns_refused;
@@ -345,7 +346,7 @@ absl::StatusOr<std::unique_ptr<TcpSocket>> TcpLayer::AcceptHeld(
     return transport::NoBuffers();
   }
   Connection* c = NewConnection(tuple, options_.connection);
-  c->StartPassive(seg, nullptr, isn_.Next(tuple, now_), now_);
+  c->StartPassive(seg, nullptr, iss ? *iss : isn_.Next(tuple, now_), now_);
   std::unique_ptr<TcpSocket> s(new TcpSocket(
       *this,
       tuple.local.ip.is_v4() ? transport::Family::kIpv4
@@ -364,7 +365,7 @@ bool TcpLayer::RefuseHeld(const transport::FourTuple& tuple,
   if (it == held_syns_.end()) return false;
   Segment seg;
   seg.tuple = tuple;
-  seg.tcp = it->second;
+  seg.tcp = it->second.syn;
   held_syns_.erase(it);
   ++counters_.held_syns_refused;
   stack::IcmpErrorKind kind = stack::IcmpErrorKind::kHostUnreachable;
@@ -414,6 +415,22 @@ std::optional<DropReason> TcpLayer::ReceiveTimeWait(TimeWaitEntry& tw,
       time_wait_.Erase(tw);
       ++counters_.time_wait_recycled;
       return ReceiveForListener(*l, seg, now, iss);
+    }
+    if (syn_handler_ != nullptr) {
+      // Gateway mode has no listener: the SynHandler stands for one
+      // (Linux's TCP_TW_SYN hands the SYN to the listener). Otherwise the
+      // SYN drew a bare ACK and the guest, which reused its port at once
+      // because it closed passively and keeps no TIME_WAIT, hung until 2
+      // MSL ran out. TIME_WAIT ends only once the SYN is held: a SYN the
+      // handler sheds or resets leaves it, so the retransmission is asked
+      // about again and still gets an ISS above the old sequence space.
+      const std::optional<DropReason> r =
+          ReceiveUnclaimedSyn(seg, now, tw.ReopenIss());
+      if (!r) {  // held
+        time_wait_.Erase(tw);
+        ++counters_.time_wait_recycled;
+      }
+      return r;
     }
   }
   const bool paws = tw.PawsRejects(seg);

@@ -188,9 +188,10 @@ class TcpLayer : public stack::TransportHandler {
   std::optional<stack::DropReason> ReceiveForListener(
       Listener& l, Segment& seg, Instant now,
       std::optional<SeqNum> iss = std::nullopt);
-  // A SYN with no listener, offered to syn_handler_.
-  std::optional<stack::DropReason> ReceiveUnclaimedSyn(Segment& seg,
-                                                       Instant now);
+  // A SYN with no listener, offered to syn_handler_. `iss`: as for
+  // ReceiveForListener, kept with the held SYN for AcceptHeld.
+  std::optional<stack::DropReason> ReceiveUnclaimedSyn(
+      Segment& seg, Instant now, std::optional<SeqNum> iss = std::nullopt);
   std::optional<stack::DropReason> ReceiveTimeWait(TimeWaitEntry& tw,
                                                    Segment& seg, Instant now);
   // The listener for `local`, or the wildcard one of its port.
@@ -256,8 +257,13 @@ class TcpLayer : public stack::TransportHandler {
   // (address, port); counts per port for quick exhaustion checks.
   absl::flat_hash_map<transport::SocketAddress, int> bound_;
   SynHandler* syn_handler_ = nullptr;
-  // The SYNs held for syn_handler_: header and options only.
-  absl::flat_hash_map<transport::FourTuple, wire::TcpRepr> held_syns_;
+  // The SYNs held for syn_handler_: header and options only, and the ISS
+  // when the SYN reopened a TIME_WAIT tuple.
+  struct HeldSyn {
+    wire::TcpRepr syn;
+    std::optional<SeqNum> iss;
+  };
+  absl::flat_hash_map<transport::FourTuple, HeldSyn> held_syns_;
   std::vector<Connection*> pending_output_;
   std::vector<Connection*> output_batch_;
   std::vector<Connection*> closed_;
