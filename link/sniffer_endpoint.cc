@@ -1,8 +1,13 @@
 #include "link/sniffer_endpoint.h"
 
+#include <fcntl.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -28,11 +33,26 @@ absl::StatusOr<std::unique_ptr<SnifferEndpoint>> SnifferEndpoint::Create(
     return absl::InternalError(absl::StrCat(
         "sniffer(pcap:", path, "): pcap_open_dead(DLT_EN10MB) failed"));
   }
-  pcap_dumper_t* dumper = pcap_dump_open(pcap, path.c_str());
+  // Opened here with O_CLOEXEC and handed to libpcap: pcap_dump_open's
+  // fopen(path, "w") has no close-on-exec, and the file would go on to
+  // whatever this process starts (netstackd's CMD, issue #30).
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  FILE* file = fd < 0 ? nullptr : ::fdopen(fd, "w");
+  if (file == nullptr) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    pcap_close(pcap);
+    return absl::InvalidArgumentError(
+        absl::StrCat("sniffer: cannot open pcap file '", path,
+                     "' for writing: ", std::strerror(err)));
+  }
+  pcap_dumper_t* dumper = pcap_dump_fopen(pcap, file);
   if (dumper == nullptr) {
     absl::Status status = absl::InvalidArgumentError(
-        absl::StrCat("sniffer: cannot open pcap file '", path,
-                     "' for writing: ", pcap_geterr(pcap)));
+        absl::StrCat("sniffer: cannot write pcap file '", path,
+                     "': ", pcap_geterr(pcap)));
+    std::fclose(file);
     pcap_close(pcap);
     return status;
   }

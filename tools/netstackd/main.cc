@@ -17,13 +17,17 @@
 // with nothing left behind.
 #include <unistd.h>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include <algorithm>
 #include <csignal>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -824,6 +828,20 @@ class OnReadableFn : public eventloop::Handler {
   absl::AnyInvocable<void(Instant)> fn_;
 };
 
+// Marks every fd above stderr close-on-exec (close_range, Linux 5.11; a
+// loop over /proc/self/fd before that).
+void CloseInheritedOnExec() {
+  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return;
+  const int own = dirfd(d);
+  while (struct dirent* e = readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd > 2 && fd != own) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  closedir(d);
+}
+
 int Run(const Config& c) {
   if (c.backend) {
     // One host fd per flow: the limit must cover the flow limits.
@@ -852,11 +870,20 @@ int Run(const Config& c) {
   std::string watched_path;    // --netns: quit when it is gone
   struct stat watched_stat {};
   link::DirEntryRef watched_entry;  // watched_path
+  link::UniqueFd guest_userns;  // -- CMD's user namespace
   {
-    absl::Status s = absl::OkStatus();
-    if (!absl::GetFlag(FLAGS_userns).empty()) {
+    // No process of the guest's may read or write our memory (issue #30,
+    // sandbox.h): from before anything of the guest's runs or is joined.
+    // Except that, when not root, -- CMD's start writes our own uid_map
+    // first, which a non-dumpable process may not; no guest exists then.
+    const bool maps_itself = c.guest == Config::Guest::kRun &&
+                             geteuid() != 0 &&
+                             absl::GetFlag(FLAGS_userns).empty() &&
+                             absl::GetFlag(FLAGS_userns_pid) == 0;
+    absl::Status s = maps_itself ? absl::OkStatus() : HideFromGuest();
+    if (s.ok() && !absl::GetFlag(FLAGS_userns).empty()) {
       s = JoinUserns(absl::GetFlag(FLAGS_userns));
-    } else if (absl::GetFlag(FLAGS_userns_pid) != 0) {
+    } else if (s.ok() && absl::GetFlag(FLAGS_userns_pid) != 0) {
       s = JoinUserns(
           absl::StrCat("/proc/", absl::GetFlag(FLAGS_userns_pid), "/ns/user"));
     }
@@ -865,7 +892,15 @@ int Run(const Config& c) {
       ns = s;
     } else if (c.guest == Config::Guest::kRun) {
       bool made_userns = false;
-      ns = MakeGuestNetns(&made_userns);
+      absl::StatusOr<GuestNamespaces> made = MakeGuestNamespaces(&made_userns);
+      if (!made.ok()) {
+        ns = made.status();
+      } else if (absl::Status h = HideFromGuest(); !h.ok()) {
+        ns = h;
+      } else {
+        guest_userns = std::move(made->userns);
+        ns = std::move(made->netns);
+      }
     } else if (c.guest == Config::Guest::kNetnsPid) {
       const bool join = geteuid() != 0 && absl::GetFlag(FLAGS_userns).empty() &&
                         absl::GetFlag(FLAGS_userns_pid) == 0;
@@ -1197,7 +1232,11 @@ int Run(const Config& c) {
   std::optional<SandboxCommand> command;
   int exit_status = 0;
   std::vector<int> signals = {SIGINT, SIGTERM, SIGUSR1};
-  if (c.guest == Config::Guest::kRun) signals.push_back(SIGHUP);
+  // SIGWINCH: the terminal's new size, for CMD's pty.
+  if (c.guest == Config::Guest::kRun) {
+    signals.push_back(SIGHUP);
+    signals.push_back(SIGWINCH);
+  }
   if (auto s = loop.HandleSignals(
           signals,
           [&](int signo, Instant) {
@@ -1304,6 +1343,7 @@ int Run(const Config& c) {
     SandboxCommand::Options o;
     o.argv = c.command;
     o.netns_fd = guest_netns.get();
+    o.userns_fd = guest_userns.get();
     if (c.dns_config) {
       const backend::AddressPlan& p = c.backend->plan;
       o.resolv_conf = absl::StrCat("# netstackd: the guest's DNS address\n",
@@ -1375,6 +1415,11 @@ int Run(const Config& c) {
 }  // namespace netstack::tools
 
 int main(int argc, char** argv) {
+  // No fd this process inherited goes on to CMD (the caller's sockets of
+  // the host's network namespace among them): each is close-on-exec from
+  // here. netstackd itself keeps what its flags name (--fd, --ready-fd,
+  // --exit-fd).
+  netstack::tools::CloseInheritedOnExec();
   absl::SetProgramUsageMessage(
       "Runs a netstack userspace TCP/IP stack on one link.\n"
       "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH | --fd N "

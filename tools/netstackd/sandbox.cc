@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "link/netns.h"
+#include "tools/netstackd/sandbox_init.h"
 
 namespace netstack::tools {
 namespace {
@@ -93,29 +95,74 @@ absl::StatusOr<UniqueFd> OpenPidfd(pid_t pid) {
   return UniqueFd(fd);
 }
 
-absl::StatusOr<UniqueFd> MakeGuestNetns(bool* made_userns) {
+absl::Status HideFromGuest() {
+  if (::prctl(PR_SET_DUMPABLE, 0) != 0 || ::prctl(PR_GET_DUMPABLE) != 0) {
+    return ErrnoStatus(errno, "prctl(PR_SET_DUMPABLE, 0)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns) {
   *made_userns = false;
-  if (geteuid() != 0) {
+  const bool root = geteuid() == 0;
+  if (!root) {
     if (absl::Status s = MakeUserns(); !s.ok()) return s;
     *made_userns = true;
   }
-  // A thread makes the namespace and hands it over: this thread stays in
-  // the host's namespace.
-  absl::StatusOr<UniqueFd> result = absl::InternalError("not run");
-  std::thread maker([&] {
-    if (::unshare(CLONE_NEWNET) != 0) {
-      result = ErrnoStatus(errno, "unshare(CLONE_NEWNET)");
-      return;
+  // A child made in both namespaces holds them while we map C's ids and
+  // open them; it only waits for the end of the pipe. (unshare would need
+  // a single-threaded process and would move this one.)
+  int sync[2];
+  if (::pipe2(sync, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2");
+  const pid_t child =
+      sandbox_init::CloneProcess(CLONE_NEWUSER | CLONE_NEWNET);
+  if (child == 0) {
+    // Dumpable, so that its /proc files are its owner's (ours) even when
+    // this process is not; it runs nothing of the guest's.
+    ::prctl(PR_SET_DUMPABLE, 1);
+    ::close(sync[1]);
+    char byte;
+    (void)!::read(sync[0], &byte, 1);
+    _exit(0);
+  }
+  const int clone_err = errno;
+  ::close(sync[0]);
+  UniqueFd hold(sync[1]);
+  if (child < 0) {
+    if (clone_err == EPERM || clone_err == ENOSPC || clone_err == EUSERS) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "CMD runs in a user namespace of its own, and this kernel does "
+          "not let netstackd make one (clone: ",
+          std::strerror(clone_err), "; user.max_user_namespaces = ",
+          ReadSysctl("/proc/sys/user/max_user_namespaces"),
+          "): allow user namespaces"));
     }
-    UniqueFd fd(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) {
-      result = ErrnoStatus(errno, "open /proc/thread-self/ns/net");
-      return;
+    return ErrnoStatus(clone_err,
+                       "clone(CLONE_NEWUSER | CLONE_NEWNET) for CMD");
+  }
+  // Root in C is root here (the caller, when we are not root). As root,
+  // every uid and gid maps to itself: CMD keeps root's files and may
+  // switch users, but holds capabilities over C's namespaces only.
+  const std::string map = root ? "0 0 4294967295\n" : "0 0 1\n";
+  const std::string proc = absl::StrCat("/proc/", child);
+  absl::Status s = WriteFile(absl::StrCat(proc, "/uid_map").c_str(), map);
+  if (s.ok()) s = WriteFile(absl::StrCat(proc, "/gid_map").c_str(), map);
+  GuestNamespaces ns;
+  if (s.ok()) {
+    ns.userns = UniqueFd(::open(absl::StrCat(proc, "/ns/user").c_str(),
+                                O_RDONLY | O_CLOEXEC));
+    ns.netns = UniqueFd(::open(absl::StrCat(proc, "/ns/net").c_str(),
+                               O_RDONLY | O_CLOEXEC));
+    if (!ns.userns.valid() || !ns.netns.valid()) {
+      s = ErrnoStatus(errno, absl::StrCat("open ", proc, "/ns"));
     }
-    result = std::move(fd);
-  });
-  maker.join();
-  return result;
+  }
+  hold = UniqueFd();  // the child exits
+  int status;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!s.ok()) return s;
+  return ns;
 }
 
 absl::Status JoinUserns(const std::string& path) {
@@ -168,163 +215,23 @@ absl::StatusOr<UniqueFd> OpenNetnsPath(const std::string& name_or_path,
 
 namespace {
 
-// What the init and CMD report through the start pipe, one record per
-// write (a pipe write this small is atomic). A failed step ends the start;
-// a note (kMountProc, and the mount namespace's steps when there is no
-// resolv.conf to mount) does not.
-struct ChildReport {
-  int step;
-  int err;
-};
-enum Step : int {
-  kSetns,
-  kUnshareMount,
-  kPrivate,
-  kBind,
-  kMountProc,
-  kForkCommand,
-  kExec,
-};
+using sandbox_init::ChildReport;
+using sandbox_init::StepName;
 
-const char* StepName(int step) {
-  switch (step) {
-    case kSetns: return "enter the guest's network namespace";
-    case kUnshareMount: return "make a mount namespace";
-    case kPrivate: return "make / private in it";
-    case kBind: return "bind-mount resolv.conf over /etc/resolv.conf";
-    case kMountProc: return "mount a /proc of the PID namespace";
-    case kForkCommand: return "fork CMD in the PID namespace";
-    default: return "exec";
-  }
+// Whether `path` names nothing a bind mount could land on: missing, or a
+// symlink that leads nowhere (systemd-resolved's stub, when it is
+// stopped).
+bool Unresolvable(const char* path) {
+  struct stat st;
+  return ::stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR ||
+                                    errno == ELOOP);
 }
 
-void ChildReportStep(int pipe_fd, int step) {
-  const ChildReport r{step, errno};
-  (void)!::write(pipe_fd, &r, sizeof(r));
-}
-
-[[noreturn]] void ChildFail(int pipe_fd, int step) {
-  ChildReportStep(pipe_fd, step);
-  _exit(127);
-}
-
-// fork(2) with clone flags, as a system call: glibc's fork() would run
-// its atfork handlers and take locks (malloc's) that another thread of
-// netstackd may hold; the child makes system calls only. A null stack
-// means the child runs on a copy of ours, as after fork. (flags, stack,
-// parent_tid, child_tid, tls) is x86-64's and arm64's order up to the last
-// two, which are null either way.
-pid_t CloneProcess(unsigned long flags) {
-  return static_cast<pid_t>(
-      ::syscall(SYS_clone, flags | SIGCHLD, nullptr, nullptr, nullptr,
-                nullptr));
-}
-
-// Whether nobody reads the start pipe any more: netstackd died before the
-// child asked to die with it.
-bool StartPipeOrphaned(int pipe_fd) {
-  struct pollfd p = {.fd = pipe_fd, .events = POLLOUT, .revents = 0};
-  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0;
-}
-
-// What the init needs, built before the clone: after it, the init and
-// CMD make system calls only.
-struct InitPlan {
-  int pipe_fd;
-  int netns_fd;
-  const char* resolv_path;  // nullptr: leave /etc/resolv.conf alone
-  char** argv;
-};
-
-// CMD's mount namespace: resolv.conf bound over /etc/resolv.conf, and a
-// /proc of the PID namespace over the host's, so that ps and /proc/self
-// tell the truth in it. The mount namespace and the /proc are a nicety
-// without resolv.conf: a failure there is a note, not an error (a user
-// namespace may not mount proc where /proc has masks over parts of it).
-void SetUpMounts(const InitPlan& plan) {
-  const bool need = plan.resolv_path != nullptr;
-  auto failed = [&](int step) {
-    if (need) ChildFail(plan.pipe_fd, step);
-    ChildReportStep(plan.pipe_fd, step);
-  };
-  if (::unshare(CLONE_NEWNS) != 0) return failed(kUnshareMount);
-  // Private first: nothing mounted here may propagate to the host's.
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    return failed(kPrivate);
-  }
-  if (need && ::mount(plan.resolv_path, "/etc/resolv.conf", nullptr,
-                      MS_BIND, nullptr) != 0) {
-    ChildFail(plan.pipe_fd, kBind);
-  }
-  if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              nullptr) != 0) {
-    ChildReportStep(plan.pipe_fd, kMountProc);
-  }
-}
-
-// The signals the init passes on to CMD: those netstackd passes on.
-void ForwardedSignals(sigset_t* set) {
-  sigemptyset(set);
-  sigaddset(set, SIGINT);
-  sigaddset(set, SIGTERM);
-  sigaddset(set, SIGHUP);
-}
-
-// Pid 1's loop. The kernel delivers to a PID namespace's init only the
-// signals it handles, so the init takes them with sigwaitinfo (blocked
-// signals are queued, never dropped), passes them on to CMD, and reaps
-// every child: CMD, and the orphans the kernel hands to it. When CMD
-// ends, the init ends with its status (128 + N for signal N: the number
-// netstackd reports either way), and the kernel kills everything left in
-// the namespace.
-[[noreturn]] void InitLoop(pid_t command, const sigset_t& waited) {
-  for (;;) {
-    const int signo = ::sigwaitinfo(&waited, nullptr);
-    if (signo < 0) continue;  // EINTR
-    if (signo != SIGCHLD) {
-      ::kill(command, signo);
-      continue;
-    }
-    int status;
-    pid_t r;
-    while ((r = ::waitpid(-1, &status, WNOHANG)) > 0) {
-      if (r != command) continue;
-      _exit(WIFEXITED(status)     ? WEXITSTATUS(status)
-            : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
-                                  : 1);
-    }
-  }
-}
-
-// The child netstackd clones into a new PID namespace: its pid 1.
-[[noreturn]] void RunInit(const InitPlan& plan) {
-  // CMD dies with netstackd: without us it has no network. The init's
-  // death is CMD's, and its whole namespace's.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (StartPipeOrphaned(plan.pipe_fd)) _exit(127);
-  if (::setns(plan.netns_fd, CLONE_NEWNET) != 0) {
-    ChildFail(plan.pipe_fd, kSetns);
-  }
-  SetUpMounts(plan);
-  // Blocked before CMD exists, so that none is lost before the loop.
-  sigset_t waited;
-  ForwardedSignals(&waited);
-  sigaddset(&waited, SIGCHLD);
-  ::sigprocmask(SIG_SETMASK, &waited, nullptr);
-  const pid_t command = CloneProcess(0);
-  if (command < 0) ChildFail(plan.pipe_fd, kForkCommand);
-  if (command == 0) {
-    // The event loop blocks the signals it handles; CMD starts clean.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execvp(plan.argv[0], plan.argv);
-    ChildFail(plan.pipe_fd, kExec);
-  }
-  // The init keeps no fd: not netstackd's (the TAP, its sockets), not
-  // the start pipe (netstackd reads to its end), not CMD's stdio.
-  ::close_range(0, ~0U, 0);
-  InitLoop(command, waited);
+// netstackd in the foreground of the terminal on stdin: CMD gets a pty of
+// its own (sandbox.h). A background netstackd leaves the terminal to the
+// shell.
+bool ForegroundTerminal() {
+  return ::isatty(0) && ::tcgetpgrp(0) == ::getpgrp();
 }
 
 }  // namespace
@@ -333,13 +240,22 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
   if (options.argv.empty()) {
     return absl::InvalidArgumentError("no command to run");
   }
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string tmpdir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
   // The resolv.conf CMD sees: a file of ours, bind-mounted by the init and
-  // unlinked here once it is mounted (or the start failed).
+  // unlinked here once it is mounted (or the start failed). When
+  // /etc/resolv.conf leads nowhere there is nothing to bind it over: the
+  // init writes it into an overlay of /etc instead, whose tmpfs goes on a
+  // directory of ours, removed here the same way.
   std::string resolv_path;
-  if (!options.resolv_conf.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    resolv_path = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-                               "/netstackd-resolv.XXXXXX");
+  std::string overlay_dir;
+  if (!options.resolv_conf.empty() && Unresolvable("/etc/resolv.conf")) {
+    overlay_dir = absl::StrCat(tmpdir, "/netstackd-etc.XXXXXX");
+    if (::mkdtemp(overlay_dir.data()) == nullptr) {
+      return ErrnoStatus(errno, absl::StrCat("create ", overlay_dir));
+    }
+  } else if (!options.resolv_conf.empty()) {
+    resolv_path = absl::StrCat(tmpdir, "/netstackd-resolv.XXXXXX");
     UniqueFd f(::mkostemp(resolv_path.data(), O_CLOEXEC));
     if (!f.valid()) {
       return ErrnoStatus(errno, absl::StrCat("create ", resolv_path));
@@ -355,6 +271,10 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
       return ErrnoStatus(err, absl::StrCat("write ", resolv_path));
     }
   }
+  auto remove_files = [&] {
+    if (!resolv_path.empty()) ::unlink(resolv_path.c_str());
+    if (!overlay_dir.empty()) ::rmdir(overlay_dir.c_str());
+  };
   std::vector<char*> argv;
   for (const std::string& a : options.argv) {
     argv.push_back(const_cast<char*>(a.c_str()));
@@ -363,34 +283,45 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) {
     const int err = errno;
-    if (!resolv_path.empty()) ::unlink(resolv_path.c_str());
+    remove_files();
     return ErrnoStatus(err, "pipe2");
   }
-  const InitPlan plan{
+  const bool pty = options.allow_pty && ForegroundTerminal();
+  const sandbox_init::InitPlan plan{
       .pipe_fd = pipefd[1],
       .netns_fd = options.netns_fd,
+      .userns_fd = options.userns_fd,
       .resolv_path = resolv_path.empty() ? nullptr : resolv_path.c_str(),
+      .overlay_dir = overlay_dir.empty() ? nullptr : overlay_dir.c_str(),
+      .resolv_text = options.resolv_conf.data(),
+      .resolv_len = options.resolv_conf.size(),
+      .pty = pty,
+      .tty_out = !pty ? -1 : ::isatty(1) ? 1 : ::isatty(2) ? 2 : -1,
       .argv = argv.data(),
   };
-  const pid_t pid = CloneProcess(CLONE_NEWPID);
+  const pid_t pid = sandbox_init::CloneProcess(CLONE_NEWPID);
   if (pid < 0) {
     const int err = errno;
     ::close(pipefd[0]);
     ::close(pipefd[1]);
-    if (!resolv_path.empty()) ::unlink(resolv_path.c_str());
+    remove_files();
     return ErrnoStatus(err, "clone(CLONE_NEWPID): a PID namespace for CMD");
   }
   if (pid == 0) {
     ::close(pipefd[0]);
-    RunInit(plan);
+    sandbox_init::RunInit(plan);
   }
   ::close(pipefd[1]);
-  return Started(options, pid, UniqueFd(pipefd[0]), resolv_path);
+  absl::StatusOr<SandboxCommand> started =
+      Started(options, pid, UniqueFd(pipefd[0]));
+  // Mounted in the init's namespace by now, or never: the names go.
+  remove_files();
+  return started;
 }
 
-absl::StatusOr<SandboxCommand> SandboxCommand::Started(
-    const Options& options, pid_t pid, UniqueFd start_pipe,
-    const std::string& resolv_path) {
+absl::StatusOr<SandboxCommand> SandboxCommand::Started(const Options& options,
+                                                       pid_t pid,
+                                                       UniqueFd start_pipe) {
   // Notes, then at most one failure, then the end of the pipe: CMD has
   // exec'd (or the init is gone).
   std::vector<std::string> notes;
@@ -401,35 +332,33 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Started(
     n = ::read(start_pipe.get(), &r, sizeof(r));
     if (n < 0 && errno == EINTR) continue;
     if (n != static_cast<ssize_t>(sizeof(r))) break;
-    if (r.step == kMountProc ||
-        (options.resolv_conf.empty() &&
-         (r.step == kUnshareMount || r.step == kPrivate))) {
-      notes.push_back(absl::StrCat("could not ", StepName(r.step),
-                                   " for CMD (", std::strerror(r.err),
-                                   "): CMD sees netstackd's /proc"));
+    if (r.step == sandbox_init::kOverlayEtc) {
+      notes.push_back(absl::StrCat(
+          "/etc/resolv.conf does not exist here (or is a symlink that leads "
+          "nowhere), and CMD's could not be made (",
+          StepName(r.step), ": ", std::strerror(r.err),
+          "): CMD has no resolver configuration"));
     } else {
       failure = r;
     }
   }
-  if (!resolv_path.empty()) ::unlink(resolv_path.c_str());
   if (failure.step >= 0) {
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    if (failure.step == kExec) {
+    if (failure.step == sandbox_init::kExec) {
       return absl::Status(
           failure.err == ENOENT ? absl::StatusCode::kNotFound
                                 : absl::StatusCode::kFailedPrecondition,
           absl::StrCat("cannot run '", options.argv[0],
                        "': ", std::strerror(failure.err)));
     }
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot start '", options.argv[0], "': ",
-                     StepName(failure.step), ": ",
-                     std::strerror(failure.err),
-                     failure.step == kBind ? " (--no-dns-config leaves "
-                                             "/etc/resolv.conf alone)"
-                                           : ""));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot start '", options.argv[0], "': ", StepName(failure.step),
+        ": ", std::strerror(failure.err),
+        failure.step == sandbox_init::kBind
+            ? " (--no-dns-config leaves /etc/resolv.conf alone)"
+            : ""));
   }
   absl::StatusOr<UniqueFd> pidfd = OpenPidfd(pid);
   if (!pidfd.ok()) {
@@ -443,7 +372,11 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Started(
 
 SandboxCommand::~SandboxCommand() {
   if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);
+  // The init's own way out first, which puts the user's terminal back;
+  // SIGKILL if it does not go within a second.
+  ::kill(pid_, sandbox_init::kEndSignal);
+  struct pollfd p = {.fd = pidfd_.get(), .events = POLLIN, .revents = 0};
+  if (!pidfd_.valid() || ::poll(&p, 1, 1000) != 1) ::kill(pid_, SIGKILL);
   int status;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }

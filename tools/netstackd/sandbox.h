@@ -1,31 +1,53 @@
 // The sandbox runner's namespaces and its command (netstackd -- CMD), and
 // attaching to a namespace that exists (--netns, --netns-pid).
 //
-//   netstackd (this process, the host's network namespace)
-//     |-- holds: the guest's netns as an fd, the TAP fd inside it
+//   netstackd (this process, the host's network namespace; user namespace
+//   N: the caller's, or one of ours when not root)
+//     |-- holds: the guest's netns G as an fd, the TAP fd inside it, and
+//     |   CMD's user namespace C (a child of N that owns G)
 //     `-- init (child, pid 1 of a new PID namespace; ours, no exec):
-//         setns(guest netns), its own mount namespace with a resolv.conf
-//         naming the DNS address bind-mounted over /etc/resolv.conf and a
-//         /proc of the PID namespace
-//           `-- CMD (pid 2): execvp
+//         setns(G); a mount namespace of N's with a resolv.conf naming the
+//         DNS address over /etc/resolv.conf and a /proc of the PID
+//         namespace; then setns(C) and a second mount namespace, of C's,
+//         in which every mount is locked; setsid()
+//           `-- CMD (pid 2): execvp, root in C
 //
-// The init passes SIGINT, SIGTERM and SIGHUP on to CMD, reaps orphans,
-// and exits with CMD's status when CMD ends; the kernel then kills what
-// is left in the PID namespace (CMD's background children). CMD itself
-// is not pid 1, since a namespace's init gets only the signals it
-// handles.
+// What CMD cannot do (docs/SECURITY.md, issue #30):
+// - touch netstackd or the init: both are not dumpable (HideFromGuest,
+//   before anything of the guest's runs), so /proc/PID/mem, ptrace and
+//   /proc/PID/ns/* need CAP_SYS_PTRACE in the initial user namespace;
+// - see them: its /proc is its PID namespace's, mounted by the init in a
+//   mount namespace that C does not own, so CMD cannot unmount it (nor
+//   /etc/resolv.conf) to find the host's /proc underneath; a start where
+//   that /proc cannot be mounted is refused;
+// - use a capability outside C: C owns G, CMD's mount namespace and
+//   nothing else, so root's CMD administers its own network and no more
+//   (no nsenter into the host's namespaces, no modules, no raw devices);
+// - type into the user's terminal: CMD is in a session of its own. When
+//   netstackd runs in the foreground of a terminal, CMD gets a pty of its
+//   own as its controlling terminal and the init relays it (the user's
+//   terminal is raw meanwhile, and restored); otherwise CMD has no
+//   controlling terminal, so TIOCSTI on a terminal fd it inherited fails.
 //
-// Not root: netstackd first makes a user namespace of its own and maps the
-// caller to root in it (as `unshare -r` and pasta do). It keeps its host
-// network namespace, so its host sockets are the caller's; the guest's
-// namespace is owned by the new user namespace, which is what lets it
-// create the TAP and enter the namespace later (a short-lived thread per
-// entry: link::RunInNetnsFd, since this process cannot switch back into a
-// namespace the initial user namespace owns).
+// The init passes SIGINT, SIGTERM and SIGHUP on to CMD (one each: the
+// init is in its own session, so the terminal's ^C reaches netstackd, or
+// CMD's own pty, never both), SIGWINCH as the pty's new size, reaps
+// orphans, and exits with CMD's status when CMD ends; the kernel then
+// kills what is left in the PID namespace (CMD's background children).
+// CMD itself is not pid 1, since a namespace's init gets only the signals
+// it handles.
 //
-// Nothing is left behind: the guest's namespace lives as long as the
+// Not root: netstackd first makes a user namespace N of its own and maps
+// the caller to root in it (as `unshare -r` and pasta do). It keeps its
+// host network namespace, so its host sockets are the caller's. Root: N
+// is the initial user namespace, and C maps every uid to itself, so CMD
+// keeps root's files but no capability outside C. netstackd enters G
+// later through a short-lived thread per entry (link::RunInNetnsFd).
+//
+// Nothing is left behind: the guest's namespaces live as long as the
 // init and our fds; the PID and mount namespaces are the init's; the
-// resolv.conf file is unlinked once the init has it mounted.
+// resolv.conf file (and the overlay's directory) is removed once the
+// init has it mounted.
 #ifndef TOOLS_NETSTACKD_SANDBOX_H_
 #define TOOLS_NETSTACKD_SANDBOX_H_
 
@@ -41,11 +63,28 @@
 
 namespace netstack::tools {
 
+// prctl(PR_SET_DUMPABLE, 0): no process of the guest's may read or write
+// this one's memory (/proc/PID/mem, ptrace) or open its /proc/PID/ns/*,
+// whatever user namespace it is root in; the init inherits it. Called
+// before anything of the guest's can run or see us, and before joining a
+// guest's user namespace (--netns-pid), but after this process wrote its
+// own uid_map (MakeGuestNamespaces when not root: a non-dumpable
+// process's /proc files belong to the initial namespace's root).
+absl::Status HideFromGuest();
+
+// The namespaces of -- CMD: the guest's network namespace, and the user
+// namespace CMD runs in, which owns it.
+struct GuestNamespaces {
+  link::UniqueFd netns;
+  link::UniqueFd userns;
+};
+
 // Makes this process a user namespace's root when it is not root (it must
-// still be single-threaded), then a new network namespace, returned as an
-// fd. `*made_userns` says whether a user namespace was made. Errors say
+// still be single-threaded; `*made_userns` says so), then CMD's user
+// namespace C below it (root in C is root here; as root, every uid maps
+// to itself) and the guest's network namespace, owned by C. Errors say
 // what to do: "user namespaces are off" names the sysctls.
-absl::StatusOr<link::UniqueFd> MakeGuestNetns(bool* made_userns);
+absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns);
 
 // The network namespace of process `pid` (slirp4netns's way: the PID of a
 // process in it). `join_userns`: enter its user namespace first
@@ -68,9 +107,18 @@ class SandboxCommand {
   struct Options {
     std::vector<std::string> argv;  // argv[0] is looked up in PATH
     int netns_fd = -1;
+    // CMD's user namespace (GuestNamespaces::userns); -1: CMD stays in
+    // ours (nothing but tests).
+    int userns_fd = -1;
     // Non-empty: bind-mounted over /etc/resolv.conf in a mount namespace
-    // of CMD's own.
+    // of CMD's own. When /etc/resolv.conf does not exist (or is a
+    // dangling symlink: systemd-resolved stopped), CMD's /etc is an
+    // overlay whose resolv.conf is this; when that cannot be mounted
+    // either, CMD starts without it and a note says so.
     std::string resolv_conf;
+    // The terminal: when stdin is a terminal and netstackd is its
+    // foreground job, CMD gets a pty of its own, relayed by the init.
+    bool allow_pty = true;
   };
   // Starts the init and CMD under it, and waits until CMD has exec'd. An
   // exec failure or a failed namespace step is an error naming it
@@ -90,13 +138,14 @@ class SandboxCommand {
   pid_t pid() const { return pid_; }
   // Readable once CMD has exited, and with it the init (pidfd_open).
   int pidfd() const { return pidfd_.get(); }
-  // Passes a signal on to CMD, through the init.
+  // Passes a signal on to CMD, through the init (SIGWINCH: the init
+  // copies the terminal's size to CMD's pty).
   void Signal(int signo) const;
   // Reaps the init if CMD has exited: true, and *status is what netstackd
   // exits with (CMD's exit code, or 128 + the signal that killed it).
   bool Reap(int* status);
-  // What the start could not do and went on without (no /proc of CMD's
-  // PID namespace), one sentence each.
+  // What the start could not do and went on without (no resolv.conf),
+  // one sentence each.
   const std::vector<std::string>& notes() const { return notes_; }
 
  private:
@@ -105,9 +154,9 @@ class SandboxCommand {
       : pid_(pid), pidfd_(std::move(pidfd)), notes_(std::move(notes)) {}
   // Start's second half: reads the init's reports to the end of the
   // start pipe.
-  static absl::StatusOr<SandboxCommand> Started(
-      const Options& options, pid_t pid, link::UniqueFd start_pipe,
-      const std::string& resolv_path);
+  static absl::StatusOr<SandboxCommand> Started(const Options& options,
+                                                pid_t pid,
+                                                link::UniqueFd start_pipe);
 
   pid_t pid_ = -1;
   link::UniqueFd pidfd_;
