@@ -510,7 +510,14 @@ absl::StatusOr<uint64_t> PortForwards::Add(
         return ErrnoStatus(errno, absl::StrCat(spec, ": socket"));
       }
       const int one = 1;
-      if (family != AF_UNIX) {
+      // A TCP listener takes SO_REUSEADDR so that netstackd can listen
+      // again while the last run's connections sit in TIME_WAIT; no other
+      // socket may listen on the port meanwhile. A UDP socket never does:
+      // there the option only lets every socket that sets it share the
+      // port, whoever owns it, and the newest one would get the clients'
+      // datagrams (review 2026-12-06, finding 6). UDP has no TIME_WAIT to
+      // wait out.
+      if (family != AF_UNIX && !f->udp) {
         (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one,
                          sizeof(one));
       }

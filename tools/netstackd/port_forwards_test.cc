@@ -1,8 +1,10 @@
 // PortForwards on the spliced path with this process's own namespace as
-// the guest's, on 127.0.0.1 only: a connection is relayed, and a listener
-// that cannot accept (out of fds) neither spins nor loses the client.
+// the guest's, on 127.0.0.1 only: a connection is relayed, a listener
+// that cannot accept (out of fds) neither spins nor loses the client, and
+// a UDP forward's port cannot be shared by another socket.
 #include "tools/netstackd/port_forwards.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -139,6 +141,74 @@ TEST_F(PortForwardsTest, OutOfFdsNeitherSpinsNorLosesTheClient) {
   EXPECT_TRUE(Relayed(c));
   EXPECT_EQ(fwd_->List().at(0).counters.accepted, 1u);
   close(c);
+}
+
+// Another socket with SO_REUSEADDR must not bind beside a -u forward's:
+// for UDP, SO_REUSEADDR on both sockets is all the kernel asks before it
+// lets them share a port, whoever owns them, and the newest one then gets
+// the clients' datagrams (a local user took over a forward that way).
+TEST(PortForwardsUdp, ThePortCannotBeShared) {
+  auto l = eventloop::EventLoop::Create();
+  ASSERT_TRUE(l.ok());
+  const int netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(netns, 0);
+  // A free UDP port.
+  int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const uint16_t port = BoundPort(probe);
+  close(probe);
+  PortForwards::Options o;
+  o.loop = l->get();
+  o.guest_netns_fd = netns;
+  o.path = ForwardPath::kSplice;
+  {
+    PortForwards fwd(o);
+    ForwardRule r;
+    r.udp = true;
+    r.host_port = port;  // no BIND_ADDR: 0.0.0.0 and [::]
+    r.guest_port = 9;
+    auto id = fwd.Add("test", {r});
+    ASSERT_TRUE(id.ok()) << id.status();
+    const int one = 1;
+    struct Try {
+      int family;
+      const char* addr;
+    };
+    for (const Try& t : {Try{AF_INET, "0.0.0.0"}, Try{AF_INET, "127.0.0.1"},
+                         Try{AF_INET6, "::"}}) {
+      const int s = socket(t.family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      ASSERT_GE(s, 0);
+      ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)),
+                0);
+      sockaddr_storage ss{};
+      socklen_t len = 0;
+      if (t.family == AF_INET) {
+        auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(port);
+        inet_pton(AF_INET, t.addr, &v4->sin_addr);
+        len = sizeof(*v4);
+      } else {
+        ASSERT_EQ(setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)),
+                  0);
+        auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(port);
+        inet_pton(AF_INET6, t.addr, &v6->sin6_addr);
+        len = sizeof(*v6);
+      }
+      const int rc = bind(s, reinterpret_cast<sockaddr*>(&ss), len);
+      const int err = errno;
+      close(s);
+      EXPECT_EQ(rc, -1) << t.addr << ":" << port
+                        << " was bound beside the forward's socket";
+      if (rc == -1) EXPECT_EQ(err, EADDRINUSE) << t.addr;
+    }
+  }
+  close(netns);
 }
 
 }  // namespace
