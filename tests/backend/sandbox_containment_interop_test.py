@@ -407,6 +407,53 @@ class SandboxContainmentTest(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("SIGINTS 1", out)
 
+    def test_terminal_is_restored_when_netstackd_quits_first(self):
+        """netstackd ends while CMD still runs (here its --exit-fd
+        closes): the init puts the user's terminal back as it was, not
+        raw, and CMD's namespace goes."""
+        master, slave = pty.openpty()
+        before = self.snapshot()
+        modes = termios.tcgetattr(slave)
+        exit_r, exit_w = os.pipe()
+
+        def child_setup():
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        p = subprocess.Popen(
+            self.args("--exit-fd", str(exit_r), "--", "sh", "-c",
+                      "echo up; exec sleep 30"),
+            stdin=slave, stdout=slave, stderr=slave, pass_fds=(exit_r,),
+            preexec_fn=child_setup)
+        os.close(exit_r)
+        try:
+            out = b""
+            while b"up" not in out:
+                r, _, _ = select.select([master], [], [], 10)
+                self.assertTrue(r, f"CMD did not start: {out!r}")
+                out += os.read(master, 4096)
+            raw = termios.tcgetattr(slave)
+            self.assertFalse(raw[3] & termios.ICANON,
+                             "the terminal is raw while CMD has its pty")
+            os.close(exit_w)
+            exit_w = -1
+            rc = p.wait(timeout=10)
+            self.assertEqual(termios.tcgetattr(slave), modes)
+            # 0: a clean stop (159 was the seccomp filter trapping a call
+            # the stop made).
+            self.assertEqual(rc, 0, os.read(master, 4096)
+                             if select.select([master], [], [], 0.5)[0]
+                             else b"")
+        finally:
+            if exit_w >= 0:
+                os.close(exit_w)
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            os.close(master)
+            os.close(slave)
+        self.assert_nothing_left(before)
+
     # --- Finding 14: fds ------------------------------------------------
 
     def test_cmd_inherits_only_its_stdio(self):
