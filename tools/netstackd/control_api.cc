@@ -124,6 +124,7 @@ absl::StatusOr<std::unique_ptr<ControlApi>> ControlApi::Create(
   o.max_line = kMaxLine;
   o.max_output = kMaxOutput;
   o.max_clients = kMaxClients;
+  o.max_lines_per_wakeup = kMaxLinesPerWakeup;
   o.handle = [raw](std::string_view line, Instant now) {
     return raw->Handle(line, now);
   };
@@ -401,8 +402,10 @@ std::string ControlApi::Handle(std::string_view line, Instant now) {
 }
 
 std::string ControlApi::FormatCounters() const {
-  return absl::StrCat("control.requests ", requests_, "\n", "control.errors ",
-                      errors_, "\n", "control.sockets ", sockets_.size(), "\n");
+  return absl::StrCat(
+      "control.requests ", requests_, "\n", "control.errors ", errors_, "\n",
+      "control.sockets ", sockets_.size(), "\n", "control.closed_slow_clients ",
+      server_ ? server_->closed_slow_clients() : 0, "\n");
 }
 
 }  // namespace netstack::tools

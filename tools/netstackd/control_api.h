@@ -35,7 +35,8 @@
 // The socket and its clients are a JsonLinesServer (json_lines_server.h),
 // as the forward API's are: mode 0600 (whoever can connect controls the
 // stack's sockets), never replaces an existing file, unlinked when this
-// goes; per client kMaxLine, kMaxOutput, and kMaxClients at once. At most
+// goes; per client kMaxLine, kMaxOutput and kMaxLinesPerWakeup, and
+// kMaxClients at once. At most
 // kMaxSockets sockets at once. Nothing a client sends can stop the loop.
 #ifndef TOOLS_NETSTACKD_CONTROL_API_H_
 #define TOOLS_NETSTACKD_CONTROL_API_H_
@@ -63,6 +64,7 @@ class ControlApi {
   static constexpr size_t kMaxLine = 256 * 1024;
   static constexpr size_t kMaxOutput = 4 * 1024 * 1024;
   static constexpr size_t kMaxClients = 8;
+  static constexpr size_t kMaxLinesPerWakeup = 16;
   static constexpr size_t kMaxSockets = 4096;
   static constexpr size_t kMaxIo = 1 << 20;  // bytes per send/recv call
 

@@ -54,6 +54,7 @@ absl::StatusOr<std::unique_ptr<ForwardApi>> ForwardApi::Create(
   o.max_line = kMaxLine;
   o.max_output = kMaxOutput;
   o.max_clients = kMaxClients;
+  o.max_lines_per_wakeup = kMaxLinesPerWakeup;
   o.handle = [raw](std::string_view line, Instant) {
     return raw->Handle(line);
   };
@@ -80,6 +81,7 @@ ForwardApiCounters ForwardApi::counters() const {
   if (server_) {
     c.connections = server_->connections();
     c.refused_connections = server_->refused_connections();
+    c.closed_slow_clients = server_->closed_slow_clients();
   }
   return c;
 }
@@ -155,8 +157,9 @@ std::string ForwardApi::Handle(std::string_view line) {
 std::string ForwardApi::FormatCounters() const {
   const ForwardApiCounters c = counters();
   return absl::StrCat("forward_api.connections ", c.connections, "\n",
-                      "forward_api.refused_connections ",
-                      c.refused_connections, "\n", "forward_api.requests ",
+                      "forward_api.refused_connections ", c.refused_connections,
+                      "\n", "forward_api.closed_slow_clients ",
+                      c.closed_slow_clients, "\n", "forward_api.requests ",
                       c.requests, "\n", "forward_api.errors ", c.errors,
                       "\n");
 }

@@ -23,8 +23,9 @@
 // client's request line is at most kMaxLine bytes (longer: an error, then
 // the connection is closed); a client that does not read its answers is
 // closed once kMaxOutput bytes wait for it; at most kMaxClients
-// connections at once (more are closed at accept). Nothing a client sends
-// can stop the loop.
+// connections at once (more are closed at accept); at most
+// kMaxLinesPerWakeup of a client's requests are handled per loop turn.
+// Nothing a client sends can stop the loop.
 #ifndef TOOLS_NETSTACKD_FORWARD_API_H_
 #define TOOLS_NETSTACKD_FORWARD_API_H_
 
@@ -45,6 +46,7 @@ namespace netstack::tools {
 struct ForwardApiCounters {
   uint64_t connections = 0;
   uint64_t refused_connections = 0;  // past kMaxClients
+  uint64_t closed_slow_clients = 0;  // kMaxOutput bytes of answers waited
   uint64_t requests = 0;
   uint64_t errors = 0;  // answers with "ok":false
 };
@@ -54,6 +56,7 @@ class ForwardApi {
   static constexpr size_t kMaxLine = 64 * 1024;
   static constexpr size_t kMaxOutput = 4 * 1024 * 1024;
   static constexpr size_t kMaxClients = 16;
+  static constexpr size_t kMaxLinesPerWakeup = 16;
 
   // `counters` returns the "name value" lines SIGUSR1 prints.
   static absl::StatusOr<std::unique_ptr<ForwardApi>> Create(

@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -17,10 +18,19 @@ using link::ErrnoStatus;
 using link::UniqueFd;
 
 // One connection: request lines in, answer lines out.
+//
+// Lines are handled from in_ a bounded number per turn and only while the
+// answers waiting in out_ are under max_output. While a complete line
+// waits in in_, nothing more is read (what the client sends meanwhile
+// stays in the kernel, which pushes back on it) and the next batch is
+// handled on the next turn (resume_). A client that does not read thus
+// reaches max_output and is closed, as one that reads is answered.
 class JsonLinesServer::Client : public eventloop::Handler {
  public:
   Client(JsonLinesServer& server, UniqueFd fd)
-      : server_(server), fd_(std::move(fd)) {}
+      : server_(server),
+        fd_(std::move(fd)),
+        resume_([this](Instant now) { Serve(now, /*read=*/false); }) {}
   ~Client() override {
     if (server_.loop_.IsRegistered(fd_.get())) {
       (void)server_.loop_.Remove(fd_.get());
@@ -28,11 +38,23 @@ class JsonLinesServer::Client : public eventloop::Handler {
   }
   int fd() const { return fd_.get(); }
 
-  void OnReadable(Instant now) override {
-    const Options& o = server_.options_;
+  void OnReadable(Instant now) override { Serve(now, /*read=*/true); }
+  void OnWritable(Instant now) override { Serve(now, /*read=*/false); }
+  void OnError(Instant now, uint32_t) override { server_.Drop(this); }
+
+ private:
+  // Handles what waits, reads more (bounded, like every handler on the
+  // loop) if everything read is handled, and sends.
+  void Serve(Instant now, bool read) {
+    // The budget is per loop turn, however many callbacks the turn makes.
+    const uint64_t turn = server_.loop_.stats().turns;
+    if (turn != budget_turn_) {
+      budget_turn_ = turn;
+      budget_ = server_.options_.max_lines_per_wakeup;
+    }
+    if (!HandleLines(now)) return;
     char buf[16 * 1024];
-    // Bounded per wake-up, like every handler on the loop.
-    for (int i = 0; i < 16 && !eof_; ++i) {
+    for (int i = 0; read && i < 16 && !eof_ && CanHandle(); ++i) {
       const ssize_t n = recv(fd_.get(), buf, sizeof(buf), MSG_DONTWAIT);
       if (n == 0) {
         eof_ = true;
@@ -44,32 +66,54 @@ class JsonLinesServer::Client : public eventloop::Handler {
         return server_.Drop(this);
       }
       in_.append(buf, static_cast<size_t>(n));
-      size_t start = 0;
-      for (size_t nl; (nl = in_.find('\n', start)) != std::string::npos;
-           start = nl + 1) {
-        std::string_view line(in_.data() + start, nl - start);
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (line.empty()) continue;
-        absl::StrAppend(&out_, o.handle(line, now), "\n");
-      }
-      in_.erase(0, start);
-      if (in_.size() > o.max_line) {
-        absl::StrAppend(&out_, o.too_long(), "\n");
-        (void)send(fd_.get(), out_.data(), out_.size(),
-                   MSG_DONTWAIT | MSG_NOSIGNAL);
-        return server_.Drop(this);
-      }
+      if (!HandleLines(now)) return;
     }
-    Flush();
+    Flush(now);
   }
 
-  void OnWritable(Instant now) override { Flush(); }
-  void OnError(Instant now, uint32_t) override { server_.Drop(this); }
+  // Whether another line may be handled now: budget left this turn and
+  // room for its answer.
+  bool CanHandle() const {
+    return budget_ > 0 && out_.size() < server_.options_.max_output;
+  }
+  bool LineWaits() const { return in_.find('\n') != std::string::npos; }
 
- private:
-  // Sends what waits; watches for room when some is left. Drops a client
-  // that lets max_output pile up, or that has left with nothing due.
-  void Flush() {
+  // Answers the complete lines of in_ while CanHandle(); false if the
+  // client was dropped (a line past max_line).
+  bool HandleLines(Instant now) {
+    const Options& o = server_.options_;
+    size_t start = 0;
+    for (size_t nl;
+         CanHandle() && (nl = in_.find('\n', start)) != std::string::npos;
+         start = nl + 1) {
+      std::string_view line(in_.data() + start, nl - start);
+      if (line.size() > o.max_line) return TooLong();
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      --budget_;  // empty lines too: they cost a scan
+      if (line.empty()) continue;
+      absl::StrAppend(&out_, o.handle(line, now), "\n");
+      server_.output_high_water_ =
+          std::max(server_.output_high_water_, out_.size());
+    }
+    in_.erase(0, start);
+    // An unfinished line past max_line can never be handled.
+    if (in_.size() > o.max_line && !LineWaits()) return TooLong();
+    return true;
+  }
+
+  bool TooLong() {
+    absl::StrAppend(&out_, server_.options_.too_long(), "\n");
+    (void)send(fd_.get(), out_.data(), out_.size(),
+               MSG_DONTWAIT | MSG_NOSIGNAL);
+    server_.Drop(this);
+    return false;
+  }
+
+  // Sends what waits; then watches for room while answers wait, for
+  // requests while no read line waits, and comes back next turn for the
+  // lines that do. Drops a client that lets max_output pile up, or that
+  // has left with nothing due.
+  void Flush(Instant now) {
     while (!out_.empty()) {
       const ssize_t n = send(fd_.get(), out_.data(), out_.size(),
                              MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -80,18 +124,30 @@ class JsonLinesServer::Client : public eventloop::Handler {
       }
       out_.erase(0, static_cast<size_t>(n));
     }
-    if (out_.size() > server_.options_.max_output) return server_.Drop(this);
-    if (eof_ && out_.empty()) return server_.Drop(this);
-    const uint32_t want = (eof_ ? 0 : eventloop::EventLoop::kReadable) |
-                          (out_.empty() ? 0 : eventloop::EventLoop::kWritable);
+    if (out_.size() >= server_.options_.max_output) {
+      ++server_.closed_slow_clients_;
+      return server_.Drop(this);
+    }
+    const bool line_waits = LineWaits();
+    if (eof_ && out_.empty() && !line_waits) return server_.Drop(this);
+    const uint32_t want =
+        (eof_ || line_waits ? 0 : eventloop::EventLoop::kReadable) |
+        (out_.empty() ? 0 : eventloop::EventLoop::kWritable);
     (void)server_.loop_.Modify(fd_.get(), want);
+    // After `now`, so that it fires on the next turn, not this one.
+    if (line_waits && !resume_.scheduled()) {
+      server_.loop_.timers().Schedule(resume_, now + absl::Nanoseconds(1));
+    }
   }
 
   JsonLinesServer& server_;
   UniqueFd fd_;
-  std::string in_;
-  std::string out_;
+  std::string in_;   // read, not handled yet
+  std::string out_;  // answers not sent yet
   bool eof_ = false;
+  uint64_t budget_turn_ = ~uint64_t{0};
+  size_t budget_ = 0;        // lines left this turn
+  eventloop::Timer resume_;  // last: cancelled first when this goes
 };
 
 absl::StatusOr<std::unique_ptr<JsonLinesServer>> JsonLinesServer::Create(

@@ -10,14 +10,22 @@
 //   - request lines end with "\n" ("\r\n" too); empty lines are skipped;
 //   - a request line longer than `max_line` bytes draws `too_long()` as
 //     its answer, and the client is closed;
-//   - a client that does not read its answers is closed once
-//     `max_output` bytes wait for it;
+//   - at most `max_lines_per_wakeup` of a client's lines are handled per
+//     loop turn; the rest wait, already read, and are handled on the next
+//     turns (nothing more is read from the client meanwhile), so one
+//     client's pipelined requests cannot hold the loop or the other
+//     clients;
+//   - a client's lines are handled only while fewer than `max_output`
+//     bytes of answers wait for it (the answers are held to that plus one
+//     answer); a client that does not read them is closed once
+//     `max_output` bytes wait (counted: closed_slow_clients);
 //   - at most `max_clients` at once; more are closed at accept
 //     (counted);
 //   - a client that closes its end still gets the answers due, then is
 //     closed.
 // Reads and accepts are bounded per wake-up, like every handler on the
-// loop. Nothing a client sends can stop the loop.
+// loop. Nothing a client sends can stop the loop, or make it hold more
+// than about max_line + max_output + 16 KiB per client.
 #ifndef TOOLS_NETSTACKD_JSON_LINES_SERVER_H_
 #define TOOLS_NETSTACKD_JSON_LINES_SERVER_H_
 
@@ -44,6 +52,9 @@ class JsonLinesServer : public eventloop::Handler {
     size_t max_line = 64 * 1024;
     size_t max_output = 4 * 1024 * 1024;
     size_t max_clients = 16;  // also the listen backlog
+    // Per client and loop turn; a "counters" answer takes some 100 us to
+    // build, so 16 of them keep a turn short.
+    size_t max_lines_per_wakeup = 16;
     // One request line (without its newline) to its answer (without one).
     std::function<std::string(std::string_view line, Instant now)> handle;
     // The answer to a line past max_line, before the client is closed.
@@ -58,7 +69,12 @@ class JsonLinesServer : public eventloop::Handler {
 
   uint64_t connections() const { return connections_; }
   uint64_t refused_connections() const { return refused_connections_; }
+  // Clients closed because max_output bytes of answers waited.
+  uint64_t closed_slow_clients() const { return closed_slow_clients_; }
   size_t clients() const { return clients_.size(); }
+  // The most answer bytes that ever waited for one client (tests, and a
+  // check on the bound above).
+  size_t output_high_water() const { return output_high_water_; }
 
   void OnReadable(Instant now) override;  // accept
 
@@ -76,6 +92,8 @@ class JsonLinesServer : public eventloop::Handler {
   link::DirEntryRef socket_file_;  // path_, by its directory
   uint64_t connections_ = 0;
   uint64_t refused_connections_ = 0;
+  uint64_t closed_slow_clients_ = 0;
+  size_t output_high_water_ = 0;
   absl::flat_hash_map<Client*, std::unique_ptr<Client>> clients_;
 };
 

@@ -179,6 +179,112 @@ TEST_F(JsonLinesServerTest, AClientThatDoesNotReadIsClosed) {
   close(c);
 }
 
+// Many requests in one write: every one is answered, in order, but at
+// most max_lines_per_wakeup of them per loop turn; the rest wait in the
+// server (not in the socket) and are answered on the next turns, also
+// after the client has shut its end.
+TEST_F(JsonLinesServerTest, ManyLinesInOneWriteAreAnsweredAFewPerTurn) {
+  server_.reset();
+  JsonLinesServer::Options o = Options();
+  o.max_lines_per_wakeup = 4;
+  o.max_output = 100000;
+  auto s = JsonLinesServer::Create(*loop_, path_, std::move(o));
+  ASSERT_TRUE(s.ok()) << s.status();
+  server_ = *std::move(s);
+  const int c = Dial();
+  std::string requests;
+  std::string want;
+  for (int i = 0; i < 50; ++i) {
+    absl::StrAppend(&requests, i, "\n");
+    absl::StrAppend(&want, "[", i, "]\n");
+  }
+  Send(c, requests);
+  ASSERT_EQ(shutdown(c, SHUT_WR), 0);
+  std::string got;
+  size_t most = 0;
+  bool closed = false;
+  for (int turn = 0; turn < 100 && !closed; ++turn) {
+    const size_t before = seen_.size();
+    ASSERT_TRUE(loop_->RunOnce(absl::Milliseconds(10)).ok());
+    most = std::max(most, seen_.size() - before);
+    char buf[4096];
+    ssize_t r;
+    while ((r = recv(c, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+      got.append(buf, r);
+    }
+    if (r == 0) closed = true;
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(seen_.size(), 50u);
+  EXPECT_LE(most, 4u) << "lines handled in one turn";
+  close(c);
+}
+
+// The review's flood (2026-12-06, finding 12): one client writes 200 KiB
+// of short requests whose answers are long, and never reads. The answers
+// waiting for it stay within max_output plus one answer (they used to
+// pile up by the tens of MB within one wake-up), each turn handles at
+// most max_lines_per_wakeup of its lines, another client is answered on
+// the turn after it asks, and the flooder is closed, counted, once
+// max_output waits for it.
+TEST_F(JsonLinesServerTest, AFloodOfRequestsIsBoundedPerTurnAndInMemory) {
+  server_.reset();
+  constexpr size_t kAnswer = 500;
+  constexpr size_t kBudget = 8;
+  JsonLinesServer::Options o = Options();
+  o.max_output = 16 * 1024;
+  o.max_line = 100;
+  o.max_lines_per_wakeup = kBudget;
+  size_t floods = 0;
+  o.handle = [&](std::string_view line, Instant) {
+    if (line == "c") {
+      ++floods;
+      return std::string(kAnswer, 'x');
+    }
+    return "[" + std::string(line) + "]";
+  };
+  const size_t max_output = o.max_output;
+  auto s = JsonLinesServer::Create(*loop_, path_, std::move(o));
+  ASSERT_TRUE(s.ok()) << s.status();
+  server_ = *std::move(s);
+  const int flooder = Dial();
+  const int other = Dial();
+  std::string flood;
+  while (flood.size() < 200 * 1024) flood += "c\n";
+  size_t sent = 0;
+  int asked_at = -1;
+  int answered_at = -1;
+  size_t most_per_turn = 0;
+  std::string other_got;
+  for (int turn = 0; turn < 5000 && (answered_at < 0 || server_->clients() > 1);
+       ++turn) {
+    if (sent < flood.size()) {
+      const ssize_t n = send(flooder, flood.data() + sent, flood.size() - sent,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) sent += static_cast<size_t>(n);
+    }
+    if (turn == 3) {
+      Send(other, "b\n");
+      asked_at = turn;
+    }
+    const size_t before = floods;
+    ASSERT_TRUE(loop_->RunOnce(absl::Milliseconds(1)).ok());
+    most_per_turn = std::max(most_per_turn, floods - before);
+    char buf[256];
+    const ssize_t r = recv(other, buf, sizeof(buf), MSG_DONTWAIT);
+    if (r > 0) other_got.append(buf, r);
+    if (answered_at < 0 && other_got == "[b]\n") answered_at = turn;
+  }
+  EXPECT_LE(server_->output_high_water(), max_output + kAnswer + 1);
+  EXPECT_LE(most_per_turn, kBudget) << "lines handled in one turn";
+  EXPECT_EQ(answered_at, asked_at) << "the other client waited";
+  EXPECT_EQ(server_->clients(), 1u) << "the flooder is still served";
+  EXPECT_EQ(server_->closed_slow_clients(), 1u);
+  close(flooder);
+  close(other);
+}
+
 TEST_F(JsonLinesServerTest, TheSocketIsPrivateAndGoesWithTheServer) {
   struct stat st;
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
