@@ -128,6 +128,12 @@ class SandboxRunnerTest(unittest.TestCase):
         return points
 
     def assert_nothing_left(self, before, marker):
+        # When netstackd ends abruptly (the execve test: it becomes
+        # /bin/true), the init learns it from its parent-death signal,
+        # puts the terminal back and exits; the kernel then ends CMD. That
+        # takes the init a moment to be scheduled.
+        iu.wait_for(lambda: not (self.snapshot()["netns"] - before["netns"]),
+                    timeout=5)
         after = self.snapshot()
         self.assertEqual(after["netns"] - before["netns"], set(),
                          "network namespaces left with processes in them")
