@@ -48,6 +48,14 @@ void TcpFlow::Start(const transport::SocketAddress& host, Instant now) {
   if (fd_ < 0) return ConnectDone(errno);
   ++backend_.counters_.tcp_host_fds_open;
   ++backend_.counters_.tcp_flows_opened;
+  if (family == AF_INET6) {
+    // An AF_INET6 socket speaks IPv4 to a mapped address (::ffff:127.0.0.1
+    // is the host's loopback): never, whatever HostDestination let by.
+    const int on = 1;
+    if (setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on)) != 0) {
+      return ConnectDone(errno);
+    }
+  }
   const BackendPolicy& p = backend_.config_.policy;
   const bool loopback = host.ip.is_v4() ? host.ip.v4().bytes[0] == 127
                                         : host.ip == transport::IpAddress(

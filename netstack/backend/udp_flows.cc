@@ -115,7 +115,10 @@ bool UdpFlowTable::OnUnmatchedDatagram(const SocketAddress& src,
     ++counters_.refused_self;
     return false;  // the stack's own port unreachable
   }
-  if (dst.port == 0 || dst.ip.IsUnspecified() || src.port == 0) {
+  // EmbedsIpv4: the gateway drops these before UDP sees them; checked here
+  // too, as a host socket would reach the host's IPv4 loopback with them.
+  if (dst.port == 0 || dst.ip.IsUnspecified() || src.port == 0 ||
+      EmbedsIpv4(dst.ip)) {
     ++counters_.refused_bad_address;
     return false;
   }

@@ -65,7 +65,8 @@ struct UdpFlowOptions {
   X(closed_socket_error, "closed.socket_error")                           \
   X(refused_limit, "refused.limit")                                       \
   X(refused_self, "refused.self")                                         \
-  /* Port 0 either way, or an unspecified destination: never relayed. */ \
+  /* Port 0 either way, an unspecified destination, or one that */       \
+  /* embeds IPv4 (::ffff:0:0/96, ::/96): never relayed. */                \
   X(refused_bad_address, "refused.bad_address")                           \
   X(refused_socket, "refused.socket")                                     \
   X(refused_connect, "refused.connect")                                   \

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -313,6 +314,80 @@ TEST_F(UdpFlowsTest, DestroyingTheTableClosesEveryHostSocket) {
   }
   table_.reset();
   for (int fd : fds) EXPECT_EQ(fcntl(fd, F_GETFD), -1) << fd;
+}
+
+// Review 2026-12-06, finding 3: an AF_INET6 host socket connected to
+// ::ffff:127.0.0.1 (or ::ffff:0.0.0.0, which Linux takes for it) talks
+// IPv4 to the host's loopback. The gateway drops such destinations before
+// UDP sees them (stack gateway_mapped_test); the table refuses them too,
+// and its IPv6 sockets are IPV6_V6ONLY, so neither layer alone stands
+// between a guest and the host's 127.0.0.1. Here the stack is not a
+// gateway and carries the addresses as its own, so the datagrams reach the
+// table.
+TEST_F(UdpFlowsTest, Ipv4MappedAndCompatibleDestinationsAreNotRelayed) {
+  MakeTable();
+  const char* kMapped[] = {"::ffff:127.0.0.1", "::ffff:0.0.0.0", "::7f00:1"};
+  for (const char* m : kMapped) {
+    EXPECT_TRUE(stack_->AddAddress(
+        nic_, stack::Ipv6Cidr{*wire::Ipv6Address::Parse(m), 128}).ok());
+  }
+  HostServer server(kLo4);
+  for (const char* m : kMapped) {
+    InjectUdp(Peer6(6000), SocketAddress{*IpAddress::Parse(m), server.addr.port},
+              udp::testing::Bytes("to the host's loopback?"));
+  }
+  EXPECT_EQ(table_->size(), 0u);
+  EXPECT_EQ(table_->counters().opened, 0u);
+  EXPECT_EQ(table_->counters().refused_bad_address, 3u);
+  EXPECT_FALSE(server.Receive(nullptr, false).has_value());
+}
+
+TEST_F(UdpFlowsTest, Ipv6HostSocketsAreV6Only) {
+  MakeTable();
+  HostServer server6(kLo6);
+  InjectUdp(Peer6(6100), server6.addr, udp::testing::Bytes("x"));
+  const int fd = table_->HostFd(Peer6(6100), server6.addr);
+  ASSERT_GE(fd, 0);
+  int on = 0;
+  socklen_t len = sizeof(on);
+  ASSERT_EQ(getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, &len), 0);
+  EXPECT_EQ(on, 1);
+  // And the socket cannot be pointed at IPv4 afterwards either.
+  sockaddr_storage ss;
+  const socklen_t n = ToSockaddr(
+      SocketAddress{*IpAddress::Parse("::ffff:127.0.0.1"), 9}, ss);
+  EXPECT_NE(connect(fd, reinterpret_cast<sockaddr*>(&ss), n), 0);
+  EXPECT_TRUE(server6.Receive(nullptr, false).has_value());
+}
+
+// Ping (IPPROTO_ICMPV6) and the DNS forwarder's upstreams open their host
+// sockets through the same call: IPV6_V6ONLY for every protocol. The test
+// runs in a namespace of its own, so it may allow ping sockets there.
+TEST(OpenHostDatagramSocketTest, EveryIpv6ProtocolIsV6Only) {
+  std::ofstream("/proc/sys/net/ipv4/ping_group_range") << "0 2147483647";
+  for (int protocol : {0, int{IPPROTO_UDP}, int{IPPROTO_ICMPV6}}) {
+    SCOPED_TRACE(protocol);
+    absl::StatusOr<int> fd =
+        OpenHostDatagramSocket(transport::Family::kIpv6, protocol, {});
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    int on = 0;
+    socklen_t len = sizeof(on);
+    EXPECT_EQ(getsockopt(*fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, &len), 0);
+    EXPECT_EQ(on, 1);
+    close(*fd);
+  }
+  // Bound to --outbound-bind's address: set before the bind, which fixes
+  // it for good.
+  OutboundBind bind;
+  bind.v6 = kLo6.v6();
+  absl::StatusOr<int> fd = OpenHostDatagramSocket(transport::Family::kIpv6,
+                                                  IPPROTO_ICMPV6, bind);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  int on = 0;
+  socklen_t len = sizeof(on);
+  EXPECT_EQ(getsockopt(*fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, &len), 0);
+  EXPECT_EQ(on, 1);
+  close(*fd);
 }
 
 // -u through the stack: a forward's socket on the host, clients on the

@@ -49,6 +49,17 @@ std::optional<SocketAddress> FromSockaddr(const sockaddr_storage& s,
   return std::nullopt;
 }
 
+bool EmbedsIpv4(const IpAddress& ip) {
+  if (!ip.is_v6()) return false;
+  const auto& b = ip.v6().bytes;
+  for (size_t i = 0; i < 10; ++i) {
+    if (b[i] != 0) return false;
+  }
+  if (b[10] == 0xff && b[11] == 0xff) return true;  // mapped
+  if (b[10] != 0 || b[11] != 0) return false;
+  return b[12] != 0 || b[13] != 0 || b[14] != 0 || b[15] > 1;  // compatible
+}
+
 absl::StatusOr<int> OpenHostDatagramSocket(transport::Family family,
                                            int protocol,
                                            const OutboundBind& bind) {
@@ -57,6 +68,16 @@ absl::StatusOr<int> OpenHostDatagramSocket(transport::Family family,
                         SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
   if (fd < 0) {
     return absl::ErrnoToStatus(errno, "socket");
+  }
+  if (!v4) {
+    // Review 2026-12-06, finding 3: without it, connect(::ffff:127.0.0.1)
+    // is IPv4 to the host's loopback whatever the backend's policy says.
+    const int on = 1;
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on)) != 0) {
+      const int err = errno;
+      close(fd);
+      return absl::ErrnoToStatus(err, "setsockopt IPV6_V6ONLY");
+    }
   }
   std::optional<SocketAddress> local;
   if (v4 && bind.v4) local = SocketAddress{IpAddress(*bind.v4), 0};

@@ -41,6 +41,11 @@ namespace netstack::stack {
   X(kIpv6Malformed, "ipv6_malformed")                                 \
   X(kIpv6BadSource, "ipv6_bad_source")                                \
   X(kIpv6NotForUs, "ipv6_not_for_us")                                 \
+  /* Gateway mode: a destination that embeds an IPv4 address, mapped  */ \
+  /* (::ffff:0:0/96) or compatible (::/96). Never on a guest kernel's  */ \
+  /* wire; a host socket would turn it into IPv4 (::ffff:127.0.0.1 is  */ \
+  /* the host's loopback), so no transport may see it. */               \
+  X(kIpv6MappedDestination, "ipv6_mapped_destination")               \
   /* multicast to a group we have not joined (a peer's MLD reports, */ \
   /* router solicitations): normal on a shared link, not a fault */    \
   X(kIpv6MulticastNotJoined, "ipv6_multicast_not_joined")             \
