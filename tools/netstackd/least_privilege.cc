@@ -4,8 +4,10 @@
 #include <seccomp.h>
 #include <signal.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -20,6 +22,10 @@
 
 namespace netstack::tools {
 namespace {
+
+// The type's bits of socket(2)'s second argument (the kernel's
+// SOCK_TYPE_MASK); SOCK_NONBLOCK and SOCK_CLOEXEC are above them.
+constexpr scmp_datum_t kSockTypeMask = 0xf;
 
 // Sanitizer runtimes make calls of their own: reports read /proc/self/maps
 // and symbolize, the leak check at exit stops the world with ptrace from a
@@ -152,20 +158,47 @@ absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
       return absl::OkStatus();  // not a call of this architecture
     }
     int rc = 0;
-    switch (c.arg0) {
-      case AllowedCall::Arg0::kAny:
+    switch (c.args) {
+      case AllowedCall::Args::kAny:
         rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
         break;
-      case AllowedCall::Arg0::kCmdPid:
+      case AllowedCall::Args::kCmdPid:
         if (options.cmd_pid <= 0) return absl::OkStatus();  // never
         rc = seccomp_rule_add(
             ctx, SCMP_ACT_ALLOW, nr, 1,
             SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(options.cmd_pid)));
         break;
-      case AllowedCall::Arg0::kOwnPid:
+      case AllowedCall::Args::kOwnPid:
         rc = seccomp_rule_add(
             ctx, SCMP_ACT_ALLOW, nr, 1,
             SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(getpid())));
+        break;
+      case AllowedCall::Args::kIoctlRequests:
+        // Whole 64-bit equality: a request with high bits set that the
+        // kernel would truncate to an allowed one does not match.
+        for (const AllowedIoctl& io : AllowedIoctls()) {
+          rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+                                SCMP_A1(SCMP_CMP_EQ, io.request));
+          if (rc != 0) break;
+        }
+        break;
+      case AllowedCall::Args::kInetSocket:
+        // SOCK_NONBLOCK and SOCK_CLOEXEC sit above the type's bits.
+        for (int family : {AF_INET, AF_INET6}) {
+          for (int type : {SOCK_STREAM, SOCK_DGRAM}) {
+            if (rc == 0) {
+              rc = seccomp_rule_add(
+                  ctx, SCMP_ACT_ALLOW, nr, 2,
+                  SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(family)),
+                  SCMP_A1(SCMP_CMP_MASKED_EQ, kSockTypeMask,
+                          static_cast<scmp_datum_t>(type)));
+            }
+          }
+        }
+        break;
+      case AllowedCall::Args::kNoFlags:
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+                              SCMP_A2(SCMP_CMP_EQ, 0));
         break;
     }
     if (rc != 0) {
@@ -222,7 +255,14 @@ const std::vector<AllowedCall>& AllowedCalls() {
       {"close", "every fd that ends"},
       // Host sockets: the backend's flows, the forwards, DNS, ping, the
       // API, the UNIX stream link.
-      {"socket", "a host socket per guest flow (TCP, UDP, ICMP)"},
+      // socket: AF_INET and AF_INET6 only. No AF_UNIX: the only UNIX
+      // sockets made after setup would be unix: forwards added through
+      // the API, which PortForwards refuses once the filesystem is
+      // detached; the API's and --unix's listeners are made before.
+      {"socket",
+       "a host socket per guest flow (TCP, UDP, ICMP echo), IPv4 and IPv6 "
+       "only",
+       AllowedCall::Args::kInetSocket},
       {"connect", "a flow's host connection"},
       {"bind", "--outbound-bind; forwards added through the API"},
       {"listen", "forwards added through the API"},
@@ -242,7 +282,8 @@ const std::vector<AllowedCall>& AllowedCalls() {
       {"pipe2", "the relay's pipes"},
       {"splice", "payload socket -> pipe -> socket, never in user memory"},
       {"fcntl", "O_NONBLOCK, F_SETPIPE_SZ"},
-      {"ioctl", "FIONREAD, SIOCOUTQ on sockets; TUN queries"},
+      {"ioctl", "the requests of AllowedIoctls() only",
+       AllowedCall::Args::kIoctlRequests},
       // Memory (the allocator).
       {"brk", "the allocator"},
       {"mmap", "the allocator; the packet and chunk pools"},
@@ -263,9 +304,9 @@ const std::vector<AllowedCall>& AllowedCalls() {
       {"rt_sigprocmask", "signalfd's mask"},
       {"rt_sigaction", "abort()'s default action"},
       {"kill", "SIGINT, SIGTERM, SIGHUP passed on to CMD (its pid only)",
-       AllowedCall::Arg0::kCmdPid},
+       AllowedCall::Args::kCmdPid},
       {"tgkill", "abort() (netstackd's own pid only)",
-       AllowedCall::Arg0::kOwnPid},
+       AllowedCall::Args::kOwnPid},
       {"waitid", "CMD's exit"},
       {"wait4", "CMD's exit (waitpid)"},
       {"restart_syscall", "an interrupted wait resumes"},
@@ -273,9 +314,14 @@ const std::vector<AllowedCall>& AllowedCalls() {
       {"exit_group", "netstackd ends"},
       // Files: none are opened after setup. These remove what netstackd
       // made and check that a namespace is still there.
+      // unlinkat: flags 0 only, so no directory can be removed. The path
+      // is beyond a filter: through the directory fds DirEntryRef holds,
+      // a compromised netstackd could still remove any file its user may
+      // remove that those directories lead to (../ too).
       {"unlinkat",
        "a socket file at removal (--unix, unix: forwards, the API), by its "
-       "directory (link::DirEntryRef)"},
+       "directory (link::DirEntryRef); never a directory",
+       AllowedCall::Args::kNoFlags},
       {"umask", "the API socket is created 0600"},
       {"newfstatat", "--netns PATH still there; stdio's first use"},
       {"fstat", "stdio's first use"},
@@ -283,6 +329,19 @@ const std::vector<AllowedCall>& AllowedCalls() {
       {"lseek", "stdio"},
   };
   return *calls;
+}
+
+const std::vector<AllowedIoctl>& AllowedIoctls() {
+  // No TUN request: the TAP is set up (TUNSETIFF, TUNSETOFFLOAD, ...)
+  // before the filter, and a compromised netstackd must not change it. No
+  // TIOCSTI, which would type into a terminal on stderr.
+  static const auto* requests = new std::vector<AllowedIoctl>{
+      {FIONREAD, "FIONREAD",
+       "the relay's pipe pool checks that a pipe given back is empty"},
+      {TCGETS, "TCGETS",
+       "stdio and the sanitizers ask whether stderr is a terminal"},
+  };
+  return *requests;
 }
 
 namespace {

@@ -19,8 +19,10 @@
 //      inheritable sets are cut to the kept ones, and the ambient set is
 //      cleared;
 //   2. PR_SET_NO_NEW_PRIVS: no execve can give privileges back;
-//   3. a seccomp filter (libseccomp) allows the calls of AllowedCalls()
-//      and traps every other one: the SIGSYS handler writes
+//   3. a seccomp filter (libseccomp) allows the calls of AllowedCalls(),
+//      some only with the arguments netstackd passes (ioctl: the requests
+//      of AllowedIoctls(); socket: TCP and UDP of IPv4 and IPv6; unlinkat:
+//      no AT_REMOVEDIR), and traps every other one: the SIGSYS handler writes
 //      "netstackd: system call N (NAME) is not allowed after setup (see
 //      docs/SECURITY.md)" to stderr and ends the process with status 159
 //      (128 + SIGSYS). A trap rather than a silent kill, so that a call we
@@ -68,12 +70,34 @@ struct LeastPrivilegeOptions {
 struct AllowedCall {
   const char* name;
   const char* why;
-  // What the first argument must be: anything, CMD's pid (kill: only CMD
-  // can be signalled; without CMD, nothing), or netstackd's own (tgkill:
-  // abort()).
-  enum class Arg0 { kAny, kCmdPid, kOwnPid } arg0 = Arg0::kAny;
+  // What the arguments must be:
+  //   kAny: anything;
+  //   kCmdPid: the first is CMD's pid (kill: only CMD can be signalled;
+  //     without CMD, nothing);
+  //   kOwnPid: the first is netstackd's own (tgkill: abort());
+  //   kIoctlRequests: the request is one of AllowedIoctls();
+  //   kInetSocket: the family is AF_INET or AF_INET6 and the type
+  //     SOCK_STREAM or SOCK_DGRAM (flags aside);
+  //   kNoFlags: the flags (third argument) are 0 (unlinkat: no
+  //     AT_REMOVEDIR).
+  enum class Args {
+    kAny,
+    kCmdPid,
+    kOwnPid,
+    kIoctlRequests,
+    kInetSocket,
+    kNoFlags,
+  } args = Args::kAny;
 };
 const std::vector<AllowedCall>& AllowedCalls();
+
+// The ioctl(2) requests the filter allows, with the reason for each.
+struct AllowedIoctl {
+  unsigned long request;
+  const char* name;
+  const char* why;
+};
+const std::vector<AllowedIoctl>& AllowedIoctls();
 
 // Applies the three steps; an error names the step that failed (nothing
 // is half-applied that would leave more than before, but a failure after

@@ -1,8 +1,21 @@
 #include "tools/netstackd/least_privilege.h"
 
+#include <fcntl.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
 #include <seccomp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -29,6 +42,140 @@ TEST(AllowedCalls, DocsSecurityListsEachOne) {
               std::string::npos)
         << c.name << " is allowed but docs/SECURITY.md does not list it";
   }
+}
+
+// What a forked child did after DropPrivileges: its wait status and its
+// stderr (where the SIGSYS handler names a trapped call).
+struct Filtered {
+  int status = 0;
+  std::string err;
+};
+
+// Forks; the child applies the sandbox (without step 0, which needs root:
+// the filter is what is tested here) and runs `body`, then exits 0. A
+// call the filter traps ends it with 159 (128 + SIGSYS); `body` exits
+// with another status to report a call that failed when it should not.
+Filtered RunFiltered(const std::function<void()>& body) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return {-1, "pipe2"};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipe_fds[1], STDERR_FILENO);
+    LeastPrivilegeOptions o;
+    o.detach_filesystem = false;
+    if (!DropPrivileges(o).ok()) _exit(2);
+    body();
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  Filtered r;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) r.err.append(buf, n);
+  close(pipe_fds[0]);
+  waitpid(pid, &r.status, 0);
+  return r;
+}
+
+int ExitCode(const Filtered& r) {
+  return WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1;
+}
+
+// The calls netstackd makes after setup still work under the filter.
+TEST(Filter, AllowsWhatTheLoopUses) {
+  char dir[] = "/tmp/nst-lp-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/sock";
+  const int fd = open(file.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const int dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir_fd, 0);
+  const Filtered r = RunFiltered([dir_fd] {
+    // Host sockets of both families, TCP and UDP, non-blocking.
+    for (int family : {AF_INET, AF_INET6}) {
+      for (int type : {SOCK_STREAM, SOCK_DGRAM}) {
+        const int s = socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (s < 0) _exit(3);
+        close(s);
+      }
+    }
+    // Ping sockets: the kernel may refuse them (ping_group_range), the
+    // filter must not.
+    const int ping = socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP);
+    if (ping >= 0) close(ping);
+    // The relay's pipes: FIONREAD.
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) _exit(4);
+    int queued = -1;
+    if (ioctl(p[0], FIONREAD, &queued) != 0 || queued != 0) _exit(5);
+    // stdio asks whether a stream is a terminal (TCGETS).
+    struct termios t;
+    (void)tcgetattr(p[0], &t);
+    // A socket file removed at exit, by its directory.
+    if (unlinkat(dir_fd, "sock", 0) != 0) _exit(6);
+  });
+  close(dir_fd);
+  EXPECT_EQ(ExitCode(r), 0) << r.err;
+  struct stat st;
+  EXPECT_NE(stat(file.c_str(), &st), 0) << "not removed";
+  rmdir(dir);
+}
+
+// The review's finding 15 (2026-12-06): ioctl, socket and unlinkat were
+// allowed with any arguments. A request netstackd never makes (TIOCSTI,
+// which types into a terminal; TUNSETIFF), a socket of another family
+// (abstract AF_UNIX sockets of the host, netlink, packet) or of another
+// type (raw), and the removal of a directory are trapped.
+TEST(Filter, TrapsOtherArguments) {
+  char dir[] = "/tmp/nst-lp-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string sub = std::string(dir) + "/d";
+  ASSERT_EQ(mkdir(sub.c_str(), 0700), 0);
+  const int dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir_fd, 0);
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  const struct {
+    const char* what;
+    const char* call;
+    std::function<void()> body;
+  } cases[] = {
+      {"TIOCSTI", "16 (ioctl)",
+       [&] {
+         char c = 'x';
+         (void)ioctl(p[0], TIOCSTI, &c);
+       }},
+      {"TUNSETIFF", "16 (ioctl)",
+       [&] { (void)ioctl(p[0], 0x400454ca /* TUNSETIFF */, nullptr); }},
+      {"AF_UNIX", "41 (socket)",
+       [] { (void)socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0); }},
+      {"AF_NETLINK", "41 (socket)",
+       [] {
+         (void)socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+       }},
+      {"AF_PACKET", "41 (socket)",
+       [] { (void)socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0); }},
+      {"SOCK_RAW", "41 (socket)",
+       [] { (void)socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP); }},
+      {"AT_REMOVEDIR", "263 (unlinkat)",
+       [&] { (void)unlinkat(dir_fd, "d", AT_REMOVEDIR); }},
+  };
+  for (const auto& c : cases) {
+    const Filtered r = RunFiltered(c.body);
+    EXPECT_EQ(ExitCode(r), 128 + SIGSYS) << c.what << ": " << r.err;
+    EXPECT_NE(r.err.find(std::string("system call ") + c.call +
+                         " is not allowed after setup"),
+              std::string::npos)
+        << c.what << ": " << r.err;
+  }
+  struct stat st;
+  EXPECT_EQ(stat(sub.c_str(), &st), 0) << "the directory was removed";
+  close(p[0]);
+  close(p[1]);
+  close(dir_fd);
+  rmdir(sub.c_str());
+  rmdir(dir);
 }
 
 }  // namespace
