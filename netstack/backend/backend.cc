@@ -143,6 +143,8 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
 
   UdpFlowOptions uo;
   uo.max_flows = b->config_.limits.max_udp_flows;
+  // -u through the stack: as many again, a share of their own.
+  uo.max_inbound_flows = b->config_.limits.max_udp_flows;
   uo.idle_timeout = b->config_.limits.udp_idle_timeout;
   uo.bind = bind;
   uo.self_addresses = self;

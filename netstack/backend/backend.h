@@ -111,8 +111,10 @@ struct BackendLimits {
   // limit only (about 15 minutes, as Linux's tcp_retries2), and an idle
   // flow to a vanished guest stays until the host closes it.
   Duration tcp_guest_timeout = absl::ZeroDuration();
-  // UDP flows (host sockets) at once (--max-udp-flows); past it the
-  // guest gets ICMP port unreachable.
+  // The guest's UDP flows (host sockets) at once (--max-udp-flows); past
+  // it the guest gets ICMP administratively prohibited. Inbound flows (-u
+  // through the stack) have as many again of their own, and a full share
+  // evicts its least recently active unanswered flow (udp_flows.h).
   uint32_t max_udp_flows = 1024;
   // A UDP flow with no datagram either way for this long is closed
   // (--udp-timeout).

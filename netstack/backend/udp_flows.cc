@@ -42,6 +42,7 @@ struct UdpFlowTable::Flow {
   Key key;
   int fd = -1;
   Instant last_active;
+  std::list<Flow*>* list = nullptr;  // the LRU list it is on
   std::list<Flow*>::iterator lru;
   std::unique_ptr<FlowHandler> handler;
   // The UDP length of the last datagram sent, for the quote of an ICMP
@@ -82,9 +83,12 @@ UdpFlowTable::UdpFlowTable(stack::Stack& stack, udp::UdpLayer& udp,
 UdpFlowTable::~UdpFlowTable() {
   udp_.SetUnmatchedHandler(nullptr);
   loop_.RemovePoller(this);
-  while (!lru_.empty()) {
-    ++counters_.closed_shutdown;
-    Close(lru_.front());
+  for (std::list<Flow*>* list :
+       {&outbound_lru_, &inbound_replied_lru_, &inbound_unreplied_lru_}) {
+    while (!list->empty()) {
+      ++counters_.closed_shutdown;
+      Close(list->front());
+    }
   }
 }
 
@@ -107,8 +111,10 @@ bool UdpFlowTable::OnUnmatchedDatagram(const SocketAddress& src,
   // An inbound flow's replies may go to the gateway (its source for
   // clients on the host's loopback): look the pair up first.
   if (auto it = flows_.find(Key{src, dst}); it != flows_.end()) {
-    Touch(*it->second, now);
-    SendToHost(*it->second, payload, now);
+    Flow& flow = *it->second;
+    if (flow.inbound) MarkReplied(flow);
+    Touch(flow, now);
+    SendToHost(flow, payload, now);
     return true;
   }
   if (IsSelf(dst.ip)) {
@@ -131,7 +137,8 @@ bool UdpFlowTable::OnUnmatchedDatagram(const SocketAddress& src,
 
 UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, Instant now) {
   const uint16_t udp_len = 8;
-  if (flows_.size() >= options_.max_flows) {
+  // The guest's own share: inbound flows never count against it.
+  if (outbound_lru_.size() >= options_.max_flows) {
     ++counters_.refused_limit;
     (void)SendUdpUnreachable(stack_, packets_, Unreachable::kAdminProhibited,
                              key.local, key.remote, udp_len, now);
@@ -173,7 +180,7 @@ UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, Instant now) {
     ++counters_.refused_socket;
     return nullptr;
   }
-  f->lru = lru_.insert(lru_.end(), f);
+  Link(*f, outbound_lru_);
   flows_.emplace(key, std::move(flow));
   ++counters_.opened;
   return f;
@@ -187,14 +194,27 @@ void UdpFlowTable::Close(Flow* flow) {
     (void)loop_.Remove(flow->fd);
     close(flow->fd);
   }
-  lru_.erase(flow->lru);
+  flow->list->erase(flow->lru);
   // Last: the key lives in the flow.
   flows_.erase(Key(flow->key));
 }
 
+void UdpFlowTable::Link(Flow& flow, std::list<Flow*>& list) {
+  flow.list = &list;
+  flow.lru = list.insert(list.end(), &flow);
+}
+
 void UdpFlowTable::Touch(Flow& flow, Instant now) {
   flow.last_active = std::max(flow.last_active, now);
-  lru_.splice(lru_.end(), lru_, flow.lru);
+  flow.list->splice(flow.list->end(), *flow.list, flow.lru);
+}
+
+void UdpFlowTable::MarkReplied(Flow& flow) {
+  if (flow.list != &inbound_unreplied_lru_) return;
+  // A splice keeps the iterator; Touch then puts it in its place.
+  inbound_replied_lru_.splice(inbound_replied_lru_.end(),
+                              inbound_unreplied_lru_, flow.lru);
+  flow.list = &inbound_replied_lru_;
 }
 
 void UdpFlowTable::SendToHost(Flow& flow, const buffer::PayloadView& payload,
@@ -359,23 +379,57 @@ bool UdpFlowTable::ReadErrors(Flow& flow, Instant now) {
 }
 
 Instant UdpFlowTable::NextDeadline() const {
-  if (lru_.empty()) return kNever;
-  return lru_.front()->last_active + options_.idle_timeout;
+  Instant next = kNever;
+  for (const auto& [list, timeout] :
+       {std::pair{&outbound_lru_, options_.idle_timeout},
+        std::pair{&inbound_replied_lru_, options_.idle_timeout},
+        std::pair{&inbound_unreplied_lru_, UnrepliedTimeout()}}) {
+    if (!list->empty()) {
+      next = std::min(next, list->front()->last_active + timeout);
+    }
+  }
+  return next;
+}
+
+void UdpFlowTable::ExpireList(std::list<Flow*>& list, Duration timeout,
+                              Instant now) {
+  while (!list.empty() && list.front()->last_active + timeout <= now) {
+    Flow* f = list.front();
+    ++counters_.closed_idle;
+    if (&list == &inbound_unreplied_lru_) ++counters_.inbound_unreplied_expired;
+    if (f->counts != nullptr) ++f->counts->flows_expired;
+    Close(f);
+  }
 }
 
 void UdpFlowTable::Poll(Instant now) {
-  while (!lru_.empty() &&
-         lru_.front()->last_active + options_.idle_timeout <= now) {
-    ++counters_.closed_idle;
-    if (lru_.front()->counts != nullptr) ++lru_.front()->counts->flows_expired;
-    Close(lru_.front());
-  }
+  ExpireList(outbound_lru_, options_.idle_timeout, now);
+  ExpireList(inbound_replied_lru_, options_.idle_timeout, now);
+  ExpireList(inbound_unreplied_lru_, UnrepliedTimeout(), now);
+}
+
+bool UdpFlowTable::EvictInbound() {
+  // Linux's conntrack early_drop likewise gives up an unreplied entry
+  // first. An answered flow goes only when every flow is answered (a
+  // guest that echoes a spoofed flood): a new client still gets in, and
+  // the flow the guest loses was the least recently active.
+  const bool unreplied = !inbound_unreplied_lru_.empty();
+  std::list<Flow*>& from =
+      unreplied ? inbound_unreplied_lru_ : inbound_replied_lru_;
+  if (from.empty()) return false;
+  Flow* victim = from.front();
+  ++(unreplied ? counters_.inbound_evicted_unreplied
+               : counters_.inbound_evicted_replied);
+  ++victim->counts->flows_evicted;
+  Close(victim);
+  return true;
 }
 
 UdpFlowTable::Flow* UdpFlowTable::OpenInbound(
     int host_fd, const SocketAddress& client, const SocketAddress& guest,
     const IpAddress& gateway, InboundUdpCounts& counts, Instant now) {
-  if (flows_.size() >= options_.max_flows) {
+  // Their own share, never the guest's outbound one; full, it makes room.
+  if (inbound_.size() >= options_.max_inbound_flows && !EvictInbound()) {
     ++counters_.refused_limit;
     ++counts.refused_limit;
     return nullptr;
@@ -408,7 +462,7 @@ UdpFlowTable::Flow* UdpFlowTable::OpenInbound(
   f->client = client;
   f->client_name_len = ToSockaddr(client, f->client_name);
   f->counts = &counts;
-  f->lru = lru_.insert(lru_.end(), f);
+  Link(*f, inbound_unreplied_lru_);
   flows_.emplace(key, std::move(flow));
   inbound_.emplace(InboundKey{host_fd, client}, f);
   ++counters_.opened;

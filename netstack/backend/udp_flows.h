@@ -23,12 +23,21 @@
 //     destination unreachable to the guest, from the peer's address:
 //     port unreachable for port unreachable, host/net for those.
 //   - Idle flows (no datagram either way for idle_timeout) close. Flows
-//     sit on a list in order of their last activity, so expiry looks at
-//     the front only and activity is an O(1) splice.
+//     sit on lists in order of their last activity, one list per timeout,
+//     so expiry looks at the fronts only and activity is an O(1) splice.
+//   - Inbound flows (-u through the stack, ReadInbound) have a share of
+//     their own (max_inbound_flows), so clients on the network, whose
+//     addresses may be spoofed, never take the guest's outbound share. One
+//     the guest has not answered closes after inbound_unreplied_timeout
+//     (conntrack's UNREPLIED), and a full share makes room by evicting the
+//     least recently active unanswered flow, else the least recently
+//     active answered one: a new client always gets in (review 2026-12-06,
+//     finding 8).
 // Single-threaded, on the stack's event loop; outlives none of its flows.
 #ifndef NETSTACK_BACKEND_UDP_FLOWS_H_
 #define NETSTACK_BACKEND_UDP_FLOWS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -49,8 +58,16 @@
 namespace netstack::backend {
 
 struct UdpFlowOptions {
-  size_t max_flows = 1024;            // --max-udp-flows
+  size_t max_flows = 1024;            // --max-udp-flows: the guest's own
+  // Inbound flows at once (ReadInbound), apart from max_flows. They hold
+  // no host socket (the forward's carries them), so no fd either.
+  size_t max_inbound_flows = 1024;
   Duration idle_timeout = absl::Seconds(180);  // --udp-timeout
+  // An inbound flow the guest never answered closes after this (at most
+  // idle_timeout): a client's one datagram, or a spoofed one's, holds its
+  // entry as briefly as Linux's conntrack holds an UNREPLIED UDP entry
+  // (nf_conntrack_udp_timeout, 30 s). Answered, it has idle_timeout.
+  Duration inbound_unreplied_timeout = absl::Seconds(30);
   OutboundBind bind;                  // --outbound-bind
   // Destinations that are the stack itself (the gateway, the DNS
   // address): never relayed; the stack answers port unreachable.
@@ -89,6 +106,13 @@ struct UdpFlowOptions {
   /* datagram could be read. */                                          \
   X(inbound_opened, "inbound.opened")                                     \
   X(inbound_refused_port, "inbound.refused_port")                         \
+  /* Inbound flows closed to make room in a full inbound share: one the */ \
+  /* guest never answered (least recently active first), else the least */ \
+  /* recently active answered one; and those the unreplied timeout */      \
+  /* closed (counted in closed.idle too). */                               \
+  X(inbound_evicted_unreplied, "inbound.evicted_unreplied")               \
+  X(inbound_evicted_replied, "inbound.evicted_replied")                   \
+  X(inbound_unreplied_expired, "inbound.unreplied_expired")               \
   X(host_icmp_port_unreachable, "host_icmp.port_unreachable")             \
   X(host_icmp_unreachable, "host_icmp.unreachable")                       \
   X(host_icmp_other, "host_icmp.other")
@@ -99,6 +123,9 @@ struct InboundUdpCounts {
   uint64_t flows_opened = 0;
   uint64_t flows_open = 0;
   uint64_t flows_expired = 0;
+  // Closed to make room for another client (UdpFlowOptions::
+  // max_inbound_flows; the table's inbound.evicted_* say which kind).
+  uint64_t flows_evicted = 0;
   uint64_t refused_limit = 0;
   uint64_t dropped = 0;  // either way: no room, a send that failed
   uint64_t datagrams_to_guest = 0;
@@ -140,7 +167,8 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   void Poll(Instant now) override;
 
   // Inbound flows (host -> guest, -u through the stack), in the same
-  // table, limit and idle timeout as the guest's own: reads the
+  // table as the guest's own but with their own limit and, until the
+  // guest answers, a shorter timeout (UdpFlowOptions): reads the
   // datagrams waiting on `host_fd` (a forward's bound socket, not owned)
   // and sends each to `guest` from `SourceFor(client)`: the client's own
   // IPv4 address off the host's loopback, else `gateway`; its port when
@@ -170,8 +198,19 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
                     const transport::SocketAddress& guest,
                     const transport::IpAddress& gateway,
                     InboundUdpCounts& counts, Instant now);
+  // Closes one inbound flow to make room (counted); false if none.
+  bool EvictInbound();
   void Close(Flow* flow);
+  // Puts `flow` at the end of `list` (its timeout's).
+  void Link(Flow& flow, std::list<Flow*>& list);
   void Touch(Flow& flow, Instant now);
+  // The guest sent on an inbound flow: it moves to idle_timeout.
+  void MarkReplied(Flow& flow);
+  // Closes the flows of `list` idle for `timeout` at `now`.
+  void ExpireList(std::list<Flow*>& list, Duration timeout, Instant now);
+  Duration UnrepliedTimeout() const {
+    return std::min(options_.inbound_unreplied_timeout, options_.idle_timeout);
+  }
   void SendToHost(Flow& flow, const buffer::PayloadView& payload, Instant now);
   void ReadHost(Flow& flow, Instant now);
   // One datagram of `n` bytes in `chunk` to the guest from the flow's
@@ -192,8 +231,13 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   using InboundKey = std::pair<int, transport::SocketAddress>;
   absl::flat_hash_map<InboundKey, Flow*> inbound_;
   uint16_t next_inbound_port_ = 49152;
-  // Least recently active first.
-  std::list<Flow*> lru_;
+  // Least recently active first, one list per timeout: the guest's own
+  // flows and the inbound ones it answered (idle_timeout), and the
+  // inbound ones it has not (UnrepliedTimeout). Their sizes are the
+  // shares' counts.
+  std::list<Flow*> outbound_lru_;
+  std::list<Flow*> inbound_replied_lru_;
+  std::list<Flow*> inbound_unreplied_lru_;
   UdpFlowCounters counters_;
 };
 

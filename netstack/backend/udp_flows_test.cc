@@ -459,5 +459,181 @@ TEST_F(UdpFlowsTest, InboundClientsOnOnePortGetTheirOwnSourceAndReplies) {
   close(b);
 }
 
+// Review 2026-12-06, finding 8: -u through the stack, one datagram from
+// each of many client addresses (spoofable on a network). The inbound
+// flows must not take the guest's own outbound share, nor lock out a new
+// real client until --udp-timeout: they have their own share, an inbound
+// flow the guest never answered lasts a short while (conntrack's
+// UNREPLIED), and a full share makes room by evicting the least recently
+// active unreplied flow.
+class InboundFloodTest : public UdpFlowsTest {
+ protected:
+  InboundFloodTest() : forward_(*IpAddress::Parse("127.0.0.1")) {}
+  // One datagram from 127.0.0.1:`port` to the forward (a socket opened,
+  // bound, used and closed: the flow stays, keyed by the address), read
+  // by the table at `now`.
+  void ClientSends(uint16_t port, Instant now, bool read = true) {
+    const int c = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_storage ss;
+    socklen_t len = ToSockaddr(SocketAddress{kLo4, port}, ss);
+    ASSERT_EQ(bind(c, reinterpret_cast<sockaddr*>(&ss), len), 0) << port;
+    len = ToSockaddr(forward_.addr, ss);
+    ASSERT_EQ(sendto(c, "q", 1, 0, reinterpret_cast<sockaddr*>(&ss), len), 1);
+    close(c);
+    if (read) Read(now);
+  }
+  void Read(Instant now) {
+    pollfd p{forward_.fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 2000), 1);
+    table_->ReadInbound(forward_.fd, guest_, gateway_, counts_, now);
+    (void)TakeSent();
+  }
+  // `n` clients from port `first` on, read in batches the forward's
+  // receive buffer holds.
+  void Flood(uint16_t first, int n, Instant now) {
+    for (int i = 0; i < n; ++i) {
+      ClientSends(static_cast<uint16_t>(first + i), now, /*read=*/false);
+      if (i % 16 == 15 || i == n - 1) Read(now);
+    }
+  }
+  // The source the guest saw the last datagram come from.
+  SocketAddress LastSourceSeen(const std::vector<Got>& got) const {
+    EXPECT_FALSE(got.empty());
+    if (got.empty()) return {};
+    return {got.back().src, wire::LoadBe16(&got.back().l4[0])};
+  }
+
+  HostServer forward_;
+  const SocketAddress guest_ = Peer4(7000);
+  const IpAddress gateway_{our_ip4_};
+  InboundUdpCounts counts_;
+};
+
+TEST_F(InboundFloodTest, ManyClientsLeaveTheGuestsOwnShareAndANewClientIn) {
+  MakeTable();  // the defaults: 1,024 flows
+  Flood(20000, 1100, now_);
+  EXPECT_LE(table_->size(), 2048u);
+  // (a) The guest's own outbound UDP still opens a flow.
+  HostServer server(kLo4);
+  InjectUdp(Peer4(5353), server.addr, udp::testing::Bytes("own"));
+  EXPECT_TRUE(server.Receive(nullptr, false).has_value());
+  EXPECT_EQ(table_->counters().refused_limit, 0u);
+  // (b) A new real client still gets through to the guest.
+  const int client = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage ss;
+  socklen_t len = ToSockaddr(SocketAddress{kLo4, 30000}, ss);
+  ASSERT_EQ(bind(client, reinterpret_cast<sockaddr*>(&ss), len), 0);
+  len = ToSockaddr(forward_.addr, ss);
+  ASSERT_EQ(sendto(client, "real", 4, 0, reinterpret_cast<sockaddr*>(&ss), len),
+            4);
+  pollfd p{forward_.fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 2000), 1);
+  table_->ReadInbound(forward_.fd, guest_, gateway_, counts_, now_);
+  std::vector<Got> got = Datagrams(TakeSent());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].dst, guest_.ip);
+  EXPECT_EQ(std::string(got[0].l4.begin() + 8, got[0].l4.end()), "real");
+  EXPECT_EQ(counts_.refused_limit, 0u);
+  // ... and the guest's answer reaches it.
+  InjectUdp(guest_, LastSourceSeen(got), udp::testing::Bytes("answer"));
+  p = {client, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 2000), 1);
+  char buf[16];
+  EXPECT_EQ(recv(client, buf, sizeof(buf), 0), 6);
+  close(client);
+  EXPECT_EQ(counts_.flows_opened, 1101u);
+  EXPECT_EQ(counts_.flows_open, 1024u);  // the inbound share, full
+  EXPECT_EQ(counts_.flows_evicted, 77u);
+  EXPECT_EQ(table_->counters().inbound_evicted_unreplied, 77u);
+  EXPECT_EQ(table_->counters().inbound_evicted_replied, 0u);
+}
+
+// An inbound flow the guest never answered lasts 30 s (as conntrack's
+// UNREPLIED); one it answered lasts --udp-timeout like any other.
+TEST_F(InboundFloodTest, UnrepliedInboundFlowsExpireSoon) {
+  MakeTable();  // idle timeout 180 s
+  const Instant t0 = now_;
+  ClientSends(21000, t0);  // never answered
+  ClientSends(21001, t0);  // answered below
+  ASSERT_EQ(counts_.flows_open, 2u);
+  // The guest answers the second client (its source: the gateway and that
+  // client's port, which was free).
+  InjectUdp(guest_, SocketAddress{gateway_, 21001}, udp::testing::Bytes("a"));
+  EXPECT_EQ(counts_.datagrams_from_guest, 1u);
+  EXPECT_EQ(table_->NextDeadline(), t0 + absl::Seconds(30));
+  table_->Poll(t0 + absl::Seconds(29));
+  EXPECT_EQ(counts_.flows_open, 2u);
+  table_->Poll(t0 + absl::Seconds(30));
+  EXPECT_EQ(counts_.flows_open, 1u);
+  EXPECT_EQ(counts_.flows_expired, 1u);
+  table_->Poll(t0 + absl::Seconds(179));
+  EXPECT_EQ(counts_.flows_open, 1u);
+  table_->Poll(t0 + absl::Seconds(180));
+  EXPECT_EQ(counts_.flows_open, 0u);
+  EXPECT_EQ(counts_.flows_expired, 2u);
+  EXPECT_EQ(table_->counters().inbound_unreplied_expired, 1u);
+  EXPECT_EQ(table_->counters().closed_idle, 2u);
+}
+
+// A full inbound share makes room by evicting an unreplied flow, the
+// least recently active first; a flow the guest answered stays.
+TEST_F(InboundFloodTest, EvictionTakesUnrepliedFlowsFirst) {
+  MakeTable();
+  const int kept = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage ss;
+  socklen_t len = ToSockaddr(SocketAddress{kLo4, 19999}, ss);
+  ASSERT_EQ(bind(kept, reinterpret_cast<sockaddr*>(&ss), len), 0);
+  len = ToSockaddr(forward_.addr, ss);
+  ASSERT_EQ(sendto(kept, "k", 1, 0, reinterpret_cast<sockaddr*>(&ss), len), 1);
+  Read(now_);
+  InjectUdp(guest_, SocketAddress{gateway_, 19999}, udp::testing::Bytes("1"));
+  // The oldest of all: a conversation the guest takes part in.
+  Flood(20000, 1100, now_ + absl::Seconds(1));
+  EXPECT_EQ(counts_.flows_open, 1024u);
+  // The answered flow is still there: the guest's next answer reaches
+  // the same client from the forward's port.
+  InjectUdp(guest_, SocketAddress{gateway_, 19999}, udp::testing::Bytes("2"));
+  pollfd p{kept, POLLIN, 0};
+  char buf[8];
+  for (const char* want : {"1", "2"}) {
+    ASSERT_EQ(poll(&p, 1, 2000), 1);
+    ASSERT_EQ(recv(kept, buf, sizeof(buf), 0), 1);
+    EXPECT_EQ(buf[0], want[0]);
+  }
+  EXPECT_EQ(counts_.datagrams_from_guest, 2u);
+  EXPECT_EQ(table_->counters().inbound_evicted_unreplied, 77u);
+  EXPECT_EQ(table_->counters().inbound_evicted_replied, 0u);
+  close(kept);
+}
+
+// A guest that answers every datagram (an echo server under a spoofed
+// flood) leaves no unreplied flow to evict: the least recently active
+// answered one goes, and the new client still gets in.
+TEST_F(InboundFloodTest, WhenEveryFlowIsAnsweredTheLeastRecentGoes) {
+  UdpFlowOptions o;
+  o.max_inbound_flows = 2;
+  MakeTable(o);
+  ClientSends(22000, now_);
+  ClientSends(22001, now_ + absl::Seconds(1));
+  InjectUdp(guest_, SocketAddress{gateway_, 22001}, udp::testing::Bytes("b"));
+  InjectUdp(guest_, SocketAddress{gateway_, 22000}, udp::testing::Bytes("a"));
+  // 22001 was answered first: the least recently active now.
+  ClientSends(22002, now_ + absl::Seconds(2));
+  EXPECT_EQ(counts_.flows_open, 2u);
+  EXPECT_EQ(counts_.flows_evicted, 1u);
+  EXPECT_EQ(table_->counters().inbound_evicted_replied, 1u);
+  EXPECT_EQ(counts_.datagrams_to_guest, 3u);
+  // The guest's late answer to the evicted one is not relayed (the
+  // gateway is the stack itself: its own port unreachable).
+  InjectUdp(guest_, SocketAddress{gateway_, 22001}, udp::testing::Bytes("late"));
+  EXPECT_EQ(counts_.datagrams_from_guest, 2u);
+  EXPECT_EQ(table_->counters().refused_self, 1u);
+  // A share of zero refuses every client, counted.
+  o.max_inbound_flows = 0;
+  MakeTable(o);
+  ClientSends(22003, now_);
+  EXPECT_EQ(counts_.refused_limit, 1u);
+}
+
 }  // namespace
 }  // namespace netstack::backend
