@@ -17,6 +17,7 @@ and setpriv.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -173,4 +174,7 @@ class ForwardHijackTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
+    # Bazel's timeout sends SIGTERM: fail the test, and let the cleanups
+    # remove the namespaces and processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("SIGTERM"))
     unittest.main(verbosity=2)

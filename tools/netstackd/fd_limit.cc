@@ -63,6 +63,15 @@ FdLimits PlanFdLimits(FdLimits now, uint64_t need, bool may_raise_hard,
   return want;
 }
 
+uint64_t SplicedConnsThatFit(const FdBudget& budget, uint64_t soft) {
+  if (soft >= budget.need()) return budget.spliced_conns;
+  const uint64_t fixed = budget.others + budget.forwards;
+  const uint64_t room = soft > fixed ? soft - fixed : 0;
+  const uint64_t left = room > budget.flows() ? room - budget.flows() : 0;
+  const uint64_t fds = std::max(left, room / 4);
+  return std::min(budget.spliced_conns, fds / FdBudget::kFdsPerSplicedConn);
+}
+
 std::string DescribeFdLimit(FdLimits before, FdLimits after,
                             const FdBudget& budget) {
   const std::string was =
@@ -74,12 +83,26 @@ std::string DescribeFdLimit(FdLimits before, FdLimits after,
       budget.forwards != 0
           ? absl::StrCat(", ", budget.forwards, " for port forwards")
           : std::string(),
+      budget.spliced_conns != 0
+          ? absl::StrCat(", ", budget.spliced_conns,
+                         " spliced forward connections (",
+                         FdBudget::kFdsPerSplicedConn, " fds each)")
+          : std::string(),
       " and ", budget.others, " others");
   if (after.soft >= budget.need()) {
     return absl::StrCat("netstackd: fd limit ", Number(after.soft), " (", was,
                         "; hard ", Number(after.hard), "): room for ", parts,
                         "\n");
   }
+  const std::string spliced =
+      budget.spliced_conns != 0
+          ? absl::StrCat(
+                " The guest's own flows keep their fds: spliced forward "
+                "connections: at most ",
+                SplicedConnsThatFit(budget, after.soft),
+                " of --max-forward-conns ", budget.spliced_conns,
+                "; a client past it is reset (forward.N.refused_limit).")
+          : std::string();
   return absl::StrCat(
       "netstackd: warning: fd limit ", Number(after.soft), " (", was,
       "; hard ", Number(after.hard), ") is below the ", budget.need(),
@@ -87,10 +110,11 @@ std::string DescribeFdLimit(FdLimits before, FdLimits after,
       " need: a flow past it gets RST (backend.tcp_end.connect_failed). "
       "Raise the hard limit (ulimit -Hn ", budget.need(),
       " where netstackd is started, LimitNOFILE= in a systemd unit, or run "
-      "it as root) or lower --max-tcp-flows.\n");
+      "it as root) or lower --max-tcp-flows.",
+      spliced, "\n");
 }
 
-std::string RaiseFdLimit(const FdBudget& budget) {
+std::string RaiseFdLimit(const FdBudget& budget, FdLimits* got) {
   FdLimits before;
   if (!Get(before)) {
     return absl::StrCat("netstackd: warning: getrlimit(RLIMIT_NOFILE): errno ",
@@ -107,6 +131,7 @@ std::string RaiseFdLimit(const FdBudget& budget) {
   }
   FdLimits after = before;
   (void)Get(after);
+  if (got != nullptr) *got = after;
   return DescribeFdLimit(before, after, budget);
 }
 

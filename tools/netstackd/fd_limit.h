@@ -15,6 +15,11 @@ namespace netstack::tools {
 
 // What the backend's fds are for. need() is their sum.
 struct FdBudget {
+  // A spliced connection's fds: the client's socket, the socket in the
+  // guest's namespace and, while data moves, a pipe each way (two fds a
+  // pipe; netstack/forward/relay.h).
+  static constexpr uint64_t kFdsPerSplicedConn = 6;
+
   uint64_t tcp_flows = 0;   // --max-tcp-flows
   uint64_t udp_flows = 0;   // --max-udp-flows
   uint64_t ping_flows = 0;  // the ping forwarder's cap
@@ -22,13 +27,29 @@ struct FdBudget {
   // pcap file, stdio: a few dozen; 64 leaves room.
   uint64_t others = 64;
   // -t/-u: the listeners, and the UDP forwards' client flows (as many as
-  // --max-udp-flows, shared by every -u). TCP forwards' connections
-  // count as TCP flows.
+  // --max-udp-flows, shared by every -u). A -t connection through the
+  // stack is a TCP flow.
   uint64_t forwards = 0;
+  // Spliced -t connections at once (a namespace guest; --max-forward-conns),
+  // kFdsPerSplicedConn each.
+  uint64_t spliced_conns = 0;
+
+  // The guest's own flows.
+  uint64_t flows() const { return tcp_flows + udp_flows + ping_flows; }
   uint64_t need() const {
-    return tcp_flows + udp_flows + ping_flows + others + forwards;
+    return flows() + others + forwards + spliced_conns * kFdsPerSplicedConn;
   }
 };
+
+// How many spliced connections to allow in a soft fd limit of `soft`:
+// budget.spliced_conns when the limit covers budget.need(). When it falls
+// short (a hard limit netstackd may not raise), the guest's own flows keep
+// their fds first, since anyone who can reach a published port could
+// otherwise take them (review 2026-12-06, finding 7). The forwards get what
+// is left after those, and at least a quarter of what the others and the
+// listeners leave, so that a limit short even of the guest's flows does
+// not close every forward.
+uint64_t SplicedConnsThatFit(const FdBudget& budget, uint64_t soft);
 
 // RLIMIT_NOFILE as getrlimit gives it; RLIM_INFINITY as UINT64_MAX.
 struct FdLimits {
@@ -45,13 +66,15 @@ FdLimits PlanFdLimits(FdLimits now, uint64_t need, bool may_raise_hard,
                       uint64_t ceiling);
 
 // The line netstackd prints: the limit it runs with and, when that is
-// below budget.need(), a warning with the numbers and the fixes.
+// below budget.need(), a warning with the numbers and the fixes (and how
+// many spliced connections fit: SplicedConnsThatFit).
 std::string DescribeFdLimit(FdLimits before, FdLimits after,
                             const FdBudget& budget);
 
 // Plans and applies (setrlimit; the hard limit is tried and, on EPERM,
-// left) and returns DescribeFdLimit's line. Reads fs.nr_open.
-std::string RaiseFdLimit(const FdBudget& budget);
+// left) and returns DescribeFdLimit's line; the limits it got go to
+// `*after` when given. Reads fs.nr_open.
+std::string RaiseFdLimit(const FdBudget& budget, FdLimits* after = nullptr);
 
 }  // namespace netstack::tools
 

@@ -84,6 +84,62 @@ TEST(DescribeFdLimit, ShortNamesTheNumbersAndTheFixes) {
   EXPECT_NE(line.find("backend.tcp_end.connect_failed"), std::string::npos);
 }
 
+TEST(FdBudget, ASplicedConnectionCostsItsSocketsAndTwoPipes) {
+  FdBudget b{4096, 1024, 256, 64};
+  b.forwards = 2;
+  b.spliced_conns = 100;
+  EXPECT_EQ(b.need(), 4096u + 1024 + 256 + 64 + 2 + 100 * 6);
+  EXPECT_EQ(DescribeFdLimit({1024, 524288}, {6042, 524288}, b),
+            "netstackd: fd limit 6042 (was 1024; hard 524288): room for "
+            "--max-tcp-flows 4096, --max-udp-flows 1024, 256 ping flows, "
+            "2 for port forwards, 100 spliced forward connections (6 fds "
+            "each) and 64 others\n");
+}
+
+TEST(SplicedConnsThatFit, AllWhenTheLimitCoversTheBudget) {
+  FdBudget b{4096, 1024, 256, 64};
+  b.forwards = 2;
+  b.spliced_conns = 4096;
+  EXPECT_EQ(SplicedConnsThatFit(b, b.need()), 4096u);
+  EXPECT_EQ(SplicedConnsThatFit(b, kUnlimited), 4096u);
+}
+
+// The limit holds the guest's flows but not every connection: forwards
+// get what is left, and the guest's flows keep all theirs.
+TEST(SplicedConnsThatFit, WhatTheGuestsFlowsLeave) {
+  FdBudget b{300, 100, 12, 64};  // flows 412, others 64
+  b.forwards = 2;
+  b.spliced_conns = 1000;
+  const uint64_t soft = 1024;
+  const uint64_t fit = SplicedConnsThatFit(b, soft);
+  EXPECT_EQ(fit, (1024u - 66 - 412) / 6);  // 91
+  EXPECT_GE(soft - 66 - fit * FdBudget::kFdsPerSplicedConn, b.flows());
+}
+
+// The limit is short even of the guest's flows (the review's case: a hard
+// limit of 1024 and the default flow limits): forwards get a quarter of
+// what there is, and the guest keeps three quarters whatever clients do.
+TEST(SplicedConnsThatFit, AQuarterWhenShortOfTheGuestsFlows) {
+  FdBudget b{4096, 1024, 256, 64};
+  b.forwards = 2;
+  b.spliced_conns = 4096;
+  EXPECT_EQ(SplicedConnsThatFit(b, 1024), (1024u - 66) / 4 / 6);  // 39
+  const std::string line = DescribeFdLimit({1024, 1024}, {1024, 1024}, b);
+  EXPECT_NE(line.find("spliced forward connections: at most 39 of "
+                      "--max-forward-conns 4096; a client past it is reset "
+                      "(forward.N.refused_limit)."),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.back(), '\n');
+}
+
+TEST(SplicedConnsThatFit, NeverMoreThanAsked) {
+  FdBudget b{4096, 1024, 256, 64};
+  b.spliced_conns = 3;
+  EXPECT_EQ(SplicedConnsThatFit(b, 1024), 3u);
+  EXPECT_EQ(SplicedConnsThatFit(b, 10), 0u);  // not even the others fit
+}
+
 // The real thing, in this process: the soft limit comes down to 64 (an
 // unprivileged change), RaiseFdLimit brings it back up to the need.
 TEST(RaiseFdLimit, RaisesThisProcessesSoftLimit) {

@@ -254,6 +254,18 @@ ABSL_FLAG(std::string, forward_path, "auto",
           "How -t and -u forwards reach the guest: auto (splice, or a socket "
           "for -u, where the guest is a namespace; else the stack), splice, "
           "or stack.");
+ABSL_FLAG(int, max_forward_conns, 1024,
+          "Spliced -t connections (a namespace guest's) open at once, all "
+          "forwards together. Each holds 6 fds (its two sockets and, while "
+          "data moves, two pipes), budgeted in the fd limit; when that limit "
+          "cannot hold them beside the guest's own flows, fewer (the start "
+          "line says how many). Past it, or past --max-conns-per-forward, a "
+          "new client is reset at once (forward.N.refused_limit). Through "
+          "the stack a connection is a TCP flow (--max-tcp-flows).");
+ABSL_FLAG(int, max_conns_per_forward, 512,
+          "Spliced -t connections open at once on one forward (one -t spec, "
+          "or one added through --forward-api), so that clients of one "
+          "published port cannot take every slot of --max-forward-conns.");
 ABSL_FLAG(std::string, forward_api, "",
           "With --backend: a UNIX socket (mode 0600) at PATH for a JSON-lines "
           "API that adds, lists and removes forwards and reads the counters "
@@ -319,6 +331,8 @@ struct Config {
   };
   std::vector<Forward> forwards;
   ForwardPath forward_path = ForwardPath::kAuto;
+  uint64_t max_forward_conns = 1024;     // --max-forward-conns
+  uint64_t max_conns_per_forward = 512;  // --max-conns-per-forward
   std::string forward_api;  // --forward-api PATH
   std::string control;      // --control PATH (host mode)
   // --reassembly-timeout; 0: each family's default.
@@ -597,6 +611,18 @@ absl::StatusOr<Config> ParseConfig() {
       return Usage(absl::StrCat("--forward-path '", path,
                                 "': want auto, splice or stack"));
     }
+    for (const auto& [name, flag, out] :
+         {std::tuple{"--max-forward-conns", &FLAGS_max_forward_conns,
+                     &c.max_forward_conns},
+          std::tuple{"--max-conns-per-forward", &FLAGS_max_conns_per_forward,
+                     &c.max_conns_per_forward}}) {
+      const int v = absl::GetFlag(*flag);
+      if (v < 1 || v > 1000000) {
+        return Usage(
+            absl::StrCat(name, " ", v, " out of range [1, 1000000]"));
+      }
+      *out = static_cast<uint64_t>(v);
+    }
     if (c.forward_path == ForwardPath::kSplice && !own_tap) {
       return Usage("--forward-path=splice needs a namespace guest (-- CMD, "
                    "--netns-pid or --netns): a VM's connections go through "
@@ -843,6 +869,9 @@ void CloseInheritedOnExec() {
 }
 
 int Run(const Config& c) {
+  // Spliced -t connections at once: --max-forward-conns, or what the fd
+  // limit holds beside the guest's own flows.
+  uint64_t max_forward_conns = c.max_forward_conns;
   if (c.backend) {
     // One host fd per flow: the limit must cover the flow limits.
     FdBudget budget;
@@ -850,15 +879,26 @@ int Run(const Config& c) {
     budget.udp_flows = c.backend->limits.max_udp_flows;
     budget.ping_flows = backend::PingOptions{}.max_flows;
     bool udp_forwards = false;
+    bool tcp_rules = false;
     for (const Config::Forward& f : c.forwards) {
       for (const ForwardRule& r : f.rules) {
         // One listener, or two without BIND_ADDR (both families).
         budget.forwards += r.bind || !r.unix_path.empty() ? 1 : 2;
         udp_forwards |= r.udp;
+        tcp_rules |= !r.udp;
       }
     }
     if (udp_forwards) budget.forwards += c.backend->limits.max_udp_flows;
-    const std::string line = RaiseFdLimit(budget);
+    // A namespace guest's -t connections are spliced (the forward API may
+    // add some later), 6 fds each.
+    if (c.guest != Config::Guest::kNone &&
+        c.forward_path != ForwardPath::kStack &&
+        (tcp_rules || !c.forward_api.empty())) {
+      budget.spliced_conns = c.max_forward_conns;
+    }
+    FdLimits limits;
+    const std::string line = RaiseFdLimit(budget, &limits);
+    max_forward_conns = SplicedConnsThatFit(budget, limits.soft);
     if (!c.quiet || absl::StrContains(line, "warning")) {
       std::fputs(line.c_str(), stderr);
     }
@@ -1310,6 +1350,8 @@ int Run(const Config& c) {
     fo.backend = gateway.get();
     fo.guest_netns_fd = guest_netns.get();
     fo.path = c.forward_path;
+    fo.max_conns = max_forward_conns;
+    fo.max_conns_per_forward = c.max_conns_per_forward;
     forwards = std::make_unique<PortForwards>(fo);
     for (const Config::Forward& f : c.forwards) {
       auto added = forwards->Add(f.spec, f.rules);

@@ -35,6 +35,13 @@ bool IsLoopback(const transport::IpAddress& a) {
   return a.is_v4() ? a.v4().bytes[0] == 127 : a == Loopback(false);
 }
 
+// Closes an accepted client's socket with a RST (SO_LINGER 0).
+void Reset(int fd) {
+  const linger l{1, 0};
+  (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  (void)close(fd);
+}
+
 }  // namespace
 
 struct PortForwards::Forward {
@@ -381,12 +388,8 @@ class PortForwards::SpliceConnect : public eventloop::Handler {
     std::unique_ptr<SpliceConnect> self =
         std::move(owner.connecting_.find(this)->second);
     owner.connecting_.erase(this);
-    ForwardCounters* c = owner.CountersOf(id_);
     if (err != 0) {
-      if (c != nullptr) {
-        ++c->failed;
-        --c->active;
-      }
+      owner.SpliceEnded(id_, /*failed=*/true);
       return;  // self resets the client
     }
     owner.StartRelay(id_, client_.release(), guest_.release());
@@ -586,6 +589,13 @@ absl::Status PortForwards::Remove(uint64_t id) {
 
 void PortForwards::OnAccept(Forward& f, const ForwardRule& rule, int fd,
                             const transport::SocketAddress& client) {
+  // A spliced connection past a limit is reset now: left in the backlog
+  // it would only wait, and hold back the clients behind it.
+  if (spliced() && (f.counters.active >= options_.max_conns_per_forward ||
+                    spliced_conns_ >= options_.max_conns)) {
+    ++f.counters.refused_limit;
+    return Reset(fd);
+  }
   ++f.counters.accepted;
   const int one = 1;
   if (rule.unix_path.empty()) {
@@ -596,6 +606,7 @@ void PortForwards::OnAccept(Forward& f, const ForwardRule& rule, int fd,
     // client: IPv4).
     const bool v4 = rule.unix_path.empty() ? client.ip.is_v4() : true;
     ++f.counters.active;
+    ++spliced_conns_;
     return StartSplice(f, rule, fd, v4 ? AF_INET : AF_INET6);
   }
   // Through the stack, to the guest's IPv4 lease (the address it surely
@@ -625,11 +636,8 @@ void PortForwards::StartSplice(Forward& f, const ForwardRule& rule, int fd,
       link::NetnsSockets::KindOf(/*tcp=*/true, family == AF_INET));
   const int guest = made.ok() ? *made : -1;
   auto fail = [&] {
-    ++f.counters.failed;
-    --f.counters.active;
-    const linger l{1, 0};
-    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-    (void)close(fd);
+    SpliceEnded(f.id, /*failed=*/true);
+    Reset(fd);
   };
   if (!made.ok()) return fail();
   const int one = 1;
@@ -647,8 +655,7 @@ void PortForwards::StartSplice(Forward& f, const ForwardRule& rule, int fd,
   auto pending = std::make_unique<SpliceConnect>(*this, f.id, fd, guest);
   SpliceConnect* p = pending.get();
   if (!options_.loop->Add(guest, eventloop::EventLoop::kWritable, p).ok()) {
-    ++f.counters.failed;
-    --f.counters.active;
+    SpliceEnded(f.id, /*failed=*/true);
     return;  // pending's destructor resets the client
   }
   connecting_.emplace(p, std::move(pending));
@@ -664,10 +671,7 @@ void PortForwards::StartRelay(uint64_t forward_id, int client_fd,
         RelayDone(r, forward_id);
       });
   if (!relay.ok()) {
-    if (ForwardCounters* c = CountersOf(forward_id)) {
-      ++c->failed;
-      --c->active;
-    }
+    SpliceEnded(forward_id, /*failed=*/true);
     return;
   }
   forward::Relay* r = relay->get();
@@ -680,9 +684,17 @@ void PortForwards::RelayDone(forward::Relay& relay, uint64_t forward_id) {
     c->bytes_to_guest += s.a_to_b.bytes;
     c->bytes_from_guest += s.b_to_a.bytes;
     c->spliced_bytes += s.a_to_b.splice_bytes + s.b_to_a.splice_bytes;
+  }
+  SpliceEnded(forward_id, /*failed=*/false);
+  relays_.erase(&relay);  // destroys the relay: nothing after this
+}
+
+void PortForwards::SpliceEnded(uint64_t forward_id, bool failed) {
+  --spliced_conns_;
+  if (ForwardCounters* c = CountersOf(forward_id)) {
+    if (failed) ++c->failed;
     --c->active;
   }
-  relays_.erase(&relay);  // destroys the relay: nothing after this
 }
 
 std::vector<ForwardInfo> PortForwards::List() const {
@@ -732,6 +744,10 @@ std::string PortForwards::FormatCounters() const {
                     i.counters.bytes_from_guest, "\n", p, "spliced_bytes ",
                     i.counters.spliced_bytes, "\n", p, "accept_errors ",
                     i.counters.accept_errors, "\n");
+    if (!i.udp) {
+      absl::StrAppend(&out, p, "refused_limit ", i.counters.refused_limit,
+                      "\n");
+    }
     if (i.udp) {
       absl::StrAppend(&out, p, "datagrams_to_guest ",
                       i.counters.datagrams_to_guest, "\n", p,

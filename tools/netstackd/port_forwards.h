@@ -32,6 +32,15 @@
 //     guest's own flows; datagrams go to the guest's IPv4 lease from the
 //     client's IPv4 address (off the host's loopback) or the gateway.
 //
+// Spliced connections are bounded, in each forward and in all together
+// (Options::max_conns_per_forward, max_conns): each holds two sockets and,
+// while data moves, two pipes, and anyone who can reach a published port
+// can open them. A client past either limit is accepted and reset at once
+// (forward.N.refused_limit) rather than left in the backlog. netstackd
+// sizes max_conns so that its fd limit holds them beside the guest's own
+// flows (fd_limit.h); through the stack a connection is a backend TCP
+// flow, bounded by --max-tcp-flows.
+//
 // Removing a forward closes its listeners; connections it accepted run to
 // their end.
 #ifndef TOOLS_NETSTACKD_PORT_FORWARDS_H_
@@ -68,6 +77,8 @@ struct ForwardCounters {
   uint64_t spliced_bytes = 0;  // of both, moved through pipes
   uint64_t accept_errors = 0;  // accept() failed (EMFILE, ENFILE, ENOBUFS,
                                // ...): the client waits in the backlog
+  uint64_t refused_limit = 0;  // spliced: reset at once, a connection
+                               // limit reached
   // UDP: datagrams relayed, and those dropped: the client-flow limit
   // (refused), a send that failed (the socket's buffer full, the guest's
   // port closed: ECONNREFUSED), or the guest side's socket not made.
@@ -96,6 +107,11 @@ class PortForwards {
     int guest_netns_fd = -1;
     ForwardPath path = ForwardPath::kAuto;
     forward::RelayMode relay_mode = forward::RelayMode::kSplice;
+    // Spliced connections open at once, in all forwards together and in
+    // each one (netstackd: --max-forward-conns, or fewer when its fd limit
+    // is short, and --max-conns-per-forward).
+    size_t max_conns = 1024;
+    size_t max_conns_per_forward = 512;
   };
   explicit PortForwards(const Options& options);
   PortForwards(const PortForwards&) = delete;
@@ -138,6 +154,9 @@ class PortForwards {
                    int family);
   void StartRelay(uint64_t forward_id, int client_fd, int guest_fd);
   void RelayDone(forward::Relay& relay, uint64_t forward_id);
+  // A spliced connection of forward `forward_id` (which may be removed by
+  // now) ended; `failed`: before its relay ran.
+  void SpliceEnded(uint64_t forward_id, bool failed);
   ForwardCounters* CountersOf(uint64_t id);
 
   Options options_;
@@ -161,6 +180,9 @@ class PortForwards {
   // The datagram buffers of every UDP forward (they run one at a time).
   std::unique_ptr<UdpBatch> udp_batch_;
   size_t udp_flows_ = 0;  // open client flows, of every UDP forward
+  // Spliced connections open (connecting or relaying), of every forward,
+  // removed ones' too.
+  size_t spliced_conns_ = 0;
   // Totals of forwards already removed stay in their connections' counts
   // until those end; then they are dropped.
 };

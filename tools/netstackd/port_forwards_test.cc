@@ -1,12 +1,14 @@
 // PortForwards on the spliced path with this process's own namespace as
 // the guest's, on 127.0.0.1 only: a connection is relayed, a listener
-// that cannot accept (out of fds) neither spins nor loses the client, and
-// a UDP forward's port cannot be shared by another socket.
+// that cannot accept (out of fds) neither spins nor loses the client,
+// clients past the connection limits are reset, and a UDP forward's port
+// cannot be shared by another socket.
 #include "tools/netstackd/port_forwards.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -143,6 +145,101 @@ TEST_F(PortForwardsTest, OutOfFdsNeitherSpinsNorLosesTheClient) {
   close(c);
 }
 
+// Whether the peer reset `fd` (its read fails with ECONNRESET), waiting
+// up to a second for it.
+bool WasReset(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, 1000) != 1) return false;
+  char c;
+  return recv(fd, &c, 1, MSG_DONTWAIT) < 0 && errno == ECONNRESET;
+}
+
+// Whether `fd` is still open: nothing to read, no error, no EOF.
+bool StillOpen(int fd) {
+  char c;
+  return recv(fd, &c, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN;
+}
+
+// Past the per-forward and the total limit of spliced connections a client
+// is accepted and reset at once (not left in the backlog) and counted; a
+// connection that ends gives its slot back. Before, every client was
+// spliced: each took two fds and, once the fds ran out, the guest's own
+// flows failed (review 2026-12-06, finding 7).
+TEST(PortForwardsLimits, ClientsPastALimitAreReset) {
+  auto l = eventloop::EventLoop::Create();
+  ASSERT_TRUE(l.ok());
+  eventloop::EventLoop& loop = **l;
+  const int netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(netns, 0);
+  const int guest = Listen127();
+  PortForwards::Options o;
+  o.loop = &loop;
+  o.guest_netns_fd = netns;
+  o.path = ForwardPath::kSplice;
+  o.max_conns = 3;
+  o.max_conns_per_forward = 2;
+  std::vector<int> clients;
+  {
+    PortForwards fwd(o);
+    uint16_t ports[2];
+    for (uint16_t& port : ports) {
+      const int probe = Listen127();
+      port = BoundPort(probe);
+      close(probe);
+      ForwardRule r;
+      r.bind = transport::IpAddress(wire::Ipv4Address::FromU32(0x7f000001));
+      r.host_port = port;
+      r.guest_port = BoundPort(guest);
+      ASSERT_TRUE(fwd.Add("test", {r}).ok());
+    }
+    auto turn = [&] {
+      for (int i = 0; i < 5; ++i) {
+        ASSERT_TRUE(loop.RunOnce(absl::Milliseconds(10)).ok());
+      }
+    };
+    auto counters = [&](int i) { return fwd.List().at(i).counters; };
+    // Three clients on the first forward: two spliced, the third reset.
+    for (int i = 0; i < 3; ++i) clients.push_back(Connect127(ports[0]));
+    turn();
+    EXPECT_EQ(counters(0).accepted, 2u);
+    EXPECT_EQ(counters(0).active, 2u);
+    EXPECT_EQ(counters(0).refused_limit, 1u);
+    EXPECT_TRUE(StillOpen(clients[0]));
+    EXPECT_TRUE(StillOpen(clients[1]));
+    EXPECT_TRUE(WasReset(clients[2]));
+    // Two on the second: one fits the total of three.
+    for (int i = 0; i < 2; ++i) clients.push_back(Connect127(ports[1]));
+    turn();
+    EXPECT_EQ(counters(1).accepted, 1u);
+    EXPECT_EQ(counters(1).refused_limit, 1u);
+    EXPECT_TRUE(StillOpen(clients[3]));
+    EXPECT_TRUE(WasReset(clients[4]));
+    // One of the first forward's ends (the client resets it): its slot
+    // takes a new client of the second.
+    const linger lg{1, 0};
+    ASSERT_EQ(setsockopt(clients[0], SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)),
+              0);
+    close(clients[0]);
+    clients[0] = -1;
+    turn();
+    EXPECT_EQ(counters(0).active, 1u);
+    clients.push_back(Connect127(ports[1]));
+    turn();
+    EXPECT_TRUE(StillOpen(clients[5]));
+    EXPECT_EQ(counters(1).accepted, 2u);
+    EXPECT_EQ(counters(1).active, 2u);
+    EXPECT_EQ(counters(1).refused_limit, 1u);
+    EXPECT_NE(fwd.FormatCounters().find("forward.1.refused_limit 1\n"),
+              std::string::npos)
+        << fwd.FormatCounters();
+  }
+  for (int fd : clients) {
+    if (fd >= 0) close(fd);
+  }
+  close(guest);
+  close(netns);
+}
+
 // Another socket with SO_REUSEADDR must not bind beside a -u forward's:
 // for UDP, SO_REUSEADDR on both sockets is all the kernel asks before it
 // lets them share a port, whoever owns them, and the newest one then gets
@@ -181,8 +278,7 @@ TEST(PortForwardsUdp, ThePortCannotBeShared) {
                          Try{AF_INET6, "::"}}) {
       const int s = socket(t.family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
       ASSERT_GE(s, 0);
-      ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)),
-                0);
+      ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
       sockaddr_storage ss{};
       socklen_t len = 0;
       if (t.family == AF_INET) {
@@ -205,7 +301,9 @@ TEST(PortForwardsUdp, ThePortCannotBeShared) {
       close(s);
       EXPECT_EQ(rc, -1) << t.addr << ":" << port
                         << " was bound beside the forward's socket";
-      if (rc == -1) EXPECT_EQ(err, EADDRINUSE) << t.addr;
+      if (rc == -1) {
+        EXPECT_EQ(err, EADDRINUSE) << t.addr;
+      }
     }
   }
   close(netns);
