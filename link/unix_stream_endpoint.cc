@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -30,6 +31,8 @@ constexpr uint32_t kMaxMtu =
 constexpr uint32_t kMinReadSpace = 2048;
 // Reads per OnReadable(), so one busy peer cannot hold the loop.
 constexpr int kMaxReadsPerCall = 16;
+// Accepts per OnReadable(), for the same reason.
+constexpr int kMaxAcceptsPerCall = 16;
 // How long receive waits for chunks to come back when the pool is empty.
 constexpr absl::Duration kRxRetryDelay = absl::Milliseconds(1);
 
@@ -126,7 +129,8 @@ absl::Status RemoveStaleSocket(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<UniqueFd> Listen(const std::string& path) {
+// `file_mode`: a socket file's permissions (an abstract name has none).
+absl::StatusOr<UniqueFd> Listen(const std::string& path, mode_t file_mode) {
   absl::StatusOr<UnixAddr> addr = MakeUnixAddr(path);
   if (!addr.ok()) return addr.status();
   if (path[0] != '@') {
@@ -134,9 +138,15 @@ absl::StatusOr<UniqueFd> Listen(const std::string& path) {
   }
   absl::StatusOr<UniqueFd> fd = NewStreamSocket();
   if (!fd.ok()) return fd.status();
-  if (::bind(fd->get(), reinterpret_cast<const sockaddr*>(&addr->addr),
-             addr->len) != 0) {
-    const int err = errno;
+  // The file gets its mode at bind, from the umask (fchmod on a socket fd
+  // does not reach it): no moment in which another user could connect.
+  const mode_t old_umask = ::umask(~file_mode & 0777);
+  const int bound = ::bind(
+      fd->get(), reinterpret_cast<const sockaddr*>(&addr->addr), addr->len);
+  const int bind_errno = errno;
+  ::umask(old_umask);
+  if (bound != 0) {
+    const int err = bind_errno;
     if (err == EADDRINUSE) {
       return absl::FailedPreconditionError(
           absl::StrCat("'", path, "' is in use"));
@@ -199,7 +209,8 @@ absl::StatusOr<std::unique_ptr<UnixStreamEndpoint>> UnixStreamEndpoint::Open(
     if (!e.ok()) return e.status();
     socket_file = *std::move(e);
   }
-  absl::StatusOr<UniqueFd> listener = Listen(options.path);
+  absl::StatusOr<UniqueFd> listener =
+      Listen(options.path, options.allow_uid ? 0666 : 0600);
   if (!listener.ok()) return listener.status();
   std::unique_ptr<UnixStreamEndpoint> endpoint(new UnixStreamEndpoint(
       UniqueFd(), std::move(*listener), options.path, options, pool));
@@ -251,6 +262,8 @@ UnixStreamEndpoint::UnixStreamEndpoint(UniqueFd epoll, UniqueFd listener,
                                : DeriveLocalMac(absl::StrCat("unix:", path_))},
       max_frame_(std::min(options.mtu + kEthernetOverhead, kMaxFrameLen)),
       rx_batch_(options.rx_batch),
+      own_uid_(::geteuid()),
+      allow_uid_(options.allow_uid),
       frames_(options.rx_batch),
       tx_tail_(new uint8_t[kPrefixLen + kMaxFrameLen]) {
 }
@@ -272,11 +285,35 @@ absl::Status UnixStreamEndpoint::Adopt(UniqueFd conn) {
   return absl::OkStatus();
 }
 
+bool UnixStreamEndpoint::PeerAllowed(int peer) {
+  ucred cred{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1)};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(peer, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+      (cred.uid == own_uid_ || cred.uid == 0 ||
+       (allow_uid_ && cred.uid == *allow_uid_))) {
+    return true;
+  }
+  ++stream_stats_.refused_peers;
+  if (!logged_refusal_) {
+    logged_refusal_ = true;
+    std::fprintf(stderr,
+                 "netstack: %s: refused a peer of uid %d (only uid %d, root "
+                 "and --unix-allow-uid may be the guest); further refusals "
+                 "are not logged\n",
+                 Name().c_str(), static_cast<int>(cred.uid),
+                 static_cast<int>(own_uid_));
+  }
+  return false;
+}
+
 void UnixStreamEndpoint::AcceptPending() {
-  for (;;) {
+  // Bounded: peers that are refused at once could otherwise keep the loop
+  // here. The listener stays readable for the rest.
+  for (int i = 0; i < kMaxAcceptsPerCall; ++i) {
     UniqueFd peer(::accept4(listener_.get(), nullptr, nullptr,
                             SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!peer.valid()) return;  // EAGAIN, or a peer that left already
+    if (!PeerAllowed(peer.get())) continue;  // closed
     if (conn_.valid()) {
       // One peer at a time: the newcomer sees EOF at once instead of
       // hanging in the backlog.

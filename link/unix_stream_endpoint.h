@@ -20,8 +20,13 @@
 //     `-netdev stream,addr.type=unix,server=off`). While a peer is
 //     connected, further peers are accepted and closed at once (they see
 //     EOF; counted in rejected_peers); once it disconnects, the next peer
-//     is accepted. The socket file is removed when the endpoint is
-//     destroyed.
+//     is accepted. Only a peer of our own uid, of root, or of `allow_uid`
+//     (SO_PEERCRED) may be the guest: an abstract name has no permissions
+//     at all, so any local user could otherwise connect first and take
+//     the guest's place, lease and flows. Others are closed at accept
+//     (refused_peers; the first is logged). A socket file is made 0600
+//     (0666 with allow_uid, whose user must be able to connect; the check
+//     above still decides), and removed when the endpoint is destroyed.
 //   - FromConnectedFd(): an already connected socket (socketpair, an fd
 //     handed over by QEMU or a supervisor).
 //
@@ -41,6 +46,7 @@
 #ifndef NETSTACK_LINK_UNIX_STREAM_ENDPOINT_H_
 #define NETSTACK_LINK_UNIX_STREAM_ENDPOINT_H_
 
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -72,11 +78,15 @@ struct UnixStreamOptions {
   // Most frames per DeliverFrames() call; also bounds the frames read per
   // OnReadable() (we stop reading once a batch has been delivered).
   size_t rx_batch = 64;
+  // kListen: a user besides ours and root who may be the guest (QEMU run
+  // as another user; netstackd's --unix-allow-uid).
+  std::optional<uid_t> allow_uid;
 };
 
 struct UnixStreamStats {
   uint64_t connections = 0;     // peers accepted or connected
   uint64_t rejected_peers = 0;  // extra peers closed while one was connected
+  uint64_t refused_peers = 0;   // another user's (SO_PEERCRED), closed
   // Why connections ended.
   uint64_t disconnect_peer_closed = 0;  // EOF
   uint64_t disconnect_io_error = 0;     // read or write error (ECONNRESET, ...)
@@ -139,6 +149,8 @@ class UnixStreamEndpoint final : public LinkEndpoint {
                      const UnixStreamOptions& options, buffer::ChunkPool& pool);
   absl::Status Adopt(UniqueFd conn);
   void AcceptPending();
+  // Whether `peer` may be the guest (its uid, SO_PEERCRED).
+  bool PeerAllowed(int peer);
   void DropConnection(Disconnect why);
 
   // Receive.
@@ -169,6 +181,10 @@ class UnixStreamEndpoint final : public LinkEndpoint {
   const size_t rx_batch_;
   LinkReceiver* receiver_ = nullptr;
   uint64_t generation_ = 0;  // bumped per dropped connection
+  // Taken at construction: netstackd's sandbox allows no getuid later.
+  const uid_t own_uid_;
+  const std::optional<uid_t> allow_uid_;
+  bool logged_refusal_ = false;
 
   // Receive state: stream bytes [rx_pos_, rx_fill_) of rx_chunk_ are not
   // parsed yet. rx_frame_len_ != 0: the prefix of a frame of that length

@@ -1,9 +1,13 @@
 #include "link/unix_stream_endpoint.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -580,6 +584,136 @@ INSTANTIATE_TEST_SUITE_P(PathKinds, UnixListenTest, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "Abstract" : "Filesystem";
                          });
+
+// A peer of another user: a forked child that becomes uid/gid 65534,
+// connects to `path`, says so on a pipe, and waits (up to 2 s) for the
+// endpoint to close the connection. It exits 0 if it saw EOF (refused),
+// 1 if the connection stayed open (accepted), 2 if it could not connect.
+class OtherUserPeer {
+ public:
+  explicit OtherUserPeer(const std::string& path) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(p[0]);
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 ||
+          ::setuid(65534) != 0) {
+        ::_exit(3);
+      }
+      const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path + 1, path.data() + 1, path.size() - 1);
+      const socklen_t len =
+          static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size());
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+        ::_exit(2);
+      }
+      (void)!::write(p[1], "c", 1);
+      pollfd pfd{fd, POLLIN, 0};
+      if (::poll(&pfd, 1, 2000) != 1) ::_exit(1);
+      char b;
+      ::_exit(::read(fd, &b, 1) == 0 ? 0 : 1);
+    }
+    ::close(p[1]);
+    char b;
+    connected_ = ::read(p[0], &b, 1) == 1;
+    ::close(p[0]);
+  }
+  bool connected() const { return connected_; }
+  // The child's exit code (-1 if it did not exit normally).
+  int Wait() {
+    int status = 0;
+    if (pid_ <= 0 || ::waitpid(pid_, &status, 0) != pid_) return -1;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  ~OtherUserPeer() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool connected_ = false;
+};
+
+// The review's finding 11 (2026-12-06): any local user could connect to
+// an abstract --unix name first and become the guest. A peer of another
+// uid than ours (and not root) is closed at accept and counted; our own
+// peer is accepted afterwards.
+TEST(UnixStreamPeerTest, AnotherUserIsRefusedAndTheOwnerAccepted) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a peer as uid 65534)";
+  const std::string path = absl::StrCat("@nst-link-peer-", ::getpid());
+  buffer::ChunkPool chunks(16);
+  UnixStreamOptions o;
+  o.mode = UnixStreamOptions::Mode::kListen;
+  o.path = path;
+  auto ep = UnixStreamEndpoint::Open(o, chunks);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  CapturingReceiver rx;
+  (*ep)->Attach(&rx);
+  const int read_fd = (*ep)->ReadFd();
+
+  OtherUserPeer stranger(path);
+  ASSERT_TRUE(stranger.connected());
+  ASSERT_TRUE(WaitReadable(read_fd, 1000));
+  (*ep)->OnReadable(kT0);
+  EXPECT_FALSE((*ep)->connected()) << "another user became the guest";
+  EXPECT_EQ((*ep)->stream_stats().refused_peers, 1u);
+  EXPECT_EQ(stranger.Wait(), 0) << "the stranger's connection stayed open";
+
+  UniqueFd owner = ConnectRaw(path);
+  ASSERT_TRUE(WaitReadable(read_fd, 1000));
+  (*ep)->OnReadable(kT0);
+  ASSERT_TRUE((*ep)->connected()) << "the owner was refused";
+  ExpectFrameArrives(**ep, rx, owner.get(), 7);
+  EXPECT_EQ((*ep)->stream_stats().connections, 1u);
+}
+
+// --unix-allow-uid: that user may be the guest too.
+TEST(UnixStreamPeerTest, AnAllowedUidIsAccepted) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a peer as uid 65534)";
+  const std::string path = absl::StrCat("@nst-link-allowed-", ::getpid());
+  buffer::ChunkPool chunks(16);
+  UnixStreamOptions o;
+  o.mode = UnixStreamOptions::Mode::kListen;
+  o.path = path;
+  o.allow_uid = 65534;
+  auto ep = UnixStreamEndpoint::Open(o, chunks);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  OtherUserPeer vm(path);
+  ASSERT_TRUE(vm.connected());
+  ASSERT_TRUE(WaitReadable((*ep)->ReadFd(), 1000));
+  (*ep)->OnReadable(kT0);
+  EXPECT_TRUE((*ep)->connected());
+  EXPECT_EQ((*ep)->stream_stats().refused_peers, 0u);
+  EXPECT_EQ(vm.Wait(), 1) << "the allowed peer was closed";
+}
+
+// A socket file is made 0600 whatever the umask: only our user (and
+// root) can connect to it. With --unix-allow-uid it is 0666, and the
+// peer check decides.
+TEST(UnixStreamPeerTest, ASocketFileIsPrivate) {
+  const mode_t old = ::umask(022);
+  for (const bool allow : {false, true}) {
+    const std::string path = TempSocketPath(allow ? "open.sock" : "own.sock");
+    buffer::ChunkPool chunks(2);
+    UnixStreamOptions o;
+    o.mode = UnixStreamOptions::Mode::kListen;
+    o.path = path;
+    if (allow) o.allow_uid = 65534;
+    auto ep = UnixStreamEndpoint::Open(o, chunks);
+    ASSERT_TRUE(ep.ok()) << ep.status();
+    struct stat st;
+    ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, allow ? 0666u : 0600u) << path;
+  }
+  EXPECT_EQ(::umask(old), 022u) << "the umask was not restored";
+}
 
 TEST(UnixStreamOpenTest, ConnectModeTalksToAListener) {
   const std::string path = TempSocketPath("connect.sock");

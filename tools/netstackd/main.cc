@@ -103,6 +103,12 @@ ABSL_FLAG(std::string, fd_type, "",
           "socket with QEMU's -netdev stream framing, as --unix).");
 ABSL_FLAG(bool, unix_connect, false,
           "With --unix: connect to PATH instead of listening on it.");
+ABSL_FLAG(int64_t, unix_allow_uid, -1,
+          "With --unix (listening): a user id, besides netstackd's own and "
+          "root, whose process may connect as the guest (QEMU run as "
+          "another user). Other users' peers are refused (SO_PEERCRED); a "
+          "socket file is made 0666 instead of 0600 so that user can "
+          "connect.");
 ABSL_FLAG(std::string, netns, "",
           "Open the link inside this network namespace (/var/run/netns/NAME).");
 ABSL_FLAG(std::vector<std::string>, addr, {},
@@ -492,6 +498,12 @@ absl::StatusOr<Config> ParseConfig() {
   }
   if (absl::GetFlag(FLAGS_unix_connect) && absl::GetFlag(FLAGS_unix).empty()) {
     return Usage("--unix_connect needs --unix PATH");
+  }
+  if (const int64_t uid = absl::GetFlag(FLAGS_unix_allow_uid);
+      uid != -1 && (absl::GetFlag(FLAGS_unix).empty() ||
+                    absl::GetFlag(FLAGS_unix_connect) || uid < 0 ||
+                    uid >= int64_t{0xffffffff})) {
+    return Usage("--unix-allow-uid UID needs --unix PATH, listening");
   }
   if (!absl::GetFlag(FLAGS_unix).empty() && !absl::GetFlag(FLAGS_netns).empty()) {
     return Usage("--netns does not apply to --unix (a UNIX socket has no "
@@ -985,6 +997,9 @@ int Run(const Config& c) {
     o.mode = absl::GetFlag(FLAGS_unix_connect)
                  ? link::UnixStreamOptions::Mode::kConnect
                  : link::UnixStreamOptions::Mode::kListen;
+    if (absl::GetFlag(FLAGS_unix_allow_uid) >= 0) {
+      o.allow_uid = static_cast<uid_t>(absl::GetFlag(FLAGS_unix_allow_uid));
+    }
     o.mac = c.mac;
     if (absl::GetFlag(FLAGS_mtu) != 0) o.mtu = absl::GetFlag(FLAGS_mtu);
     if (c.backend) o.mtu = c.backend->plan.mtu;
