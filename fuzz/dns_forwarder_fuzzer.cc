@@ -1,12 +1,13 @@
 // The backend's DNS forwarder (netstack/backend/dns_forwarder.h) between
 // a guest and fake upstream resolvers. The guest is a second Stack (with
 // its own TCP and UDP) on a FakeLink, joined to the forwarder's Stack by
-// an in-memory wire; the upstreams are real UDP sockets of this process
-// on 127.0.0.1 and ::1 (loopback only), which the harness reads and
-// answers by hand. The forwarder's event loop runs on the harness's fake
-// clock (EventLoop::Create's clock), so the forwarder's timeouts, the
-// stacks and the script share one time; the loop is turned with
-// RunOnce(0), or waits for the kernel (never sleeps) when a datagram is
+// an in-memory wire; the upstreams are real sockets of this process on
+// 127.0.0.1 and ::1 (loopback only), a UDP socket and a TCP listener on
+// the same port each, which the harness reads and answers by hand. The
+// forwarder's event loop runs on the harness's fake clock
+// (EventLoop::Create's clock), so the forwarder's timeouts, the stacks
+// and the script share one time; the loop is turned with RunOnce(0), or
+// waits for the kernel (never sleeps) when a datagram or a connection is
 // on its way over loopback.
 //
 // An input is four bytes of options (upstreams: one or two, v4 or v6
@@ -19,11 +20,11 @@
 //                 (the script supplies the 2-byte length prefixes, so
 //                 messages may be split anywhere or run together);
 //   TCP message   a length-prefixed body written with its prefix;
-//   answer        an upstream datagram: an id (raw, a pending query's, or
-//                 one answered or timed out before) and any bytes, sent
-//                 from either upstream;
-//   good answer   a pending query's own bytes with QR set, plus any bytes,
-//                 from its upstream;
+//   answer        an upstream message to a pending query's socket (a
+//                 datagram, or a message on its TCP connection): an id
+//                 (raw, the query's, or one answered or timed out before)
+//                 and any bytes;
+//   good answer   a pending query's own bytes with QR set, plus any bytes;
 //   time step     the clock moves on;
 //   close         the guest closes, aborts or half-closes a connection.
 // After each step the wire runs until it is quiet (jumping to the stacks'
@@ -32,32 +33,38 @@
 // The harness keeps a model of what the forwarder must do, and checks it
 // after every round of the wire (FUZZ_CHECK):
 //   - every query is counted once, in the round it reaches the forwarder:
-//     queries.udp / queries.tcp (then forwarded, or dropped.table_full or
-//     dropped.upstream_send), dropped.short, dropped.not_query or
+//     queries.udp / queries.tcp, dropped.short, dropped.not_query or
 //     dropped.tcp_malformed, as the header says (12 bytes, QR = 0); after a
 //     malformed TCP message the connection is closed and nothing after it
 //     counted (the header file's "Malformed input");
-//   - what the upstream receives is those forwarded queries, in order,
-//     byte for byte but the id, on the current upstream (failover moves on
-//     after a round with a timeout); the id is unique among pending ones;
+//   - a counted query is answered NOTIMP here if its opcode is not QUERY,
+//     FORMERR if it has not exactly one well-formed question, dropped
+//     (dropped.table_full) past max_pending, answered SERVFAIL
+//     (upstream.tcp_full) for a TCP query past max_tcp_clients TCP
+//     connections upstream, and otherwise forwarded: over UDP as a
+//     datagram from a socket of its own, over TCP on a connection of its
+//     own, to the current upstream (failover moves on after a round with
+//     a timeout), in order, byte for byte but the id;
 //   - pending() is the model's (<= max_pending); tcp_clients() <=
 //     max_tcp_clients, and equal to the connections served and not closed;
 //     each connect is counted once, tcp_connections or
 //     dropped.tcp_clients_full (then the guest sees a reset);
-//   - every upstream datagram is counted once: dropped.reply_short,
-//     dropped.reply_not_response, dropped.reply_unknown_id (an id never
-//     sent, answered already, timed out, or pending on the other
-//     upstream), else one of answers.udp/tcp, dropped.reply_send,
-//     dropped.reply_client_gone (exactly when the model's connection is
-//     gone), dropped.reply_no_buffer;
+//   - every upstream message is counted once: dropped.reply_short,
+//     dropped.reply_not_response, dropped.reply_unknown_id (not the query's
+//     id), dropped.reply_question (not its question), else one of
+//     answers.udp/tcp, dropped.reply_send, dropped.reply_client_gone
+//     (exactly when the model's connection is gone); over TCP a message
+//     that is not the answer ends the query with SERVFAIL;
 //   - the guest receives nothing but answers: each one exactly the
-//     upstream's bytes with the guest's id restored, on the socket or
-//     connection that asked, from the DNS address and port 53, in order;
-//     every counted answer arrives within the step; nothing arrives for a
-//     query that timed out;
+//     upstream's bytes with the guest's id restored, or the forwarder's
+//     own NOTIMP, FORMERR or SERVFAIL (the id, opcode and RD, the
+//     question repeated), on the socket or connection that asked, from the
+//     DNS address and port 53, in order; every counted answer arrives
+//     within the step; nothing arrives for a query that timed out;
 //   - timeouts are counted when the model says (deadline = the round's
 //     time + timeout), and the forwarder closes what it says it closes
-//     (the guest sees the end of the stream);
+//     (the guest sees the end of the stream; the upstream's TCP
+//     connection of a query that ended sees its end too);
 //   - both stacks account for every frame;
 // and after teardown every chunk and packet is back in its pool and the
 // process has as many fds open as before the input.
@@ -117,16 +124,108 @@ bool Verbose() { return std::getenv("FUZZ_VERBOSE") != nullptr; }
 
 IpAddress Ip(const char* s) { return *IpAddress::Parse(s); }
 
-// The fake upstream resolvers: a UDP socket on each loopback, made once
-// for the process (the forwarder of each input gets a fresh connected
-// socket). Room for a step's forwarded queries (a 16 KiB write completes
-// at most ~80 KiB of messages, at most 16 of them pending) many times
-// over.
+// A non-blocking TCP listener on `a` (port 0: the kernel's pick), or -1.
+int ListenTcp(const SocketAddress& a) {
+  const int fd = socket(a.ip.is_v4() ? AF_INET : AF_INET6,
+                        SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  FUZZ_CHECK(fd >= 0);
+  sockaddr_storage ss;
+  const socklen_t len = ToSockaddr(a, ss);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
+      listen(fd, 64) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A fake upstream resolver: a UDP socket and a TCP listener on the same
+// loopback address and port. The TCP port is taken first and the UDP one
+// then: a TCP port in the ephemeral range may be any local connection's.
+struct FakeResolver {
+  fuzz::LoopbackUdp udp;
+  int tcp = -1;
+};
+
+FakeResolver MakeResolver(const IpAddress& ip) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    FakeResolver r;
+    r.tcp = ListenTcp({ip, 0});
+    FUZZ_CHECK(r.tcp >= 0);
+    sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    FUZZ_CHECK(getsockname(r.tcp, reinterpret_cast<sockaddr*>(&ss), &len) == 0);
+    r.udp.addr = *FromSockaddr(ss, len);
+    r.udp.fd = socket(ip.is_v4() ? AF_INET : AF_INET6,
+                      SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    FUZZ_CHECK(r.udp.fd >= 0);
+    // Room for a step's forwarded queries (a 16 KiB write completes at
+    // most ~80 KiB of messages, at most 16 of them pending) many times
+    // over.
+    const int rcvbuf = 4 << 20;
+    (void)setsockopt(r.udp.fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    len = ToSockaddr(r.udp.addr, ss);
+    if (bind(r.udp.fd, reinterpret_cast<sockaddr*>(&ss), len) == 0) return r;
+    close(r.udp.fd);
+    close(r.tcp);
+  }
+  FUZZ_CHECK(false);  // no port free for both in 100 tries
+  return {};
+}
+
+// The two fake upstreams, made once for the process (the forwarder opens
+// a socket of its own per query).
+FakeResolver& Resolver(size_t family_v6) {
+  static FakeResolver r[2] = {MakeResolver(Ip("127.0.0.1")),
+                              MakeResolver(Ip("::1"))};
+  return r[family_v6];
+}
 fuzz::LoopbackUdp& Upstream(size_t family_v6) {
-  static fuzz::LoopbackUdp up[2] = {
-      fuzz::BindLoopbackUdp(Ip("127.0.0.1"), 4 << 20),
-      fuzz::BindLoopbackUdp(Ip("::1"), 4 << 20)};
-  return up[family_v6];
+  return Resolver(family_v6).udp;
+}
+int TcpUpstream(size_t family_v6) { return Resolver(family_v6).tcp; }
+
+// A connection waiting on `listener`, if any (never blocks).
+int AcceptUpstream(int listener) {
+  return accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+}
+
+// The forwarder's rules, written again for the model (dns_forwarder.h,
+// "What is forwarded"; RFC 1035 4.1.2): the length of the question entry
+// after the header (name, type, class), 0 if it does not parse. No
+// compression (no earlier name to point to), labels up to 63, names up to
+// 255 octets.
+size_t QuestionLength(std::span<const uint8_t> m) {
+  size_t at = 12;
+  size_t name = 0;
+  for (;;) {
+    if (at >= m.size() || m[at] >= 64) return 0;
+    const size_t label = m[at];
+    name += 1 + label;
+    at += 1 + label;
+    if (label == 0) break;
+    if (name >= 255) return 0;  // no room left for the root
+  }
+  return m.size() - at >= 4 ? name + 4 : 0;
+}
+
+// Whether `a` repeats `question` as its only question: the name without
+// regard to ASCII case, the type and class exactly.
+bool SameQuestion(std::span<const uint8_t> a,
+                  std::span<const uint8_t> question) {
+  if (a.size() < 12 + question.size() || wire::LoadBe16(&a[4]) != 1) {
+    return false;
+  }
+  const auto lower = [](uint8_t c) {
+    return c >= 'A' && c <= 'Z' ? static_cast<uint8_t>(c | 0x20) : c;
+  };
+  const size_t name = question.size() - 4;
+  for (size_t i = 0; i < question.size(); ++i) {
+    const bool same = i < name ? lower(a[12 + i]) == lower(question[i])
+                               : a[12 + i] == question[i];
+    if (!same) return false;
+  }
+  return true;
 }
 
 using fuzz::Datagram;
@@ -192,6 +291,26 @@ struct Sent {
   std::vector<uint8_t> rest;  // the bytes after the id
   size_t size = 0;            // the whole message's
   bool Valid() const { return size >= DnsForwarder::kHeaderLen && !(rest[0] & kQrBit); }
+  std::vector<uint8_t> Whole() const {
+    std::vector<uint8_t> m(2);
+    wire::StoreBe16(m.data(), guest_id);
+    m.insert(m.end(), rest.begin(), rest.end());
+    return m;
+  }
+  // The answer the forwarder makes itself: the id, QR with the query's
+  // opcode and RD, RA and `rcode`, and the first `question` bytes of the
+  // question section repeated (QDCOUNT 1) or none.
+  std::vector<uint8_t> Made(uint8_t rcode, size_t question) const {
+    std::vector<uint8_t> a(12, 0);
+    wire::StoreBe16(a.data(), guest_id);
+    a[2] = static_cast<uint8_t>(kQrBit | (rest[0] & 0x79));
+    a[3] = static_cast<uint8_t>(0x80 | rcode);
+    if (question != 0) {
+      a[5] = 1;
+      a.insert(a.end(), rest.begin() + 10, rest.begin() + 10 + question);
+    }
+    return a;
+  }
 };
 
 // A query the upstream received, waiting for its answer.
@@ -202,6 +321,12 @@ struct Pending {
   size_t upstream;
   Instant deadline;
   std::vector<uint8_t> query;  // as the upstream received it
+  uint16_t id = 0;             // the forwarder's
+  SocketAddress from;          // UDP: the query's socket
+  int tcp = -1;                // TCP: the upstream's end of its connection
+  std::span<const uint8_t> question() const {
+    return std::span<const uint8_t>(query).subspan(12, QuestionLength(query));
+  }
 };
 
 struct GuestUdp {
@@ -238,7 +363,7 @@ struct Fuzz {
     uint64_t expired = 0;
     for (auto it = pending.begin(); it != pending.end();) {
       if (it->second.deadline <= now) {
-        Retire(it->first);
+        Retire(it->second);
         it = pending.erase(it);
         ++expired;
       } else {
@@ -294,24 +419,48 @@ struct Fuzz {
   }
 
   // What the forwarder counted in this round's dispatch: the oldest
-  // `sent` queries, each in the counter its header says; those it
-  // forwarded reached the upstream of `upstream_now`, in order.
+  // `sent` queries, each in the counter its header says; those it answered
+  // itself are expected by the guest; those it forwarded reached the
+  // upstream of `upstream_now`, in order.
   void AccountQueries(size_t upstream_now) {
     const DnsCounters& c = fwd->counters();
     const uint64_t n = Counted(c) - Counted(last);
     FUZZ_CHECK(n <= sent.size());
     uint64_t udp = 0, tcp = 0, shrt = 0, not_query = 0, malformed = 0;
-    std::vector<Sent> valid;
+    uint64_t notimp = 0, formerr = 0, table_full = 0, tcp_full = 0;
+    size_t tcp_pending = 0;
+    for (const auto& [key, p] : pending) tcp_pending += p.via == Via::kTcp;
+    std::vector<Sent> by_udp, by_tcp;  // forwarded, in order
     for (uint64_t i = 0; i < n; ++i) {
       Sent s = std::move(sent.front());
       sent.pop_front();
-      if (s.Valid()) {
-        ++(s.via == Via::kUdp ? udp : tcp);
-        valid.push_back(std::move(s));
-      } else if (s.via == Via::kTcp) {
-        ++malformed;
+      if (!s.Valid()) {
+        if (s.via == Via::kTcp) {
+          ++malformed;
+        } else {
+          ++(s.size < DnsForwarder::kHeaderLen ? shrt : not_query);
+        }
+        continue;
+      }
+      ++(s.via == Via::kUdp ? udp : tcp);
+      const std::vector<uint8_t> whole = s.Whole();
+      const size_t question = QuestionLength(whole);
+      const bool one_question = wire::LoadBe16(&whole[4]) == 1 && question != 0;
+      const size_t forwarded = by_udp.size() + by_tcp.size();
+      if (whole[2] & 0x78) {
+        ++notimp;
+        Expect(s, s.Made(4, one_question ? question : 0));
+      } else if (!one_question) {
+        ++formerr;
+        Expect(s, s.Made(1, 0));
+      } else if (pending.size() + forwarded >= options.max_pending) {
+        ++table_full;  // within one dispatch nothing expires
+      } else if (s.via == Via::kTcp &&
+                 tcp_pending + by_tcp.size() >= options.max_tcp_clients) {
+        ++tcp_full;
+        Expect(s, s.Made(2, question));
       } else {
-        ++(s.size < DnsForwarder::kHeaderLen ? shrt : not_query);
+        (s.via == Via::kUdp ? by_udp : by_tcp).push_back(std::move(s));
       }
     }
     FUZZ_CHECK(c.queries_udp - last.queries_udp == udp);
@@ -320,60 +469,120 @@ struct Fuzz {
     FUZZ_CHECK(c.dropped_not_query - last.dropped_not_query == not_query);
     FUZZ_CHECK(c.dropped_tcp_malformed - last.dropped_tcp_malformed ==
                malformed);
-    const uint64_t dropped = (c.dropped_table_full - last.dropped_table_full) +
-                             (c.dropped_upstream_send - last.dropped_upstream_send);
-    FUZZ_CHECK(dropped <= udp + tcp);
-    const uint64_t forwarded = udp + tcp - dropped;
-    // Within one dispatch nothing expires, so the table only fills.
-    FUZZ_CHECK(pending.size() + forwarded <= options.max_pending);
-    // The upstream gets them over loopback: wait for the kernel (never
-    // long: it is queued by the time sendmsg returns).
+    FUZZ_CHECK(c.answers_notimp - last.answers_notimp == notimp);
+    FUZZ_CHECK(c.answers_formerr - last.answers_formerr == formerr);
+    FUZZ_CHECK(c.dropped_table_full - last.dropped_table_full == table_full);
+    FUZZ_CHECK(c.upstream_tcp_full - last.upstream_tcp_full == tcp_full);
+    FUZZ_CHECK(c.answers_servfail - last.answers_servfail == tcp_full);
+    // The UDP ones reach the upstream over loopback: wait for the kernel
+    // (never long: it is queued by the time sendmsg returns).
     std::vector<Datagram> got;
     // Nothing forwarded: no syscall (one sent but not counted is caught
     // at the end of the step, CheckStep).
     fuzz::KernelWait wait;
-    while (forwarded > 0) {
+    while (!by_udp.empty()) {
       for (size_t u = 0; u < upstreams.size(); ++u) {
         while (auto d = RecvDatagram(Upstream(upstreams[u]).fd)) {
           FUZZ_CHECK(u == upstream_now);
           got.push_back(*std::move(d));
         }
       }
-      if (got.size() >= forwarded) break;
+      if (got.size() >= by_udp.size()) break;
       FUZZ_CHECK(wait.Another());
       pollfd p{Upstream(upstreams[upstream_now]).fd, POLLIN, 0};
       (void)poll(&p, 1, 100);
     }
-    FUZZ_CHECK(got.size() == forwarded);
-    // In order, a subsequence of the valid queries (the table fills up,
-    // and one too large for a datagram fails to send): the earliest one
-    // with the same bytes after the id is the one (two with the same bytes
-    // share their fate).
-    size_t next = 0;
-    for (Datagram& d : got) {
-      FUZZ_CHECK(d.bytes.size() >= 2);
-      while (next < valid.size() &&
-             !std::equal(valid[next].rest.begin(), valid[next].rest.end(),
-                         d.bytes.begin() + 2, d.bytes.end())) {
-        ++next;
-      }
-      FUZZ_CHECK(next < valid.size());
-      FUZZ_CHECK(valid[next].rest.size() + 2 == d.bytes.size());
-      const uint16_t id = wire::LoadBe16(d.bytes.data());
-      FUZZ_CHECK(!pending.contains(id));
-      fwd_addr[upstream_now] = d.from;
-      pending.emplace(id, Pending{valid[next].via, valid[next].socket,
-                                  valid[next].guest_id, upstream_now,
-                                  now + options.timeout, std::move(d.bytes)});
-      newest = id;
-      ++next;
+    FUZZ_CHECK(got.size() == by_udp.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      Datagram& d = got[i];
+      const Sent& s = by_udp[i];
+      FUZZ_CHECK(d.bytes.size() == s.rest.size() + 2);
+      FUZZ_CHECK(std::equal(s.rest.begin(), s.rest.end(), d.bytes.begin() + 2));
+      Pending p = NewPending(s, upstream_now, std::move(d.bytes));
+      p.from = d.from;
+      Add(std::move(p));
     }
-    last = c;
+    // The TCP ones: a connection each to the upstream's listener, in
+    // order; the forwarder writes the query once its connect completes,
+    // in a turn of its loop.
+    std::vector<int> conns_up;
+    std::vector<std::vector<uint8_t>> msgs(by_tcp.size());
+    fuzz::KernelWait tcp_wait;
+    for (;;) {
+      for (size_t u = 0; u < upstreams.size(); ++u) {
+        for (int fd; (fd = AcceptUpstream(TcpUpstream(upstreams[u]))) >= 0;) {
+          FUZZ_CHECK(u == upstream_now);
+          conns_up.push_back(fd);
+        }
+      }
+      FUZZ_CHECK(conns_up.size() <= by_tcp.size());
+      bool whole = conns_up.size() == by_tcp.size();
+      for (size_t i = 0; i < conns_up.size(); ++i) {
+        std::vector<uint8_t>& m = msgs[i];
+        uint8_t buf[4096];
+        ssize_t r;
+        while ((r = recv(conns_up[i], buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+          m.insert(m.end(), buf, buf + r);
+        }
+        if (m.size() < 2 || m.size() < 2u + wire::LoadBe16(m.data())) {
+          whole = false;
+        }
+      }
+      if (whole) break;
+      FUZZ_CHECK(tcp_wait.Another());
+      Turn(absl::Milliseconds(100));
+    }
+    for (size_t i = 0; i < by_tcp.size(); ++i) {
+      const Sent& s = by_tcp[i];
+      std::vector<uint8_t>& m = msgs[i];
+      // One message, nothing after it.
+      FUZZ_CHECK(m.size() == 2 + wire::LoadBe16(m.data()));
+      FUZZ_CHECK(m.size() == s.rest.size() + 4);
+      FUZZ_CHECK(std::equal(s.rest.begin(), s.rest.end(), m.begin() + 4));
+      Pending p = NewPending(s, upstream_now,
+                             std::vector<uint8_t>(m.begin() + 2, m.end()));
+      p.tcp = conns_up[i];
+      Add(std::move(p));
+    }
+    last = fwd->counters();
   }
 
-  void Retire(uint16_t id) {
-    retired.push_back(id);
+  Pending NewPending(const Sent& s, size_t upstream,
+                     std::vector<uint8_t> query) {
+    Pending p;
+    p.via = s.via;
+    p.socket = s.socket;
+    p.guest_id = s.guest_id;
+    p.upstream = upstream;
+    p.deadline = now + options.timeout;
+    p.query = std::move(query);
+    p.id = wire::LoadBe16(p.query.data());
+    return p;
+  }
+
+  void Add(Pending p) {
+    newest = next_key;
+    pending.emplace(next_key++, std::move(p));
+  }
+
+  // An answer the forwarder made itself, for the guest that asked.
+  void Expect(const Sent& s, std::vector<uint8_t> answer) {
+    if (s.via == Via::kUdp) {
+      udp_sockets[s.socket].expect.push_back(std::move(answer));
+    } else {
+      conns[s.socket].expect.push_back(std::move(answer));
+    }
+  }
+
+  // A query that ended: its id may come back late; its TCP connection
+  // upstream is closed by the forwarder, and here.
+  void Retire(Pending& p) {
+    retired.push_back(p.id);
     if (retired.size() > kRetired) retired.pop_front();
+    if (p.tcp >= 0) {
+      close(p.tcp);
+      p.tcp = -1;
+    }
   }
 
   // --- what the guest receives ------------------------------------------
@@ -436,7 +645,13 @@ struct Fuzz {
     // The upstreams got nothing the forwarder did not count.
     for (size_t u = 0; u < upstreams.size(); ++u) {
       FUZZ_CHECK(!RecvDatagram(Upstream(upstreams[u]).fd));
+      FUZZ_CHECK(AcceptUpstream(TcpUpstream(upstreams[u])) < 0);
     }
+    // The upstreams are there all along: no query fails on their account.
+    const DnsCounters& c = fwd->counters();
+    FUZZ_CHECK(c.upstream_unreachable == 0 && c.upstream_refused == 0 &&
+               c.upstream_tcp_failed == 0 && c.upstream_socket_failed == 0 &&
+               c.upstream_send_failed == 0 && c.upstream_no_random_id == 0);
     for (const GuestUdp& g : udp_sockets) FUZZ_CHECK(g.expect.empty());
     size_t live = 0;
     for (const Conn& c : conns) {
@@ -556,61 +771,102 @@ struct Fuzz {
     c.fwd_closed = true;
   }
 
-  // An upstream datagram, and what the model says becomes of it.
-  void Answer(size_t upstream, std::vector<uint8_t> msg) {
-    if (!fwd_addr[upstream]) return;  // no query went there yet
+  // An upstream message to pending query `key`'s socket (a datagram, or a
+  // message on its TCP connection), and what the model says becomes of it.
+  void Answer(uint64_t key, std::vector<uint8_t> msg) {
+    auto it = pending.find(key);
+    FUZZ_CHECK(it != pending.end());
+    Pending& p = it->second;
     const DnsCounters before = fwd->counters();
-    sockaddr_storage ss;
-    const socklen_t len = ToSockaddr(*fwd_addr[upstream], ss);
-    if (sendto(Upstream(upstreams[upstream]).fd, msg.data(), msg.size(), 0,
-               reinterpret_cast<sockaddr*>(&ss), len) !=
-        static_cast<ssize_t>(msg.size())) {
-      return;  // too large for the family (EMSGSIZE): nothing sent
-    }
     const auto replies = [](const DnsCounters& c) {
       return c.dropped_reply_short + c.dropped_reply_not_response +
-             c.dropped_reply_unknown_id + c.dropped_reply_no_buffer +
-             c.dropped_reply_send + c.dropped_reply_client_gone +
-             c.answers_udp + c.answers_tcp;
+             c.dropped_reply_unknown_id + c.dropped_reply_question +
+             c.dropped_reply_no_buffer + c.dropped_reply_send +
+             c.dropped_reply_client_gone + c.answers_udp + c.answers_tcp;
     };
+    fuzz::KernelWait wait;
+    if (p.via == Via::kUdp) {
+      sockaddr_storage ss;
+      const socklen_t len = ToSockaddr(p.from, ss);
+      if (sendto(Upstream(upstreams[p.upstream]).fd, msg.data(), msg.size(), 0,
+                 reinterpret_cast<sockaddr*>(&ss),
+                 len) != static_cast<ssize_t>(msg.size())) {
+        return;  // too large for the family (EMSGSIZE): nothing sent
+      }
+    } else {
+      // Its length first (RFC 1035 4.2.2); written as the forwarder reads,
+      // a turn of its loop at a time.
+      if (msg.size() > 65535) msg.resize(65535);
+      std::vector<uint8_t> out(2);
+      wire::StoreBe16(out.data(), static_cast<uint16_t>(msg.size()));
+      out.insert(out.end(), msg.begin(), msg.end());
+      for (size_t done = 0; done < out.size();) {
+        const ssize_t w = send(p.tcp, out.data() + done, out.size() - done,
+                               MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0) {
+          done += static_cast<size_t>(w);
+          continue;
+        }
+        FUZZ_CHECK(w < 0 && errno == EAGAIN);
+        FUZZ_CHECK(wait.Another());
+        Turn(absl::Milliseconds(100));
+      }
+    }
     // Turns until the forwarder has read it: the kernel has it queued for
     // the forwarder's socket (loopback), so a turn that waits for it wakes
     // at once.
-    fuzz::KernelWait wait;
     while (replies(fwd->counters()) == replies(before)) {
       FUZZ_CHECK(wait.Another());
       Turn(absl::Milliseconds(100));
     }
     const DnsCounters& c = fwd->counters();
-    FUZZ_CHECK(replies(c) == replies(before) + 1);
-    const uint16_t id = msg.size() >= 2 ? wire::LoadBe16(msg.data()) : 0;
-    auto it = pending.find(id);
+    FUZZ_CHECK(
+        replies(c) == replies(before) + 1 ||
+        (p.via == Via::kTcp && replies(c) == replies(before) + 2 &&
+         c.dropped_reply_client_gone == before.dropped_reply_client_gone + 1));
+    const Via via = p.via;
+    const size_t socket = p.socket;
+    // Whether it is the answer, or why not (IsAnswer in the forwarder).
+    uint64_t DnsCounters::*reason = nullptr;
     if (msg.size() < DnsForwarder::kHeaderLen) {
-      FUZZ_CHECK(c.dropped_reply_short == before.dropped_reply_short + 1);
+      reason = &DnsCounters::dropped_reply_short;
+    } else if (!(msg[2] & kQrBit)) {
+      reason = &DnsCounters::dropped_reply_not_response;
+    } else if (wire::LoadBe16(msg.data()) != p.id) {
+      reason = &DnsCounters::dropped_reply_unknown_id;
+    } else if (!SameQuestion(msg, p.question())) {
+      reason = &DnsCounters::dropped_reply_question;
+    }
+    if (reason != nullptr) {
+      FUZZ_CHECK(c.*reason == before.*reason + 1);
+      if (via == Via::kUdp) return;  // the query waits on
+      // Over TCP nothing else will come: SERVFAIL, the query ends.
+      FUZZ_CHECK(c.answers_servfail == before.answers_servfail + 1);
+      last.answers_servfail = c.answers_servfail;  // accounted here
+      Sent s;
+      s.guest_id = p.guest_id;
+      s.rest.assign(p.query.begin() + 2, p.query.end());
+      const std::vector<uint8_t> servfail = s.Made(2, QuestionLength(p.query));
+      Retire(p);
+      pending.erase(it);
+      Conn& conn = conns[socket];
+      if (conn.fwd_closed) {
+        FUZZ_CHECK(c.dropped_reply_client_gone ==
+                   before.dropped_reply_client_gone + 1);
+      } else {
+        conn.expect.push_back(servfail);
+      }
       return;
     }
-    if (!(msg[2] & kQrBit)) {
-      FUZZ_CHECK(c.dropped_reply_not_response ==
-                 before.dropped_reply_not_response + 1);
-      return;
-    }
-    if (it == pending.end() || it->second.upstream != upstream) {
-      // Never sent, answered already, timed out, or pending upstream of
-      // the other upstream.
-      FUZZ_CHECK(c.dropped_reply_unknown_id ==
-                 before.dropped_reply_unknown_id + 1);
-      return;
-    }
-    const Pending p = std::move(it->second);
-    pending.erase(it);
-    Retire(id);
     std::vector<uint8_t> want = std::move(msg);
     wire::StoreBe16(want.data(), p.guest_id);
+    Retire(p);
+    pending.erase(it);
     if (c.dropped_reply_no_buffer != before.dropped_reply_no_buffer) return;
-    if (p.via == Via::kUdp) {
+    if (via == Via::kUdp) {
       FUZZ_CHECK(c.dropped_reply_client_gone == before.dropped_reply_client_gone);
       if (c.answers_udp == before.answers_udp + 1) {
-        udp_sockets[p.socket].expect.push_back(std::move(want));
+        udp_sockets[socket].expect.push_back(std::move(want));
       } else {
         FUZZ_CHECK(c.dropped_reply_send == before.dropped_reply_send + 1);
         // Only what cannot go as one small datagram: larger than an IPv4
@@ -620,7 +876,7 @@ struct Fuzz {
       }
       return;
     }
-    Conn& conn = conns[p.socket];
+    Conn& conn = conns[socket];
     if (conn.fwd_closed) {
       FUZZ_CHECK(c.dropped_reply_client_gone ==
                  before.dropped_reply_client_gone + 1);
@@ -644,14 +900,15 @@ struct Fuzz {
   std::unique_ptr<eventloop::EventLoop> loop;
   std::unique_ptr<DnsForwarder> fwd;
   std::vector<size_t> upstreams;  // 0: 127.0.0.1, 1: ::1
-  std::optional<SocketAddress> fwd_addr[2];
   size_t current = 0;
 
   std::deque<Sent> sent;
+  // By arrival (ids may repeat: each query has a socket of its own).
   // Ordered: the script picks the n-th, the same one in every run.
-  std::map<uint16_t, Pending> pending;
+  std::map<uint64_t, Pending> pending;
+  uint64_t next_key = 0;
   std::deque<uint16_t> retired;
-  std::optional<uint16_t> newest;
+  std::optional<uint64_t> newest;
   DnsCounters last;
   uint64_t timeouts_seen = 0;
   GuestUdp udp_sockets[2 * kGuestPorts];
@@ -671,6 +928,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t u = 0; u < 2; ++u) {
     while (RecvDatagram(Upstream(u).fd)) {
     }
+    for (int fd; (fd = AcceptUpstream(TcpUpstream(u))) >= 0;) close(fd);
   }
   const size_t fds = OpenFdCount();
   buffer::ChunkPool guest_chunks(512), fwd_chunks(512);
@@ -684,8 +942,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t u : f.upstreams) f.options.upstreams.push_back(Upstream(u).addr);
     f.options.max_pending = 1 + in.U8() % 16;
     f.options.max_tcp_clients = 1 + in.U8() % 4;
-    f.options.timeout = absl::Seconds(1) + absl::Milliseconds(500) * (in.U8() % 8);
-    f.options.seed = 1;
+    f.options.timeout =
+        absl::Seconds(1) + absl::Milliseconds(500) * (in.U8() % 8);
     auto loop = eventloop::EventLoop::Create({}, [&f] { return f.now; });
     FUZZ_CHECK(loop.ok());
     f.loop = *std::move(loop);
@@ -720,34 +978,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           }
           break;
         }
-        case 4: {  // an upstream datagram
+        case 4: {  // an upstream message to a pending query's socket
           const uint8_t choice = in.U8();
-          size_t upstream = ((op >> 3) & 1) % f.upstreams.size();
           std::vector<uint8_t> msg(2);
+          const uint16_t raw = ((op >> 4) & 3) == 0 ? in.U16() : 0;
+          const auto body = in.Record();
+          if (f.pending.empty()) break;
+          auto it = f.pending.begin();
+          std::advance(it, choice % f.pending.size());
           switch ((op >> 4) & 3) {
             case 0:
-              wire::StoreBe16(msg.data(), in.U16());
+              wire::StoreBe16(msg.data(), raw);
               break;
             case 1:
             case 3:
-              if (!f.pending.empty()) {
-                auto it = f.pending.begin();
-                std::advance(it, choice % f.pending.size());
-                wire::StoreBe16(msg.data(), it->first);
-                // 3: from the upstream it went to.
-                if (((op >> 4) & 3) == 3) upstream = it->second.upstream;
-              }
+              wire::StoreBe16(msg.data(), it->second.id);
               break;
             default:
-              if (!f.retired.empty()) {
-                wire::StoreBe16(msg.data(), f.retired[choice % f.retired.size()]);
-              }
+              if (f.retired.empty()) break;
+              wire::StoreBe16(msg.data(), f.retired[choice % f.retired.size()]);
               break;
           }
-          const auto body = in.Record();
           msg.insert(msg.end(), body.begin(), body.end());
           if ((op & 0x80) && msg.size() > 2) msg[2] |= kQrBit;
-          f.Answer(upstream, std::move(msg));
+          f.Answer(it->first, std::move(msg));
           break;
         }
         case 5: {  // a well-formed answer to a pending query
@@ -763,7 +1017,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           std::vector<uint8_t> msg = it->second.query;
           msg[2] |= kQrBit;
           msg.insert(msg.end(), extra.begin(), extra.end());
-          f.Answer(it->second.upstream, std::move(msg));
+          f.Answer(it->first, std::move(msg));
           break;
         }
         case 6:  // time passes
@@ -786,6 +1040,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       f.CheckStep();
     }
     f.fwd.reset();
+    for (auto& [key, p] : f.pending) f.Retire(p);
     for (GuestUdp& g : f.udp_sockets) g.socket.reset();
     f.conns.clear();
     f.guest.tcp.reset();

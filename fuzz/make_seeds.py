@@ -271,6 +271,22 @@ def dns_forwarder_scripts():
     add("dns_forwarder_fuzzer", opts(ups=3) + b"\x08" + rec(aaaa) + good())
     # A full table (max_pending 1), and full TCP clients (1).
     add("dns_forwarder_fuzzer", opts(pending=0, clients=0) + b"\x00" + rec(a) + b"\x10" + rec(aaaa) + b"\x01\x09" + b"\x03\x00" + rec(a) + good())
+    # Answered here, never forwarded (review 2026-12-06, finding 10): an
+    # UPDATE (opcode 5) over UDP and TCP, no question, two questions.
+    update = bytearray(a)
+    update[2:4] = b"\x28\x00"
+    noq = a[:4] + b"\0\0" + a[6:12]
+    two = a[:5] + b"\x02" + a[6:] + name(b"b.test") + struct.pack("!HH", 1, 1)
+    add("dns_forwarder_fuzzer", opts() + b"\x00" + rec(bytes(update)) + b"\x00" + rec(noq) + b"\x10" + rec(two)
+        + b"\x01\x03\x00" + rec(bytes(update)) + b"\x03\x00" + rec(noq))
+    # An answer to another question (dropped, then the real one), one in
+    # other letters (the same question); over TCP another question ends the
+    # query with SERVFAIL.
+    other = query(0, 1, b"example.net")
+    upper = query(0, 1, b"EXAMPLE.com")
+    # 0x94: the pending query's id, QR set, then the record's bytes.
+    add("dns_forwarder_fuzzer", opts() + b"\x00" + rec(a) + b"\x94\x00" + rec(other[2:]) + b"\x94\x00" + rec(upper[2:]))
+    add("dns_forwarder_fuzzer", opts() + b"\x01\x03\x00" + rec(a) + b"\x94\x00" + rec(other[2:]) + b"\x03\x00" + rec(aaaa) + good())
 
 
 def udp_flows_scripts():

@@ -1,11 +1,14 @@
 #include "netstack/backend/dns_forwarder.h"
 
 #include <netinet/in.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -19,12 +22,76 @@ using transport::SocketAddress;
 
 namespace {
 
-constexpr uint8_t kQrBit = 0x80;  // byte 2 of the header (RFC 1035 4.1.1)
+// The header (RFC 1035 4.1.1):
+//                                 1  1  1  1  1  1
+//   0  1  2  3  4  5  6  7  8  9  0  1  2  3  4  5
+// +--+--+--+--+--+--+--+--+--+--+--+--+--+--+--+--+
+// |                      ID                       |
+// |QR|   Opcode  |AA|TC|RD|RA|   Z    |   RCODE   |
+// |                    QDCOUNT                    |
+// |            ANCOUNT, NSCOUNT, ARCOUNT          |
+constexpr size_t kFlagsOffset = 2;
+constexpr size_t kRcodeOffset = 3;
+constexpr size_t kQdcountOffset = 4;
+constexpr uint8_t kQrBit = 0x80;       // byte 2
+constexpr uint8_t kOpcodeMask = 0x78;  // byte 2; QUERY is 0
+constexpr uint8_t kRdBit = 0x01;       // byte 2
+constexpr uint8_t kRaBit = 0x80;       // byte 3
+constexpr uint8_t kRcodeFormErr = 1;
+constexpr uint8_t kRcodeServFail = 2;
+constexpr uint8_t kRcodeNotImp = 4;
+// A name is at most 255 octets, labels at most 63 (RFC 1035 2.3.4).
+constexpr size_t kMaxName = 255;
+constexpr uint8_t kMaxLabel = 63;
+// Datagrams read from one query's socket per wake-up: what is not its
+// answer is dropped, and a flood of those waits for the next turn.
+constexpr int kReadsPerWake = 16;
 
 bool IsLoopback(const IpAddress& ip) {
   if (ip.is_v4()) return ip.v4().bytes[0] == 127;
   static const IpAddress kLo6 = *IpAddress::Parse("::1");
   return ip == kLo6;
+}
+
+// The length of the question entry at the header's end (QNAME, QTYPE,
+// QCLASS: RFC 1035 4.1.2), or 0 if it does not parse. Its name is never
+// compressed: no name precedes it that a pointer could name (4.1.4), so
+// a pointer (and an extended label type, RFC 6891 5) is malformed.
+size_t QuestionLength(std::span<const uint8_t> m) {
+  size_t at = DnsForwarder::kHeaderLen;
+  for (;;) {
+    if (at >= m.size()) return 0;
+    const uint8_t label = m[at];
+    if (label > kMaxLabel) return 0;
+    ++at;
+    if (label == 0) break;
+    at += label;
+    if (at - DnsForwarder::kHeaderLen >= kMaxName) return 0;  // + the root
+  }
+  if (m.size() - at < 4) return 0;
+  return at + 4 - DnsForwarder::kHeaderLen;
+}
+
+uint8_t AsciiLower(uint8_t c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<uint8_t>(c + ('a' - 'A')) : c;
+}
+
+// Whether `answer`'s question section is `question` (one entry, as
+// QuestionLength measured it): the name without regard to ASCII case
+// (RFC 4343; its length octets, at most 63, are never letters), the type
+// and class exactly.
+bool SameQuestion(std::span<const uint8_t> answer,
+                  std::span<const uint8_t> question) {
+  if (wire::LoadBe16(&answer[kQdcountOffset]) != 1 ||
+      answer.size() < DnsForwarder::kHeaderLen + question.size()) {
+    return false;
+  }
+  const uint8_t* a = answer.data() + DnsForwarder::kHeaderLen;
+  const size_t name = question.size() - 4;
+  for (size_t i = 0; i < name; ++i) {
+    if (AsciiLower(a[i]) != AsciiLower(question[i])) return false;
+  }
+  return std::memcmp(a + name, question.data() + name, 4) == 0;
 }
 
 }  // namespace
@@ -38,20 +105,55 @@ std::string DnsCounters::Format() const {
   return out;
 }
 
-struct DnsForwarder::Upstream {
-  SocketAddress addr;
-  int fd = -1;
-  std::unique_ptr<UpstreamHandler> handler;
-};
-
-struct DnsForwarder::Pending {
-  uint16_t upstream_id = 0;
+// Who asked, and where the answer goes.
+struct DnsForwarder::Origin {
   uint16_t guest_id = 0;
   SocketAddress guest;
   size_t listener = 0;
   uint64_t tcp_client = 0;  // 0: UDP
+};
+
+// A query's TCP connection upstream: the message with its length prefix
+// until it is written, then the answer as it arrives.
+struct DnsForwarder::TcpLeg {
+  bool connected = false;
+  std::vector<uint8_t> out;
+  size_t written = 0;
+  uint8_t length[2] = {0, 0};
+  size_t length_read = 0;
+  buffer::ChunkRef answer;
+  size_t answer_read = 0;
+};
+
+// A query waiting upstream: its socket's loop handler.
+struct DnsForwarder::Pending final : public eventloop::Handler {
+  explicit Pending(DnsForwarder& f) : forwarder(f) {}
+  void OnReadable(Instant now) override { forwarder.ReadUpstream(*this, now); }
+  void OnWritable(Instant now) override { forwarder.WriteUpstream(*this, now); }
+  // Errors come to OnReadable/OnWritable, for the interest registered;
+  // here only when neither took the fd away.
+  void OnError(Instant now, uint32_t) override {
+    if (tcp && tcp->written < tcp->out.size()) {
+      forwarder.WriteUpstream(*this, now);
+    } else {
+      forwarder.ReadUpstream(*this, now);
+    }
+  }
+  std::span<const uint8_t> question_bytes() const {
+    return std::span<const uint8_t>(question.data(), question_length);
+  }
+
+  DnsForwarder& forwarder;
+  std::list<Pending>::iterator self;
+  Origin origin;
+  uint16_t upstream_id = 0;
+  uint8_t flags = 0;  // the query's byte 2: opcode and RD, for a SERVFAIL
   size_t upstream = 0;
   Instant deadline;
+  int fd = -1;
+  uint16_t question_length = 0;
+  std::array<uint8_t, kMaxName + 4> question;
+  std::unique_ptr<TcpLeg> tcp;  // a TCP query's; null for UDP
 };
 
 struct DnsForwarder::TcpClient {
@@ -60,15 +162,13 @@ struct DnsForwarder::TcpClient {
   std::vector<uint8_t> buffer;
 };
 
-class DnsForwarder::UpstreamHandler final : public eventloop::Handler {
- public:
-  UpstreamHandler(DnsForwarder& f, Upstream& u) : f_(f), u_(u) {}
-  void OnReadable(Instant now) override { f_.ReadUpstream(u_, now); }
-  void OnError(Instant now, uint32_t) override { f_.ReadUpstream(u_, now); }
-
- private:
-  DnsForwarder& f_;
-  Upstream& u_;
+// ConnectUpstream's result: fd < 0 with `unreachable` when every
+// upstream's connect failed at once, else a local failure (errno `err`).
+struct DnsForwarder::Opened {
+  int fd = -1;
+  size_t upstream = 0;
+  bool unreachable = false;
+  int err = 0;
 };
 
 absl::StatusOr<std::unique_ptr<DnsForwarder>> DnsForwarder::Create(
@@ -78,6 +178,9 @@ absl::StatusOr<std::unique_ptr<DnsForwarder>> DnsForwarder::Create(
     absl::StatusOr<std::vector<SocketAddress>> r = ReadResolvConf();
     if (!r.ok()) return r.status();
     options.upstreams = *std::move(r);
+  }
+  if (options.upstreams.empty()) {
+    return absl::InvalidArgumentError("no DNS upstream");
   }
   if (options.tcp && tcp == nullptr) {
     return absl::InvalidArgumentError("dns over tcp needs a TcpLayer");
@@ -99,10 +202,14 @@ DnsForwarder::DnsForwarder(udp::UdpLayer& udp, tcp::TcpLayer* tcp,
       tcp_(tcp),
       chunks_(chunks),
       loop_(loop),
-      options_(std::move(options)),
-      rng_(options_.seed) {}
+      options_(std::move(options)) {}
 
 absl::Status DnsForwarder::Start() {
+  // The first batch of ids now: a system without getrandom fails here
+  // rather than at the first query.
+  if (!NextId().has_value()) {
+    return absl::ErrnoToStatus(errno, "getrandom (DNS query ids)");
+  }
   for (size_t i = 0; i < options_.listen.size(); ++i) {
     const SocketAddress& a = options_.listen[i];
     std::unique_ptr<udp::UdpSocket> s = udp_.Open(a.ip.family());
@@ -117,44 +224,31 @@ absl::Status DnsForwarder::Start() {
       tcp_listeners_.push_back(std::move(l));
     }
   }
-  for (const SocketAddress& a : options_.upstreams) {
-    // The host's own resolver on loopback takes queries from loopback
-    // only: no outbound bind for it.
-    OutboundBind bind = IsLoopback(a.ip) ? OutboundBind{} : options_.bind;
-    absl::StatusOr<int> fd = OpenHostDatagramSocket(a.ip.family(), 0, bind);
-    if (!fd.ok()) return fd.status();
-    auto u = std::make_unique<Upstream>();
-    u->addr = a;
-    u->fd = *fd;
-    sockaddr_storage ss;
-    const socklen_t len = ToSockaddr(a, ss);
-    if (connect(u->fd, reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
-      const int err = errno;
-      close(u->fd);
-      return absl::ErrnoToStatus(err, absl::StrCat("connect ", a.ToString()));
-    }
-    u->handler = std::make_unique<UpstreamHandler>(*this, *u);
-    if (absl::Status st =
-            loop_.Add(u->fd, eventloop::EventLoop::kReadable, u->handler.get());
-        !st.ok()) {
-      close(u->fd);
-      return st;
-    }
-    upstreams_.push_back(std::move(u));
-  }
   loop_.AddPoller(this);
   return absl::OkStatus();
 }
 
 DnsForwarder::~DnsForwarder() {
   loop_.RemovePoller(this);
-  for (auto& u : upstreams_) {
-    (void)loop_.Remove(u->fd);
-    close(u->fd);
+  for (Pending& p : order_) {
+    (void)loop_.Remove(p.fd);
+    close(p.fd);
   }
+  order_.clear();
   for (auto& [id, c] : clients_) c->socket->Close();
   for (auto& l : tcp_listeners_) l->Close();
   for (auto& s : udp_listeners_) s->Close();
+}
+
+std::optional<uint16_t> DnsForwarder::NextId() {
+  if (next_id_ == ids_.size()) {
+    // At most 256 bytes: once the kernel's pool is initialized, never
+    // short and never interrupted (getrandom(2)).
+    const ssize_t n = getrandom(ids_.data(), sizeof(ids_), 0);
+    if (n != static_cast<ssize_t>(sizeof(ids_))) return std::nullopt;
+    next_id_ = 0;
+  }
+  return ids_[next_id_++];
 }
 
 // ---------------------------------------------------------------------------
@@ -174,12 +268,16 @@ void DnsForwarder::ReadGuestUdp(size_t listener) {
       ++counters_.dropped_short;
       continue;
     }
-    if (q[2] & kQrBit) {
+    if (q[kFlagsOffset] & kQrBit) {
       ++counters_.dropped_not_query;
       continue;
     }
     ++counters_.queries_udp;
-    Forward(q.subspan(2), wire::LoadBe16(q.data()), d->from, listener, 0, now);
+    Forward(q,
+            Origin{.guest_id = wire::LoadBe16(q.data()),
+                   .guest = d->from,
+                   .listener = listener},
+            /*over_tcp=*/false, now);
   }
 }
 
@@ -235,13 +333,19 @@ void DnsForwarder::ReadTcpClient(uint64_t id) {
     }
     // A whole message.
     const std::span<const uint8_t> q = std::span(c.buffer).subspan(2);
-    if (q.size() < kHeaderLen || (q[2] & kQrBit)) {
+    if (q.size() < kHeaderLen || (q[kFlagsOffset] & kQrBit)) {
       ++counters_.dropped_tcp_malformed;
       return CloseTcpClient(id);
     }
     ++counters_.queries_tcp;
-    Forward(q.subspan(2), wire::LoadBe16(q.data()),
-            c.socket->remote_address(), 0, id, now);
+    Forward(q,
+            Origin{.guest_id = wire::LoadBe16(q.data()),
+                   .guest = c.socket->remote_address(),
+                   .tcp_client = id},
+            /*over_tcp=*/true, now);
+    // Forward may have closed this client (an answer of ours that its
+    // send buffer did not take).
+    if (!clients_.contains(id)) return;
     c.buffer.clear();
   }
 }
@@ -254,110 +358,407 @@ void DnsForwarder::CloseTcpClient(uint64_t id) {
   clients_.erase(it);
 }
 
-void DnsForwarder::Forward(std::span<const uint8_t> query_after_id,
-                           uint16_t guest_id, const SocketAddress& guest,
-                           size_t listener, uint64_t tcp_client, Instant now) {
-  if (pending_.size() >= options_.max_pending) {
+void DnsForwarder::Forward(std::span<const uint8_t> query, const Origin& origin,
+                           bool over_tcp, Instant now) {
+  const uint8_t flags = query[kFlagsOffset];
+  const size_t question_length = QuestionLength(query);
+  const bool one_question =
+      wire::LoadBe16(&query[kQdcountOffset]) == 1 && question_length != 0;
+  const std::span<const uint8_t> question =
+      one_question ? query.subspan(kHeaderLen, question_length)
+                   : std::span<const uint8_t>();
+  if ((flags & kOpcodeMask) != 0) {
+    ++counters_.answers_notimp;
+    return Reply(origin, flags, kRcodeNotImp, question, now);
+  }
+  if (!one_question) {
+    ++counters_.answers_formerr;
+    return Reply(origin, flags, kRcodeFormErr, {}, now);
+  }
+  if (order_.size() >= options_.max_pending) {
     ++counters_.dropped_table_full;
     return;
   }
-  uint16_t id = 0;
-  do {
-    id = static_cast<uint16_t>(rng_());
-  } while (pending_.contains(id));
-  Upstream& u = *upstreams_[current_upstream_];
+  const auto servfail = [&](uint64_t* reason) {
+    if (reason != nullptr) ++*reason;
+    ++counters_.answers_servfail;
+    Reply(origin, flags, kRcodeServFail, question, now);
+  };
+  if (over_tcp && tcp_upstreams_ >= options_.max_tcp_clients) {
+    return servfail(&counters_.upstream_tcp_full);
+  }
+  const std::optional<uint16_t> id = NextId();
+  if (!id) return servfail(&counters_.upstream_no_random_id);
+  const Opened o = ConnectUpstream(over_tcp ? SOCK_STREAM : SOCK_DGRAM);
+  if (o.fd < 0) {
+    // ConnectUpstream counted each upstream it could not reach.
+    return servfail(o.unreachable ? nullptr
+                                  : &counters_.upstream_socket_failed);
+  }
+  Pending& p = order_.emplace_back(*this);
+  p.self = std::prev(order_.end());
+  p.origin = origin;
+  p.upstream_id = *id;
+  p.flags = flags;
+  p.upstream = o.upstream;
+  p.deadline = now + options_.timeout;
+  p.question_length = static_cast<uint16_t>(question.size());
+  std::copy(question.begin(), question.end(), p.question.begin());
+  if (over_tcp) {
+    ++tcp_upstreams_;
+    p.tcp = std::make_unique<TcpLeg>();
+    std::vector<uint8_t>& out = p.tcp->out;
+    out.resize(2 + query.size());
+    wire::StoreBe16(out.data(), static_cast<uint16_t>(query.size()));
+    wire::StoreBe16(out.data() + 2, *id);
+    std::copy(query.begin() + 2, query.end(), out.begin() + 4);
+  }
+  // A TCP query waits for its connect (writable, or an error).
+  if (!loop_
+           .Add(o.fd,
+                over_tcp ? eventloop::EventLoop::kWritable
+                         : eventloop::EventLoop::kReadable,
+                &p)
+           .ok()) {
+    close(o.fd);  // p.fd stays -1: Finish has nothing to remove
+    return Fail(p, counters_.upstream_socket_failed, now);
+  }
+  p.fd = o.fd;
+  if (!over_tcp) SendUdp(p, query, now);
+}
+
+void DnsForwarder::SendUdp(Pending& p, std::span<const uint8_t> query,
+                           Instant now) {
   uint8_t id_bytes[2];
-  wire::StoreBe16(id_bytes, id);
+  wire::StoreBe16(id_bytes, p.upstream_id);
   iovec iov[2] = {{id_bytes, 2},
-                  {const_cast<uint8_t*>(query_after_id.data()),
-                   query_after_id.size()}};
+                  {const_cast<uint8_t*>(query.data() + 2), query.size() - 2}};
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = 2;
   ssize_t n;
   do {
-    n = sendmsg(u.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    n = sendmsg(p.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    ++counters_.dropped_upstream_send;
-    return;
+  if (n < 0) Fail(p, counters_.upstream_send_failed, now);
+}
+
+std::optional<SocketAddress> DnsForwarder::OutboundSource(
+    const IpAddress& upstream) const {
+  // The host's own resolver on loopback takes queries from loopback
+  // only: no outbound bind for it.
+  if (IsLoopback(upstream)) return std::nullopt;
+  if (upstream.is_v4() && options_.bind.v4) {
+    return SocketAddress{IpAddress(*options_.bind.v4), 0};
   }
-  order_.push_back(Pending{.upstream_id = id,
-                           .guest_id = guest_id,
-                           .guest = guest,
-                           .listener = listener,
-                           .tcp_client = tcp_client,
-                           .upstream = current_upstream_,
-                           .deadline = now + options_.timeout});
-  pending_.emplace(id, std::prev(order_.end()));
+  if (upstream.is_v6() && options_.bind.v6) {
+    return SocketAddress{IpAddress(*options_.bind.v6), 0};
+  }
+  return std::nullopt;
+}
+
+int DnsForwarder::OpenUpstream(const SocketAddress& a, int type,
+                               bool* local_failure) const {
+  *local_failure = false;
+  const bool v4 = a.ip.is_v4();
+  const int fd =
+      socket(v4 ? AF_INET : AF_INET6, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    // No IPv6 here concerns this upstream only; fds or memory, all alike.
+    *local_failure = errno != EAFNOSUPPORT;
+    return -errno;
+  }
+  int err = 0;
+  const int one = 1;
+  // A v4-mapped upstream must not reach IPv4 through an AF_INET6 socket
+  // (review 2026-12-06, finding 3): with V6ONLY its connect fails.
+  if (!v4 &&
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) {
+    err = errno;
+  }
+  sockaddr_storage ss;
+  const std::optional<SocketAddress> local = OutboundSource(a.ip);
+  if (err == 0 && local) {
+    const socklen_t len = ToSockaddr(*local, ss);
+    if (bind(fd, reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
+      err = errno;
+    }
+  }
+  if (err == 0) {
+    // The port is the kernel's random pick, here or at bind: a fresh one
+    // per query (RFC 5452 10).
+    const socklen_t len = ToSockaddr(a, ss);
+    int rc;
+    do {
+      rc = connect(fd, reinterpret_cast<const sockaddr*>(&ss), len);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0 && errno != EINPROGRESS) err = errno;
+  }
+  if (err != 0) {
+    close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+DnsForwarder::Opened DnsForwarder::ConnectUpstream(int type) {
+  const size_t count = options_.upstreams.size();
+  int last_err = 0;
+  size_t last = current_upstream_;
+  for (size_t k = 0; k < count; ++k) {
+    const size_t i = (current_upstream_ + k) % count;
+    bool local_failure = false;
+    const int fd = OpenUpstream(options_.upstreams[i], type, &local_failure);
+    if (local_failure) return Opened{.err = -fd};
+    if (fd >= 0) {
+      if (k != 0) current_upstream_ = i;
+      if (unreachable_) {
+        unreachable_ = false;
+        std::fprintf(stderr,
+                     "netstack backend: DNS upstream %s reachable again\n",
+                     options_.upstreams[i].ToString().c_str());
+      }
+      return Opened{.fd = fd, .upstream = i};
+    }
+    ++counters_.upstream_unreachable;
+    last_err = -fd;
+    last = i;
+  }
+  // Said once, until an upstream can be reached again.
+  if (!unreachable_) {
+    unreachable_ = true;
+    std::fprintf(stderr,
+                 "netstack backend: no DNS upstream can be reached (%s: %s); "
+                 "the guest's queries get SERVFAIL until one can\n",
+                 options_.upstreams[last].ToString().c_str(),
+                 std::strerror(last_err));
+  }
+  return Opened{.unreachable = true, .err = last_err};
 }
 
 // ---------------------------------------------------------------------------
 // Upstream side
 
-void DnsForwarder::ReadUpstream(Upstream& u, Instant now) {
-  for (int i = 0; i < 64; ++i) {
+void DnsForwarder::ReadUpstream(Pending& p, Instant now) {
+  if (p.tcp) {
+    ReadUpstreamTcp(p, now);
+  } else {
+    ReadUpstreamUdp(p, now);
+  }
+}
+
+bool DnsForwarder::IsAnswer(const Pending& p, std::span<const uint8_t> a) {
+  if (a.size() < kHeaderLen) {
+    ++counters_.dropped_reply_short;
+    return false;
+  }
+  if (!(a[kFlagsOffset] & kQrBit)) {
+    ++counters_.dropped_reply_not_response;
+    return false;
+  }
+  if (wire::LoadBe16(a.data()) != p.upstream_id) {
+    ++counters_.dropped_reply_unknown_id;
+    return false;
+  }
+  if (!SameQuestion(a, p.question_bytes())) {
+    ++counters_.dropped_reply_question;
+    return false;
+  }
+  return true;
+}
+
+void DnsForwarder::ReadUpstreamUdp(Pending& p, Instant now) {
+  for (int i = 0; i < kReadsPerWake; ++i) {
     buffer::ChunkRef chunk = chunks_.Allocate();
     uint8_t scratch[1];
     std::span<uint8_t> room =
         chunk ? chunk->unshared_tail(0) : std::span<uint8_t>(scratch);
-    const ssize_t n = recv(u.fd, room.data(), room.size(), MSG_DONTWAIT);
+    const ssize_t n = recv(p.fd, room.data(), room.size(), MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return;
-      continue;  // ECONNREFUSED (nobody at the upstream): its timeout
+      // ECONNREFUSED: nobody at the upstream's port (ICMP); others: ICMP
+      // unreachable. Either way this upstream will not answer.
+      const size_t upstream = p.upstream;
+      Fail(p,
+           errno == ECONNREFUSED ? counters_.upstream_refused
+                                 : counters_.upstream_unreachable,
+           now);
+      return FailOver(upstream);
     }
     if (!chunk) {
       ++counters_.dropped_reply_no_buffer;
       continue;
     }
-    if (static_cast<size_t>(n) < kHeaderLen) {
-      ++counters_.dropped_reply_short;
-      continue;
+    const std::span<uint8_t> a = room.first(static_cast<size_t>(n));
+    if (!IsAnswer(p, a)) continue;
+    wire::StoreBe16(a.data(), p.origin.guest_id);
+    const Origin origin = p.origin;
+    Finish(p);
+    if (DeliverAnswer(
+            origin,
+            buffer::PayloadView(std::move(chunk), 0, static_cast<uint32_t>(n)),
+            now)) {
+      ++counters_.answers_udp;
     }
-    uint8_t* a = room.data();
-    if (!(a[2] & kQrBit)) {
-      ++counters_.dropped_reply_not_response;
-      continue;
-    }
-    auto it = pending_.find(wire::LoadBe16(a));
-    if (it == pending_.end() ||
-        upstreams_[it->second->upstream].get() != &u) {
-      ++counters_.dropped_reply_unknown_id;
-      continue;
-    }
-    Pending p = *it->second;
-    order_.erase(it->second);
-    pending_.erase(it);
-    wire::StoreBe16(a, p.guest_id);
-    DeliverAnswer(std::move(p),
-                  buffer::PayloadView(std::move(chunk), 0,
-                                      static_cast<uint32_t>(n)),
-                  now);
+    return;
   }
 }
 
-void DnsForwarder::DeliverAnswer(Pending p, buffer::PayloadView answer,
-                                 Instant now) {
-  if (p.tcp_client == 0) {
-    if (answer.size() > udp::UdpLayer::kMaxIpv4Payload) {
-      ++counters_.dropped_reply_send;
-      return;
+void DnsForwarder::WriteUpstream(Pending& p, Instant now) {
+  if (!p.tcp) return;
+  TcpLeg& t = *p.tcp;
+  if (!t.connected) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(p.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err != 0) {
+      const size_t upstream = p.upstream;
+      Fail(p,
+           err == ECONNREFUSED ? counters_.upstream_refused
+                               : counters_.upstream_tcp_failed,
+           now);
+      return FailOver(upstream);
     }
-    if (!udp_listeners_[p.listener]
-             ->SendViewsTo(std::span<const buffer::PayloadView>(&answer, 1),
-                           p.guest, now)
-             .ok()) {
-      ++counters_.dropped_reply_send;
-      return;
+    t.connected = true;
+  }
+  while (t.written < t.out.size()) {
+    const ssize_t n =
+        send(p.fd, t.out.data() + t.written, t.out.size() - t.written,
+             MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return;  // writable again later
+      return Fail(p, counters_.upstream_tcp_failed, now);
     }
-    ++counters_.answers_udp;
+    t.written += static_cast<size_t>(n);
+  }
+  std::vector<uint8_t>().swap(t.out);
+  t.written = 0;
+  if (!loop_.Modify(p.fd, eventloop::EventLoop::kReadable).ok()) {
+    Fail(p, counters_.upstream_socket_failed, now);
+  }
+}
+
+void DnsForwarder::ReadUpstreamTcp(Pending& p, Instant now) {
+  TcpLeg& t = *p.tcp;
+  if (!t.out.empty()) return;  // still writing the query
+  // One answer per connection: its length, then exactly that many bytes.
+  for (;;) {
+    const size_t want = wire::LoadBe16(t.length);
+    std::span<uint8_t> room;
+    if (t.length_read < 2) {
+      room = std::span<uint8_t>(t.length).subspan(t.length_read);
+    } else if (t.answer_read < want) {
+      if (!t.answer) {
+        t.answer = chunks_.Allocate();
+        if (!t.answer) return Fail(p, counters_.dropped_reply_no_buffer, now);
+      }
+      room = t.answer->unshared_tail(0).subspan(t.answer_read,
+                                                want - t.answer_read);
+    } else {
+      break;  // whole
+    }
+    const ssize_t n = recv(p.fd, room.data(), room.size(), MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return;
+      return Fail(p, counters_.upstream_tcp_failed, now);
+    }
+    if (n == 0) return Fail(p, counters_.upstream_tcp_failed, now);  // EOF
+    if (t.length_read < 2) {
+      t.length_read += static_cast<size_t>(n);
+    } else {
+      t.answer_read += static_cast<size_t>(n);
+    }
+  }
+  const size_t length = wire::LoadBe16(t.length);
+  const std::span<uint8_t> a = t.answer
+                                   ? t.answer->unshared_tail(0).first(length)
+                                   : std::span<uint8_t>();
+  if (!IsAnswer(p, a)) {
+    // IsAnswer counted why; over TCP nothing else will come.
+    ++counters_.answers_servfail;
+    Reply(p.origin, p.flags, kRcodeServFail, p.question_bytes(), now);
+    return Finish(p);
+  }
+  wire::StoreBe16(a.data(), p.origin.guest_id);
+  const Origin origin = p.origin;
+  buffer::ChunkRef chunk = std::move(t.answer);
+  Finish(p);
+  if (DeliverAnswer(origin,
+                    buffer::PayloadView(std::move(chunk), 0,
+                                        static_cast<uint32_t>(length)),
+                    now)) {
+    ++counters_.answers_tcp;
+  }
+}
+
+void DnsForwarder::Finish(Pending& p) {
+  if (p.fd >= 0) {
+    (void)loop_.Remove(p.fd);
+    close(p.fd);
+  }
+  if (p.tcp) --tcp_upstreams_;
+  order_.erase(p.self);
+}
+
+void DnsForwarder::Fail(Pending& p, uint64_t& reason, Instant now) {
+  ++reason;
+  ++counters_.answers_servfail;
+  Reply(p.origin, p.flags, kRcodeServFail, p.question_bytes(), now);
+  Finish(p);
+}
+
+void DnsForwarder::FailOver(size_t from) {
+  if (from == current_upstream_) {
+    current_upstream_ = (current_upstream_ + 1) % options_.upstreams.size();
+  }
+}
+
+void DnsForwarder::Reply(const Origin& o, uint8_t flags, uint8_t rcode,
+                         std::span<const uint8_t> question, Instant now) {
+  buffer::ChunkRef chunk = chunks_.Allocate();
+  if (!chunk) {
+    ++counters_.dropped_reply_no_buffer;
     return;
   }
-  auto it = clients_.find(p.tcp_client);
+  const std::span<uint8_t> m = chunk->unshared_tail(0);
+  std::fill_n(m.begin(), kHeaderLen, 0);
+  wire::StoreBe16(m.data(), o.guest_id);
+  m[kFlagsOffset] = kQrBit | (flags & (kOpcodeMask | kRdBit));
+  m[kRcodeOffset] = kRaBit | rcode;
+  if (!question.empty()) {
+    wire::StoreBe16(&m[kQdcountOffset], 1);
+    std::copy(question.begin(), question.end(), m.begin() + kHeaderLen);
+  }
+  (void)DeliverAnswer(
+      o,
+      buffer::PayloadView(std::move(chunk), 0,
+                          static_cast<uint32_t>(kHeaderLen + question.size())),
+      now);
+}
+
+bool DnsForwarder::DeliverAnswer(const Origin& o, buffer::PayloadView answer,
+                                 Instant now) {
+  if (o.tcp_client == 0) {
+    if (answer.size() > udp::UdpLayer::kMaxIpv4Payload) {
+      ++counters_.dropped_reply_send;
+      return false;
+    }
+    if (!udp_listeners_[o.listener]
+             ->SendViewsTo(std::span<const buffer::PayloadView>(&answer, 1),
+                           o.guest, now)
+             .ok()) {
+      ++counters_.dropped_reply_send;
+      return false;
+    }
+    return true;
+  }
+  auto it = clients_.find(o.tcp_client);
   if (it == clients_.end()) {
     ++counters_.dropped_reply_client_gone;
-    return;
+    return false;
   }
   tcp::TcpSocket& s = *it->second->socket;
   uint8_t len[2];
@@ -367,10 +768,10 @@ void DnsForwarder::DeliverAnswer(Pending p, buffer::PayloadView answer,
   absl::StatusOr<size_t> w1 = s.Write(len);
   if (!w1.ok() || *w1 != 2 || !s.WriteView(std::move(answer)).ok()) {
     ++counters_.dropped_reply_send;
-    CloseTcpClient(p.tcp_client);
-    return;
+    CloseTcpClient(o.tcp_client);
+    return false;
   }
-  ++counters_.answers_tcp;
+  return true;
 }
 
 Instant DnsForwarder::NextDeadline() const {
@@ -382,14 +783,13 @@ void DnsForwarder::Poll(Instant now) {
   graveyard_.clear();
   bool timed_out = false;
   while (!order_.empty() && order_.front().deadline <= now) {
-    pending_.erase(order_.front().upstream_id);
-    order_.pop_front();
+    Finish(order_.front());
     ++counters_.timeouts;
     timed_out = true;
   }
   // Fail over: the next query goes to the next upstream.
-  if (timed_out && !upstreams_.empty()) {
-    current_upstream_ = (current_upstream_ + 1) % upstreams_.size();
+  if (timed_out) {
+    current_upstream_ = (current_upstream_ + 1) % options_.upstreams.size();
   }
 }
 
