@@ -76,12 +76,36 @@ ForwardApi::ForwardApi(PortForwards& forwards,
 
 ForwardApi::~ForwardApi() = default;
 
+absl::Status ForwardApi::RefuseClientsBelow(pid_t pid, std::string owner) {
+  PidNamespaceFence::Options o;
+  o.owner = std::move(owner);
+  absl::StatusOr<std::unique_ptr<PidNamespaceFence>> fence =
+      PidNamespaceFence::Below(pid, std::move(o));
+  if (absl::IsNotFound(fence.status())) {
+    // Gone already (CMD has exited, and the init with it, or is about
+    // to): nothing is told apart any more, so nobody is admitted; the
+    // loop stops once it sees the exit.
+    const std::string why =
+        absl::StrCat("the guest's PID namespace could not be checked (",
+                     fence.status().message(), ")");
+    server_->SetPeerCheck(
+        [why](int) { return absl::PermissionDeniedError(why); });
+    return absl::OkStatus();
+  }
+  if (!fence.ok()) return fence.status();
+  fence_ = *std::move(fence);
+  const PidNamespaceFence* f = fence_.get();
+  server_->SetPeerCheck([f](int fd) { return f->CheckPeer(fd); });
+  return absl::OkStatus();
+}
+
 ForwardApiCounters ForwardApi::counters() const {
   ForwardApiCounters c = counters_;
   if (server_) {
     c.connections = server_->connections();
     c.refused_connections = server_->refused_connections();
     c.closed_slow_clients = server_->closed_slow_clients();
+    c.refused_peers = server_->refused_peers();
   }
   return c;
 }
@@ -159,9 +183,9 @@ std::string ForwardApi::FormatCounters() const {
   return absl::StrCat("forward_api.connections ", c.connections, "\n",
                       "forward_api.refused_connections ", c.refused_connections,
                       "\n", "forward_api.closed_slow_clients ",
-                      c.closed_slow_clients, "\n", "forward_api.requests ",
-                      c.requests, "\n", "forward_api.errors ", c.errors,
-                      "\n");
+                      c.closed_slow_clients, "\n", "forward_api.refused_peers ",
+                      c.refused_peers, "\n", "forward_api.requests ",
+                      c.requests, "\n", "forward_api.errors ", c.errors, "\n");
 }
 
 }  // namespace netstack::tools

@@ -19,7 +19,20 @@
 //
 // The socket and its clients are a JsonLinesServer (json_lines_server.h:
 // mode 0600, since whoever can connect can open ports on this host as
-// netstackd; never replaces an existing file; unlinked when this goes). A
+// netstackd; never replaces an existing file; unlinked when this goes).
+//
+// With -- CMD, mode 0600 does not keep CMD out: CMD runs as netstackd's
+// user and sees the host's files. RefuseClientsBelow fences CMD's PID
+// namespace (pid_namespace_fence.h): a client inside it, or nested below
+// it, is closed at accept, counted (refused_peers) and logged once; so is
+// a client whose namespace cannot be told (another user's, or not
+// dumpable). With --netns-pid the guest is a process tree netstackd did
+// not make: it is fenced the same way when its PID namespace is below
+// netstackd's; when it shares netstackd's namespace (`unshare -n` alone)
+// nothing tells its processes from the operator's, and the API trusts
+// whoever can open the socket: keep its path out of the guest's reach.
+//
+// A
 // client's request line is at most kMaxLine bytes (longer: an error, then
 // the connection is closed); a client that does not read its answers is
 // closed once kMaxOutput bytes wait for it; at most kMaxClients
@@ -28,6 +41,8 @@
 // Nothing a client sends can stop the loop.
 #ifndef TOOLS_NETSTACKD_FORWARD_API_H_
 #define TOOLS_NETSTACKD_FORWARD_API_H_
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +54,7 @@
 #include "absl/status/statusor.h"
 #include "netstack/eventloop/event_loop.h"
 #include "tools/netstackd/json_lines_server.h"
+#include "tools/netstackd/pid_namespace_fence.h"
 #include "tools/netstackd/port_forwards.h"
 
 namespace netstack::tools {
@@ -47,6 +63,7 @@ struct ForwardApiCounters {
   uint64_t connections = 0;
   uint64_t refused_connections = 0;  // past kMaxClients
   uint64_t closed_slow_clients = 0;  // kMaxOutput bytes of answers waited
+  uint64_t refused_peers = 0;        // inside the fenced PID namespace
   uint64_t requests = 0;
   uint64_t errors = 0;  // answers with "ok":false
 };
@@ -66,6 +83,15 @@ class ForwardApi {
   ForwardApi& operator=(const ForwardApi&) = delete;
   ~ForwardApi();
 
+  // From now on, refuses every client that runs inside the PID namespace
+  // of process `pid` or one below it: CMD's, given its init (`owner`
+  // names it in the log: "CMD's"). Errors as PidNamespaceFence::Below;
+  // FailedPrecondition when `pid` shares netstackd's namespace.
+  absl::Status RefuseClientsBelow(pid_t pid, std::string owner);
+  // The fence's /proc directory fd, which the seccomp filter must let
+  // openat use (PidNamespaceFence's kProc way); -1 if none.
+  int proc_dir_fd() const { return fence_ ? fence_->proc_dir_fd() : -1; }
+
   // One request line (without its newline) to its answer (without one).
   // The socket's clients go through here; so do the unit tests.
   std::string Handle(std::string_view line);
@@ -80,6 +106,7 @@ class ForwardApi {
   std::function<std::string()> counter_text_;
   ForwardApiCounters counters_;  // requests and errors; the server counts
                                  // connections
+  std::unique_ptr<PidNamespaceFence> fence_;  // before server_: it checks
   std::unique_ptr<JsonLinesServer> server_;
 };
 

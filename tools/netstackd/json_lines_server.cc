@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -221,6 +223,17 @@ void JsonLinesServer::OnReadable(Instant now) {
     UniqueFd c(accept4(fd_.get(), nullptr, nullptr,
                        SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!c.valid()) return;  // EAGAIN; or out of fds: the next wake-up
+    if (peer_check_) {
+      if (absl::Status s = peer_check_(c.get()); !s.ok()) {
+        if (refused_peers_++ == 0) {
+          std::fprintf(stderr,
+                       "netstackd: %s: refused a client: %s; later refusals "
+                       "are only counted\n",
+                       options_.flag.c_str(), std::string(s.message()).c_str());
+        }
+        continue;  // closed
+      }
+    }
     if (clients_.size() >= options_.max_clients) {
       ++refused_connections_;
       continue;  // closed

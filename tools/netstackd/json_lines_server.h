@@ -20,7 +20,7 @@
 //     answer); a client that does not read them is closed once
 //     `max_output` bytes wait (counted: closed_slow_clients);
 //   - at most `max_clients` at once; more are closed at accept
-//     (counted);
+//     (counted); so is a client the peer check refuses (SetPeerCheck);
 //   - a client that closes its end still gets the answers due, then is
 //     closed.
 // Reads and accepts are bounded per wake-up, like every handler on the
@@ -35,8 +35,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "link/fd_util.h"
 #include "netstack/base/time.h"
@@ -67,8 +69,15 @@ class JsonLinesServer : public eventloop::Handler {
   JsonLinesServer& operator=(const JsonLinesServer&) = delete;
   ~JsonLinesServer() override;
 
+  // Decides at accept whether a client may talk: OK admits it; an error
+  // closes it at once, counted (refused_peers), the first one logged with
+  // the error's message. Unset: every client is admitted.
+  using PeerCheck = std::function<absl::Status(int fd)>;
+  void SetPeerCheck(PeerCheck check) { peer_check_ = std::move(check); }
+
   uint64_t connections() const { return connections_; }
   uint64_t refused_connections() const { return refused_connections_; }
+  uint64_t refused_peers() const { return refused_peers_; }
   // Clients closed because max_output bytes of answers waited.
   uint64_t closed_slow_clients() const { return closed_slow_clients_; }
   size_t clients() const { return clients_.size(); }
@@ -92,6 +101,8 @@ class JsonLinesServer : public eventloop::Handler {
   link::DirEntryRef socket_file_;  // path_, by its directory
   uint64_t connections_ = 0;
   uint64_t refused_connections_ = 0;
+  PeerCheck peer_check_;
+  uint64_t refused_peers_ = 0;
   uint64_t closed_slow_clients_ = 0;
   size_t output_high_water_ = 0;
   absl::flat_hash_map<Client*, std::unique_ptr<Client>> clients_;

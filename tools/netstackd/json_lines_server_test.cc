@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "netstack/eventloop/event_loop.h"
@@ -283,6 +284,34 @@ TEST_F(JsonLinesServerTest, AFloodOfRequestsIsBoundedPerTurnAndInMemory) {
   EXPECT_EQ(server_->closed_slow_clients(), 1u);
   close(flooder);
   close(other);
+}
+
+// A client the peer check refuses is closed at accept, unanswered, and
+// counted (not as a connection); the others are served.
+TEST_F(JsonLinesServerTest, APeerCheckRefusesAtAccept) {
+  bool refuse = true;
+  int checked = 0;
+  server_->SetPeerCheck([&](int fd) {
+    ++checked;
+    return refuse ? absl::PermissionDeniedError("not you") : absl::OkStatus();
+  });
+  const int stranger = Dial();
+  Send(stranger, "let me in\n");
+  bool closed = false;
+  EXPECT_EQ(ReadLines(stranger, 1, &closed), "");
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(server_->refused_peers(), 1u);
+  EXPECT_EQ(server_->connections(), 0u);
+  EXPECT_TRUE(seen_.empty());
+  refuse = false;
+  const int owner = Dial();
+  Send(owner, "me\n");
+  EXPECT_EQ(ReadLines(owner, 1), "[me]\n");
+  EXPECT_EQ(checked, 2);
+  EXPECT_EQ(server_->refused_peers(), 1u);
+  EXPECT_EQ(server_->connections(), 1u);
+  close(stranger);
+  close(owner);
 }
 
 TEST_F(JsonLinesServerTest, TheSocketIsPrivateAndGoesWithTheServer) {

@@ -1,6 +1,7 @@
 #include "tools/netstackd/least_privilege.h"
 
 #include <linux/capability.h>
+#include <linux/nsfs.h>
 #include <seccomp.h>
 #include <signal.h>
 #include <sched.h>
@@ -22,6 +23,11 @@
 
 namespace netstack::tools {
 namespace {
+
+// linux/nsfs.h of Linux 6.11 and linux/pidfd.h of 6.13, newer than some
+// libc headers (pid_namespace_fence.cc has the same).
+constexpr unsigned long kNsGetTgidInPidns = _IOR(0xb7, 0x9, int);
+constexpr unsigned long kPidfdGetInfo = 0xc040ff0b;  // _IOWR(0xFF, 11, 64 B)
 
 // The type's bits of socket(2)'s second argument (the kernel's
 // SOCK_TYPE_MASK); SOCK_NONBLOCK and SOCK_CLOEXEC are above them.
@@ -225,6 +231,21 @@ absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(pread64), 0);
     if (rc != 0) return fail("the HTTP service's calls", rc);
   }
+  if (options.proc_dir_fd >= 0) {
+    // Read-only, and only under that fd. The path is beyond a filter: it
+    // may name any /proc file netstackd's user may read, <pid>/root/...
+    // of its own user's processes included; kernels with
+    // PIDFD_GET_PID_NAMESPACE (6.11) never need this.
+    if (int rc = seccomp_rule_add(
+            ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 2,
+            SCMP_A0(SCMP_CMP_EQ,
+                    static_cast<scmp_datum_t>(options.proc_dir_fd)),
+            SCMP_A2(SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC | O_PATH,
+                    O_RDONLY));
+        rc != 0) {
+      return fail("openat under /proc", rc);
+    }
+  }
   if (kSanitized) {
     for (const AllowedCall& c : SanitizerCalls()) {
       if (absl::Status s = allow(c); !s.ok()) {
@@ -340,6 +361,14 @@ const std::vector<AllowedIoctl>& AllowedIoctls() {
        "the relay's pipe pool checks that a pipe given back is empty"},
       {TCGETS, "TCGETS",
        "stdio and the sanitizers ask whether stderr is a terminal"},
+      // The forward API's check of a client's PID namespace
+      // (pid_namespace_fence.h).
+      {kNsGetTgidInPidns, "NS_GET_TGID_IN_PIDNS",
+       "whether a forward API client has a pid in CMD's PID namespace"},
+      {kPidfdGetInfo, "PIDFD_GET_INFO",
+       "that the client's pid is still its own, by its pidfd"},
+      {NS_GET_PARENT, "NS_GET_PARENT",
+       "kernels before 6.11: walks up from a client's PID namespace"},
   };
   return *requests;
 }

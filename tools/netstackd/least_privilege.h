@@ -54,6 +54,10 @@ struct LeastPrivilegeOptions {
   bool log_only = false;
   // -- CMD: the one process kill(2) may signal; 0: none.
   int cmd_pid = 0;
+  // The forward API's PID namespace check on kernels before 6.11
+  // (pid_namespace_fence.h, its kProc way): a directory fd of /proc that
+  // openat may open <pid>/ns/pid under, read-only. -1: none.
+  int proc_dir_fd = -1;
   // Step 0 (above).
   bool detach_filesystem = true;
   // Capabilities, no_new_privs and the mount namespace are per thread in

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/netlink.h>
+#include <linux/nsfs.h>
 #include <netinet/in.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -44,6 +45,12 @@ TEST(AllowedCalls, DocsSecurityListsEachOne) {
   }
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 // What a forked child did after DropPrivileges: its wait status and its
 // stderr (where the SIGSYS handler names a trapped call).
 struct Filtered {
@@ -55,7 +62,7 @@ struct Filtered {
 // the filter is what is tested here) and runs `body`, then exits 0. A
 // call the filter traps ends it with 159 (128 + SIGSYS); `body` exits
 // with another status to report a call that failed when it should not.
-Filtered RunFiltered(const std::function<void()>& body) {
+Filtered RunFiltered(const std::function<void()>& body, int proc_dir_fd = -1) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return {-1, "pipe2"};
   const pid_t pid = fork();
@@ -63,6 +70,7 @@ Filtered RunFiltered(const std::function<void()>& body) {
     dup2(pipe_fds[1], STDERR_FILENO);
     LeastPrivilegeOptions o;
     o.detach_filesystem = false;
+    o.proc_dir_fd = proc_dir_fd;
     if (!DropPrivileges(o).ok()) _exit(2);
     body();
     _exit(0);
@@ -120,6 +128,54 @@ TEST(Filter, AllowsWhatTheLoopUses) {
   struct stat st;
   EXPECT_NE(stat(file.c_str(), &st), 0) << "not removed";
   rmdir(dir);
+}
+
+// What the forward API's PID namespace check needs
+// (pid_namespace_fence.h): a client's pidfd and PID namespace and the
+// namespace's parent; on older kernels <pid>/ns/pid opened read-only under
+// the /proc fd given, and nothing else opened.
+TEST(Filter, AllowsThePidNamespaceCheck) {
+  const int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(proc, 0);
+  const Filtered r = RunFiltered(
+      [proc] {
+        const std::string name = std::to_string(getpid()) + "/ns/pid";
+        const int ns = openat(proc, name.c_str(), O_RDONLY | O_CLOEXEC);
+        if (ns < 0) _exit(3);
+        // Our own namespace's parent is out of our scope: EPERM, not a
+        // trap.
+        if (ioctl(ns, NS_GET_PARENT) >= 0 || errno != EPERM) _exit(4);
+        // A pid in that namespace (ours: our own), and a pidfd's info.
+        const int ours = openat(proc, "self/ns/pid", O_RDONLY | O_CLOEXEC);
+        if (ours < 0) _exit(5);
+        if (ioctl(ours, _IOR(0xb7, 0x9, int) /* NS_GET_TGID_IN_PIDNS */,
+                  getpid()) != getpid() &&
+            errno != ENOTTY) {
+          _exit(6);
+        }
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0) _exit(7);
+        unsigned char info[64] = {1};  // PIDFD_INFO_PID
+        (void)ioctl(p[0], 0xc040ff0b /* PIDFD_GET_INFO */, info);
+        // Anything else under /proc's fd is still read-only.
+        (void)openat(proc, "self/comm", O_WRONLY | O_CLOEXEC);
+      },
+      proc);
+  if (kSanitized) {
+    // The sanitizers' runtimes may open any file (least_privilege.cc).
+    EXPECT_EQ(ExitCode(r), 0) << r.err;
+    close(proc);
+    return;
+  }
+  EXPECT_EQ(ExitCode(r), 128 + SIGSYS) << r.err;
+  EXPECT_NE(r.err.find("system call 257 (openat) is not allowed"),
+            std::string::npos)
+      << "the write open: " << r.err;
+  // Without the fd, no openat at all.
+  const Filtered none = RunFiltered(
+      [proc] { (void)openat(proc, "self/comm", O_RDONLY | O_CLOEXEC); });
+  EXPECT_EQ(ExitCode(none), 128 + SIGSYS) << none.err;
+  close(proc);
 }
 
 // The review's finding 15 (2026-12-06): ioctl, socket and unlinkat were

@@ -1421,12 +1421,28 @@ int Run(const Config& c) {
     }
     if (!watch(command->pidfd(), &watch_command)) return 1;
   }
+  // The forward API is the operator's: CMD runs as our user and sees our
+  // files, so it is refused by PID namespace; so is a --netns-pid guest
+  // whose namespace is below ours (forward_api.h).
+  if (forward_api && (command || watched_pid.valid())) {
+    const pid_t guest = command ? command->pid()
+                                : absl::GetFlag(FLAGS_netns_pid);
+    if (absl::Status s = forward_api->RefuseClientsBelow(
+            guest, command ? "CMD's" : "the --netns-pid process's");
+        !s.ok()) {
+      std::fprintf(stderr, "netstackd: --forward-api: %s%s\n",
+                   std::string(s.message()).c_str(),
+                   command ? "" : ": its processes are not told apart");
+      if (command) return 1;
+    }
+  }
   if (c.sandbox) {
     LeastPrivilegeOptions lp;
     lp.keep_net_bind_service = !c.forward_api.empty();
     lp.serve_files = !c.http_root.empty();
     lp.log_only = c.sandbox_log;
     if (command) lp.cmd_pid = command->pid();
+    if (forward_api) lp.proc_dir_fd = forward_api->proc_dir_fd();
     if (link::NetnsSockets* other = forwards ? forwards->guest_sockets()
                                              : nullptr) {
       lp.on_other_threads = [other](absl::FunctionRef<absl::Status()> step) {
