@@ -80,6 +80,9 @@ std::string DescribeFdLimit(FdLimits before, FdLimits after,
   const std::string parts = absl::StrCat(
       "--max-tcp-flows ", budget.tcp_flows, ", --max-udp-flows ",
       budget.udp_flows, ", ", budget.ping_flows, " ping flows",
+      budget.dns_queries != 0
+          ? absl::StrCat(", ", budget.dns_queries, " DNS queries")
+          : std::string(),
       budget.forwards != 0
           ? absl::StrCat(", ", budget.forwards, " for port forwards")
           : std::string(),

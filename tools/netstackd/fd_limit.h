@@ -23,8 +23,8 @@ struct FdBudget {
   uint64_t tcp_flows = 0;   // --max-tcp-flows
   uint64_t udp_flows = 0;   // --max-udp-flows
   uint64_t ping_flows = 0;  // the ping forwarder's cap
-  // The link, epoll, timerfd, signalfd, the DNS forwarder's sockets, a
-  // pcap file, stdio: a few dozen; 64 leaves room.
+  // The link, epoll, timerfd, signalfd, a pcap file, stdio: a few dozen;
+  // 64 leaves room.
   uint64_t others = 64;
   // -t/-u: the listeners, and the UDP forwards' client flows (as many as
   // --max-udp-flows, shared by every -u). A -t connection through the
@@ -33,9 +33,14 @@ struct FdBudget {
   // Spliced -t connections at once (a namespace guest; --max-forward-conns),
   // kFdsPerSplicedConn each.
   uint64_t spliced_conns = 0;
+  // The DNS forwarder's queries in flight: a host socket each, UDP or TCP
+  // (DnsForwarderOptions::max_pending; none when idle).
+  uint64_t dns_queries = 0;
 
   // The guest's own flows.
-  uint64_t flows() const { return tcp_flows + udp_flows + ping_flows; }
+  uint64_t flows() const {
+    return tcp_flows + udp_flows + ping_flows + dns_queries;
+  }
   uint64_t need() const {
     return flows() + others + forwards + spliced_conns * kFdsPerSplicedConn;
   }

@@ -51,6 +51,19 @@ TEST(PlanFdLimits, SoftAboveHardIsPulledDown) {
   EXPECT_LE(got.soft, got.hard);
 }
 
+TEST(DescribeFdLimit, DnsQueriesAreTheGuestsAndNamed) {
+  // Since 2026-12-06 each DNS query in flight holds a host socket of its
+  // own (a random source port each, review finding 10).
+  FdBudget b{4096, 1024, 256, 64};
+  b.dns_queries = 512;
+  EXPECT_EQ(b.flows(), 4096u + 1024 + 256 + 512);
+  EXPECT_EQ(b.need(), 4096u + 1024 + 256 + 512 + 64);
+  EXPECT_EQ(DescribeFdLimit({1024, 524288}, {8192, 524288}, b),
+            "netstackd: fd limit 8192 (was 1024; hard 524288): room for "
+            "--max-tcp-flows 4096, --max-udp-flows 1024, 256 ping flows, "
+            "512 DNS queries and 64 others\n");
+}
+
 TEST(DescribeFdLimit, EnoughSaysTheLimitAndWhatItIsFor) {
   const FdBudget b{4096, 1024, 256, 64};
   EXPECT_EQ(DescribeFdLimit({1024, 524288}, {5440, 524288}, b),

@@ -890,6 +890,7 @@ int Run(const Config& c) {
     budget.tcp_flows = c.backend->limits.max_tcp_flows;
     budget.udp_flows = c.backend->limits.max_udp_flows;
     budget.ping_flows = backend::PingOptions{}.max_flows;
+    budget.dns_queries = backend::DnsForwarderOptions{}.max_pending;
     bool udp_forwards = false;
     bool tcp_rules = false;
     for (const Config::Forward& f : c.forwards) {
