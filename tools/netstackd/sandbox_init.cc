@@ -239,7 +239,8 @@ class Init {
  public:
   Init(pid_t command, int signals, int master, int tty_out)
       : command_(command), signals_(signals), master_(master),
-        tty_in_(master >= 0 ? 0 : -1), tty_out_(tty_out) {
+        tty_in_(master >= 0 ? 0 : -1), tty_out_(tty_out),
+        master_open_(master >= 0) {
     if (master_ >= 0) {
       ::fcntl(master_, F_SETFL, ::fcntl(master_, F_GETFL) | O_NONBLOCK);
       terminal_.MakeRaw();
@@ -344,7 +345,9 @@ class Init {
   const int master_;
   int tty_in_;
   const int tty_out_;
-  bool master_open_ = true;
+  // Whether the pty's master may still have something to read (none
+  // without a pty: End() must not wait for it, 20 ms a start before).
+  bool master_open_;
   Terminal terminal_;
   char buf_[4096];
   size_t pending_ = 0;
