@@ -124,6 +124,73 @@ class NetstackdUnix(unittest.TestCase):
                 os.unlink(os.path.join(tmp, name))
             os.rmdir(tmp)
 
+    def test_another_user_is_refused_and_counted(self):
+        """An abstract socket has no permissions: any local user may
+        connect. netstackd takes only its own uid (or root) as the guest
+        (review 2026-12-06, finding 11) and says so in its counters."""
+        if os.geteuid() != 0:
+            self.skipTest("needs root, to connect as uid 65534")
+        name = f"@nst-unix-test-{os.getpid()}"
+        tmp = tempfile.mkdtemp(prefix="nst-unix-")
+        log_path = os.path.join(tmp, "log")
+        log = open(log_path, "w")
+        proc = subprocess.Popen([NETSTACKD, "--unix", name,
+                                 "--addr", "10.9.0.2/24"],
+                                stdout=log, stderr=log)
+        try:
+            abstract = "\0" + name[1:]
+
+            def connect_as_nobody():
+                # In a child, so that this process keeps its uid.
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        os.setgid(65534)
+                        os.setuid(65534)
+                        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                        s.settimeout(5)
+                        s.connect(abstract)
+                        s.sendall(struct.pack("!I", len(arp_request())) +
+                                  arp_request())
+                        got = s.recv(65536)
+                        os.write(w, b"closed" if not got else b"guest")
+                    except (ConnectionResetError, BrokenPipeError):
+                        # Closed before or after our frame went.
+                        os.write(w, b"closed")
+                    except OSError as e:
+                        os.write(w, f"error {e}".encode())
+                    os._exit(0)
+                os.close(w)
+                os.waitpid(pid, 0)
+                out = os.read(r, 100).decode()
+                os.close(r)
+                return out
+
+            self.assertTrue(iu.wait_for(
+                lambda: proc.poll() is not None or
+                os.system(f"ss -xl | grep -q '{name}'") == 0, timeout=10))
+            self.assertEqual(connect_as_nobody(), "closed",
+                             "another user became the guest")
+            peer = UnixPeer(abstract)
+            peer.send(arp_request())
+            self.assertEqual(peer.recv()[12:14], b"\x08\x06")
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=10), 0)
+            with open(log_path) as f:
+                out = f.read()
+            self.assertIn("link.stream.refused_peers 1\n", out)
+            self.assertIn("link.stream.connections 1\n", out)
+            peer.sock.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+            for f in os.listdir(tmp):
+                os.unlink(os.path.join(tmp, f))
+            os.rmdir(tmp)
+
 
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1])

@@ -992,6 +992,9 @@ int Run(const Config& c) {
   buffer::ChunkPool chunks(1024);
   buffer::PacketPool packets(16384);
   std::unique_ptr<link::LinkEndpoint> host;
+  // --unix / a stream --fd: its peers and disconnects, for the counters
+  // (owned by `host`, or by the link chain around it).
+  const link::UnixStreamEndpoint* stream = nullptr;
   if (!absl::GetFlag(FLAGS_unix).empty() || (c.fd >= 0 && !c.fd_is_tap)) {
     link::UnixStreamOptions o;
     o.path = absl::GetFlag(FLAGS_unix);
@@ -1011,6 +1014,7 @@ int Run(const Config& c) {
       std::fprintf(stderr, "netstackd: %s\n", std::string(us.status().message()).c_str());
       return 1;
     }
+    stream = us->get();
     host = std::move(*us);
   } else {
     HostLinkOptions o;
@@ -1276,6 +1280,18 @@ int Run(const Config& c) {
     }
     if (forward_api) absl::StrAppend(&text, forward_api->FormatCounters());
     if (control) absl::StrAppend(&text, control->FormatCounters());
+    if (stream != nullptr) {
+      const link::UnixStreamStats& u = stream->stream_stats();
+      absl::StrAppend(&text, "link.stream.connections ", u.connections,
+                      "\nlink.stream.rejected_peers ", u.rejected_peers,
+                      "\nlink.stream.refused_peers ", u.refused_peers,
+                      "\nlink.stream.disconnect_peer_closed ",
+                      u.disconnect_peer_closed,
+                      "\nlink.stream.disconnect_io_error ",
+                      u.disconnect_io_error,
+                      "\nlink.stream.disconnect_bad_length ",
+                      u.disconnect_bad_length, "\n");
+    }
     return text;
   };
   auto print_counters = [&](const char* why) {
