@@ -68,8 +68,8 @@ with open(iu.NETSTACKD, "rb") as _f:
 NO_SYS_RESOURCE = ("setpriv", "--bounding-set=-sys_resource",
                    "--inh-caps=-sys_resource")
 # fd_limit.h's FdBudget beside the TCP flows: --max-udp-flows, ping
-# flows, others.
-OTHER_FDS = 1024 + 256 + 64
+# flows, the DNS queries in flight (a socket each), others.
+OTHER_FDS = 1024 + 256 + 512 + 64
 
 
 def may_raise_hard_fd_limit():
