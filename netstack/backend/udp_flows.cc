@@ -398,6 +398,9 @@ void UdpFlowTable::ExpireList(std::list<Flow*>& list, Duration timeout,
     ++counters_.closed_idle;
     if (&list == &inbound_unreplied_lru_) ++counters_.inbound_unreplied_expired;
     if (f->counts != nullptr) ++f->counts->flows_expired;
+    if (f->counts != nullptr && &list == &inbound_unreplied_lru_) {
+      ++f->counts->flows_expired_unreplied;
+    }
     Close(f);
   }
 }
@@ -421,6 +424,7 @@ bool UdpFlowTable::EvictInbound() {
   ++(unreplied ? counters_.inbound_evicted_unreplied
                : counters_.inbound_evicted_replied);
   ++victim->counts->flows_evicted;
+  if (unreplied) ++victim->counts->flows_evicted_unreplied;
   Close(victim);
   return true;
 }

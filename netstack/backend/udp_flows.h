@@ -126,6 +126,10 @@ struct InboundUdpCounts {
   // Closed to make room for another client (UdpFlowOptions::
   // max_inbound_flows; the table's inbound.evicted_* say which kind).
   uint64_t flows_evicted = 0;
+  // Of flows_evicted, those the guest never answered; of flows_expired,
+  // those the unreplied timeout closed.
+  uint64_t flows_evicted_unreplied = 0;
+  uint64_t flows_expired_unreplied = 0;
   uint64_t refused_limit = 0;
   uint64_t dropped = 0;  // either way: no room, a send that failed
   uint64_t datagrams_to_guest = 0;

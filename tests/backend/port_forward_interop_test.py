@@ -16,7 +16,7 @@ HTTP on the guest's [::]:8080 and echo servers bound to the guest's
   -u: datagrams of both families echoed through the guest's loopback,
     the largest one too; a client flow idle past --udp-timeout closes and
     the next datagram opens a new one; past --max-udp-flows a new client
-    gets nothing, counted.
+    evicts the least recently active flow, counted.
   --forward-api: while a rate-limited download runs through one forward,
     a TCP and a UDP forward are added, used, listed and removed (the port
     refuses again), and the download ends intact.
@@ -284,18 +284,20 @@ class PortForwardTest(unittest.TestCase):
         # Never through the backend's guest-side UDP flows.
         self.assertEqual(c["backend.udp.opened"], 0)
 
-        # Two client flows at most: the third client gets no echo.
+        # Two client flows at most: the third client evicts the least
+        # recently active (every flow is answered), and is echoed.
         p, clients, err = self.start("-u", "19100:9100",
                                      "--max-udp-flows=2")
         self.assertEqual(self.udp_clients(("127.0.0.1", 19100),
                                           ("::1", 19100), (H4, 19100),
-                                          count=5), [5, 5, 0])
+                                          count=5), [5, 5, 5])
         rc, text = self.stop(p, err)
         self.assertEqual(rc, 0, text)
         c = iu.parse_counters(text)
-        self.assertEqual(c["forward.1.accepted"], 2)
-        self.assertEqual(c["forward.1.udp_refused_limit"], 5)
-        self.assertEqual(c["forward.1.datagrams_to_guest"], 10)
+        self.assertEqual(c["forward.1.accepted"], 3)
+        self.assertEqual(c["forward.1.udp_refused_limit"], 0)
+        self.assertEqual(c["forward.1.udp_evicted_replied"], 1)
+        self.assertEqual(c["forward.1.datagrams_to_guest"], 15)
 
     def test_udp_through_the_stack_the_guest_sees_the_client(self):
         p, clients, err = self.start("--forward-path=stack", "--udp-timeout=1s",

@@ -37,6 +37,9 @@ void WriteCounters(JsonWriter& w, const ForwardInfo& i) {
     w.Key("udp_refused_limit").Uint(c.udp_refused_limit);
     w.Key("udp_dropped").Uint(c.udp_dropped);
     w.Key("udp_expired").Uint(c.udp_expired);
+    w.Key("udp_expired_unreplied").Uint(c.udp_expired_unreplied);
+    w.Key("udp_evicted_unreplied").Uint(c.udp_evicted_unreplied);
+    w.Key("udp_evicted_replied").Uint(c.udp_evicted_replied);
   }
   w.EndObject();
 }

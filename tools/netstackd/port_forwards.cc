@@ -6,14 +6,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <list>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "boost/intrusive/list.hpp"
 #include "link/fd_util.h"
 #include "link/netns.h"
+#include "netstack/base/dcheck.h"
 #include "netstack/backend/udp_flows.h"
 #include "netstack/backend/udp_host_socket.h"
 
@@ -85,24 +87,113 @@ struct PortForwards::UdpBatch {
   }
 };
 
+// A -u client flow on the socket path: for one client address, a socket
+// made in the guest's namespace and connected to its loopback at the
+// guest port.
+struct PortForwards::UdpFlow : eventloop::Handler {
+  UdpFlow(UdpListener& l, const transport::SocketAddress& c)
+      : listener(l), client(c) {}
+  void OnReadable(Instant now) override;
+  // An ICMP error on the connected socket (the guest's port is closed):
+  // reading SO_ERROR clears it; the datagram that caused it is lost.
+  void OnError(Instant now, uint32_t) override {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    (void)getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  }
+  UdpListener& listener;
+  const transport::SocketAddress client;
+  sockaddr_storage name;
+  socklen_t name_len = 0;
+  UniqueFd fd;
+  Instant last_active;
+  bool replied = false;  // the guest has sent on it
+  // On UdpClientFlows' unreplied or replied list.
+  boost::intrusive::list_member_hook<> lru;
+};
+
+// The client flows of every -u forward on the socket path: the limit, and
+// two lists, least recently active first, of the flows the guest has not
+// answered (they close after the unreplied timeout) and of those it has
+// (the idle timeout). Expiry looks at the two fronts only; activity and
+// an answer are O(1) relinks, with no allocation. A full table evicts the
+// front of the first list, else of the second: a new client always gets
+// in, and a flood of ports the guest never answers (one host has 64 Ki of
+// them, and a spoofer more) takes no answered flow while it lasts.
+class PortForwards::UdpClientFlows {
+ public:
+  UdpClientFlows(eventloop::EventLoop& loop, size_t max_flows,
+                 Duration idle_timeout, Duration unreplied_timeout)
+      : loop_(loop),
+        max_flows_(max_flows),
+        idle_timeout_(idle_timeout),
+        unreplied_timeout_(std::min(unreplied_timeout, idle_timeout)) {
+    expiry_.set_callback([this](Instant now) { Expire(now); });
+  }
+  // Every listener closed its flows first.
+  ~UdpClientFlows() { NETSTACK_DCHECK(unreplied_.empty() && replied_.empty()); }
+
+  // Makes room for one more flow, closing one if the table is full
+  // (counted on its forward); false if there is none to close.
+  bool MakeRoom();
+  // A new flow, not answered yet.
+  void Link(UdpFlow& flow, Instant now) {
+    flow.last_active = now;
+    unreplied_.push_back(flow);
+    // Activity only moves the fronts' deadlines later (the timer then
+    // fires early and looks again); a new flow may need an earlier one.
+    const Instant deadline = now + unreplied_timeout_;
+    if (!expiry_.scheduled() || expiry_.deadline() > deadline) {
+      loop_.timers().Schedule(expiry_, deadline);
+    }
+  }
+  void Unlink(UdpFlow& flow) {
+    List& list = ListOf(flow);
+    list.erase(list.iterator_to(flow));
+  }
+  void Touch(UdpFlow& flow, Instant now) {
+    flow.last_active = now;
+    List& list = ListOf(flow);
+    list.splice(list.end(), list, list.iterator_to(flow));
+  }
+  // The guest sent on `flow`: it has the idle timeout from now on.
+  void MarkReplied(UdpFlow& flow) {
+    if (flow.replied) return;
+    unreplied_.erase(unreplied_.iterator_to(flow));
+    flow.replied = true;
+    replied_.push_back(flow);
+  }
+
+ private:
+  using List = boost::intrusive::list<
+      UdpFlow, boost::intrusive::member_hook<
+                   UdpFlow, boost::intrusive::list_member_hook<>,
+                   &UdpFlow::lru>>;
+  List& ListOf(const UdpFlow& flow) {
+    return flow.replied ? replied_ : unreplied_;
+  }
+  size_t size() const { return unreplied_.size() + replied_.size(); }
+  void Expire(Instant now);
+
+  eventloop::EventLoop& loop_;
+  const size_t max_flows_;
+  const Duration idle_timeout_;
+  const Duration unreplied_timeout_;
+  List unreplied_;
+  List replied_;
+  eventloop::Timer expiry_;
+};
+
 // A UDP forward's bound socket on the host, and per client address a
-// socket toward the guest's loopback (its "flow"). Clients' datagrams go
-// out of their flow's socket; the guest's replies, read from it, go back
-// from the bound socket to that client.
+// flow (UdpFlow). Clients' datagrams go out of their flow's socket; the
+// guest's replies, read from it, go back from the bound socket to that
+// client.
 class PortForwards::UdpListener : public eventloop::Handler {
  public:
   UdpListener(PortForwards& owner, Forward& f, const ForwardRule& rule,
               UniqueFd fd, int family)
       : owner_(owner), f_(f), rule_(rule), fd_(std::move(fd)),
         family_(family) {
-    const backend::BackendLimits* limits =
-        owner_.options_.backend != nullptr
-            ? &owner_.options_.backend->config().limits
-            : nullptr;
-    timeout_ = limits != nullptr ? limits->udp_idle_timeout
-                                 : absl::Seconds(180);
-    max_flows_ = limits != nullptr ? limits->max_udp_flows : 1024;
-    expiry_.set_callback([this](Instant now) { Expire(now); });
     if (!owner_.udp_via_socket()) {
       table_ = owner_.options_.backend->udp_flows();
       const backend::AddressPlan& plan = owner_.options_.backend->plan();
@@ -112,7 +203,7 @@ class PortForwards::UdpListener : public eventloop::Handler {
   }
   ~UdpListener() override {
     if (table_ != nullptr) table_->CloseInbound(fd_.get());
-    while (!lru_.empty()) Close(*lru_.front());
+    while (!flows_.empty()) Close(*flows_.begin()->second, Why::kRemoved);
     if (owner_.options_.loop->IsRegistered(fd_.get())) {
       (void)owner_.options_.loop->Remove(fd_.get());
     }
@@ -139,8 +230,8 @@ class PortForwards::UdpListener : public eventloop::Handler {
         std::optional<transport::SocketAddress> client =
             FromSockaddr(b.names[i], b.msgs[i].msg_hdr.msg_namelen);
         if (!client) continue;
-        Flow* flow = FindOrOpen(*client, b.names[i],
-                                b.msgs[i].msg_hdr.msg_namelen, now);
+        UdpFlow* flow = FindOrOpen(*client, b.names[i],
+                                   b.msgs[i].msg_hdr.msg_namelen, now);
         if (flow == nullptr) continue;  // counted
         const size_t len = b.msgs[i].msg_len;
         if (send(flow->fd.get(), b.iov[i].iov_base, len, MSG_DONTWAIT) < 0) {
@@ -149,88 +240,14 @@ class PortForwards::UdpListener : public eventloop::Handler {
         }
         ++f_.counters.datagrams_to_guest;
         f_.counters.bytes_to_guest += len;
-        Touch(*flow, now);
+        owner_.udp_client_flows_->Touch(*flow, now);
       }
       if (n < UdpBatch::kSize) return;
     }
   }
 
- private:
-  struct Flow : eventloop::Handler {
-    Flow(UdpListener& l, const transport::SocketAddress& c) : owner(l),
-                                                              client(c) {}
-    void OnReadable(Instant now) override { owner.FromGuest(*this, now); }
-    // An ICMP error on the connected socket (the guest's port is closed):
-    // reading SO_ERROR clears it; the datagram that caused it is lost.
-    void OnError(Instant now, uint32_t) override {
-      int err = 0;
-      socklen_t len = sizeof(err);
-      (void)getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    }
-    UdpListener& owner;
-    transport::SocketAddress client;
-    sockaddr_storage name;
-    socklen_t name_len = 0;
-    UniqueFd fd;
-    Instant last_active;
-    std::list<Flow*>::iterator lru;
-  };
-
-  Flow* FindOrOpen(const transport::SocketAddress& client,
-                   const sockaddr_storage& name, socklen_t name_len,
-                   Instant now) {
-    if (auto it = flows_.find(client); it != flows_.end()) {
-      return it->second.get();
-    }
-    if (owner_.udp_flows_ >= max_flows_) {
-      ++f_.counters.udp_refused_limit;
-      return nullptr;
-    }
-    absl::StatusOr<int> s = owner_.guest_sockets_->Take(
-        link::NetnsSockets::KindOf(/*tcp=*/false, family_ == AF_INET));
-    UniqueFd fd(s.ok() ? *s : -1);
-    sockaddr_storage guest;
-    const socklen_t guest_len =
-        ToSockaddr({Loopback(family_ == AF_INET), rule_.guest_port}, guest);
-    if (!s.ok() ||
-        connect(fd.get(), reinterpret_cast<const sockaddr*>(&guest),
-                guest_len) != 0) {
-      ++f_.counters.udp_dropped;
-      ++f_.counters.failed;
-      return nullptr;
-    }
-    auto flow = std::make_unique<Flow>(*this, client);
-    flow->name = name;
-    flow->name_len = name_len;
-    flow->fd = std::move(fd);
-    if (!owner_.options_.loop
-             ->Add(flow->fd.get(), eventloop::EventLoop::kReadable,
-                   flow.get())
-             .ok()) {
-      ++f_.counters.udp_dropped;
-      ++f_.counters.failed;
-      return nullptr;
-    }
-    Flow* raw = flow.get();
-    raw->last_active = now;
-    raw->lru = lru_.insert(lru_.end(), raw);
-    flows_.emplace(client, std::move(flow));
-    ++f_.counters.accepted;
-    ++f_.counters.active;
-    ++owner_.udp_flows_;
-    if (!expiry_.scheduled()) {
-      owner_.options_.loop->timers().Schedule(expiry_, now + timeout_);
-    }
-    return raw;
-  }
-
-  void Touch(Flow& flow, Instant now) {
-    flow.last_active = now;
-    lru_.splice(lru_.end(), lru_, flow.lru);
-  }
-
   // The guest to one client.
-  void FromGuest(Flow& flow, Instant now) {
+  void FromGuest(UdpFlow& flow, Instant now) {
     UdpBatch& b = *owner_.udp_batch_;
     for (int round = 0; round < 4; ++round) {
       b.PrepareReceive(/*named=*/false);
@@ -254,28 +271,79 @@ class PortForwards::UdpListener : public eventloop::Handler {
       }
       f_.counters.datagrams_from_guest += sent;
       f_.counters.udp_dropped += n - sent;
-      Touch(flow, now);
+      owner_.udp_client_flows_->MarkReplied(flow);
+      owner_.udp_client_flows_->Touch(flow, now);
       if (n < UdpBatch::kSize) return;
     }
   }
 
-  void Expire(Instant now) {
-    while (!lru_.empty() && lru_.front()->last_active + timeout_ <= now) {
-      ++f_.counters.udp_expired;
-      Close(*lru_.front());
+  // Why a flow closes, for its forward's counters.
+  enum class Why { kIdle, kEvicted, kRemoved };
+  // Closes `flow` (destroys it).
+  void Close(UdpFlow& flow, Why why) {
+    switch (why) {
+      case Why::kIdle:
+        ++f_.counters.udp_expired;
+        if (!flow.replied) ++f_.counters.udp_expired_unreplied;
+        break;
+      case Why::kEvicted:
+        ++(flow.replied ? f_.counters.udp_evicted_replied
+                        : f_.counters.udp_evicted_unreplied);
+        break;
+      case Why::kRemoved:
+        break;
     }
-    if (!lru_.empty()) {
-      owner_.options_.loop->timers().Schedule(
-          expiry_, lru_.front()->last_active + timeout_);
-    }
+    (void)owner_.options_.loop->Remove(flow.fd.get());
+    owner_.udp_client_flows_->Unlink(flow);
+    --f_.counters.active;
+    // A copy: the key lives in the flow the erase destroys.
+    const transport::SocketAddress client = flow.client;
+    flows_.erase(client);
   }
 
-  void Close(Flow& flow) {
-    (void)owner_.options_.loop->Remove(flow.fd.get());
-    lru_.erase(flow.lru);
-    --f_.counters.active;
-    --owner_.udp_flows_;
-    flows_.erase(flow.client);  // destroys flow
+ private:
+  UdpFlow* FindOrOpen(const transport::SocketAddress& client,
+                      const sockaddr_storage& name, socklen_t name_len,
+                      Instant now) {
+    if (auto it = flows_.find(client); it != flows_.end()) {
+      return it->second.get();
+    }
+    UdpClientFlows& table = *owner_.udp_client_flows_;
+    if (!table.MakeRoom()) {
+      ++f_.counters.udp_refused_limit;
+      return nullptr;
+    }
+    absl::StatusOr<int> s = owner_.guest_sockets_->Take(
+        link::NetnsSockets::KindOf(/*tcp=*/false, family_ == AF_INET));
+    UniqueFd fd(s.ok() ? *s : -1);
+    sockaddr_storage guest;
+    const socklen_t guest_len =
+        ToSockaddr({Loopback(family_ == AF_INET), rule_.guest_port}, guest);
+    if (!s.ok() ||
+        connect(fd.get(), reinterpret_cast<const sockaddr*>(&guest),
+                guest_len) != 0) {
+      ++f_.counters.udp_dropped;
+      ++f_.counters.failed;
+      return nullptr;
+    }
+    auto flow = std::make_unique<UdpFlow>(*this, client);
+    flow->name = name;
+    flow->name_len = name_len;
+    flow->fd = std::move(fd);
+    if (!owner_.options_.loop
+             ->Add(flow->fd.get(), eventloop::EventLoop::kReadable,
+                   flow.get())
+             .ok()) {
+      ++f_.counters.udp_dropped;
+      ++f_.counters.failed;
+      return nullptr;
+    }
+    UdpFlow* raw = flow.get();
+    table.Link(*raw, now);
+    flows_.emplace(client, std::move(flow));
+    ++f_.counters.accepted;
+    ++f_.counters.active;
+    return raw;
   }
 
   PortForwards& owner_;
@@ -283,17 +351,49 @@ class PortForwards::UdpListener : public eventloop::Handler {
   const ForwardRule& rule_;
   UniqueFd fd_;
   const int family_;
-  Duration timeout_;
-  size_t max_flows_ = 0;
-  absl::flat_hash_map<transport::SocketAddress, std::unique_ptr<Flow>> flows_;
-  std::list<Flow*> lru_;  // least recently active first
-  eventloop::Timer expiry_;
+  absl::flat_hash_map<transport::SocketAddress, std::unique_ptr<UdpFlow>>
+      flows_;
   // Through the stack (else null): the table, the guest's address, the
   // source for clients the guest cannot see as themselves.
   backend::UdpFlowTable* table_ = nullptr;
   transport::SocketAddress guest_;
   transport::IpAddress gateway_;
 };
+
+void PortForwards::UdpFlow::OnReadable(Instant now) {
+  listener.FromGuest(*this, now);
+}
+
+bool PortForwards::UdpClientFlows::MakeRoom() {
+  if (size() < max_flows_) return true;
+  // As Linux's conntrack early_drop, an unanswered flow goes first. An
+  // answered one goes only when every flow is answered: the new client
+  // still gets in, and the flow lost is the one idle longest.
+  List& from = !unreplied_.empty() ? unreplied_ : replied_;
+  if (from.empty()) return false;
+  UdpFlow& victim = from.front();
+  victim.listener.Close(victim, UdpListener::Why::kEvicted);
+  return true;
+}
+
+void PortForwards::UdpClientFlows::Expire(Instant now) {
+  for (const auto& [list, timeout] :
+       {std::pair{&unreplied_, unreplied_timeout_},
+        std::pair{&replied_, idle_timeout_}}) {
+    while (!list->empty() && list->front().last_active + timeout <= now) {
+      UdpFlow& flow = list->front();
+      flow.listener.Close(flow, UdpListener::Why::kIdle);
+    }
+  }
+  Instant next = kNever;
+  if (!unreplied_.empty()) {
+    next = unreplied_.front().last_active + unreplied_timeout_;
+  }
+  if (!replied_.empty()) {
+    next = std::min(next, replied_.front().last_active + idle_timeout_);
+  }
+  if (next != kNever) loop_.timers().Schedule(expiry_, next);
+}
 
 // A listening socket of a forward (TCP or UNIX stream; UDP: the bound
 // socket whose datagrams go to the guest).
@@ -460,6 +560,16 @@ absl::StatusOr<uint64_t> PortForwards::Add(
   }
   if (f->udp && udp_via_socket() && !udp_batch_) {
     udp_batch_ = std::make_unique<UdpBatch>();
+    const backend::BackendLimits* limits =
+        options_.backend != nullptr ? &options_.backend->config().limits
+                                    : nullptr;
+    udp_client_flows_ = std::make_unique<UdpClientFlows>(
+        *options_.loop,
+        options_.max_udp_flows.value_or(
+            limits != nullptr ? limits->max_udp_flows : 1024),
+        options_.udp_idle_timeout.value_or(
+            limits != nullptr ? limits->udp_idle_timeout : absl::Seconds(180)),
+        options_.udp_unreplied_timeout);
   }
   for (const ForwardRule& rule : f->rules) {
     if (!rule.unix_path.empty() && filesystem_detached_) {
@@ -717,6 +827,10 @@ std::vector<ForwardInfo> PortForwards::List() const {
     i.counters.udp_refused_limit += u.refused_limit;
     i.counters.udp_dropped += u.dropped;
     i.counters.udp_expired += u.flows_expired;
+    i.counters.udp_expired_unreplied += u.flows_expired_unreplied;
+    i.counters.udp_evicted_unreplied += u.flows_evicted_unreplied;
+    i.counters.udp_evicted_replied +=
+        u.flows_evicted - u.flows_evicted_unreplied;
     i.counters.active += f->tcp_stack->active;
     i.counters.bytes_to_guest += f->tcp_stack->bytes_to_guest;
     i.counters.bytes_from_guest += f->tcp_stack->bytes_from_guest;
@@ -755,7 +869,13 @@ std::string PortForwards::FormatCounters() const {
                       "\n", p, "udp_refused_limit ",
                       i.counters.udp_refused_limit, "\n", p, "udp_dropped ",
                       i.counters.udp_dropped, "\n", p, "udp_expired ",
-                      i.counters.udp_expired, "\n");
+                      i.counters.udp_expired, "\n", p,
+                      "udp_expired_unreplied ",
+                      i.counters.udp_expired_unreplied, "\n", p,
+                      "udp_evicted_unreplied ",
+                      i.counters.udp_evicted_unreplied, "\n", p,
+                      "udp_evicted_replied ", i.counters.udp_evicted_replied,
+                      "\n");
     }
   }
   return out;

@@ -21,9 +21,12 @@
 //     the guest's namespace, connected to its loopback of the client's
 //     family), and the replies go back from the listener's socket to that
 //     client. A client flow idle for the backend's UDP timeout
-//     (--udp-timeout) closes; at most --max-udp-flows client flows in all
-//     (every -u shares them), past it datagrams from new clients are
-//     dropped, counted.
+//     (--udp-timeout) closes, one the guest never answered after 30 s
+//     (conntrack's UNREPLIED). At most --max-udp-flows client flows in
+//     all (every -u shares them); a new client in a full table evicts the
+//     least recently active unanswered flow, else the least recently
+//     active one, counted: ports that send and are never answered (one
+//     host has 64 Ki of them) cannot lock real clients out.
 //     Datagrams move in batches (recvmmsg/sendmmsg) through one buffer
 //     the forwards share, allocated with the first UDP forward.
 //     Through the stack (a VM guest, or --forward-path=stack) a client's
@@ -87,6 +90,14 @@ struct ForwardCounters {
   uint64_t udp_refused_limit = 0;
   uint64_t udp_dropped = 0;
   uint64_t udp_expired = 0;    // client flows closed after the idle timeout
+  // Of those, flows the guest never answered, closed after the shorter
+  // unreplied timeout (Options::udp_unreplied_timeout).
+  uint64_t udp_expired_unreplied = 0;
+  // Client flows closed to make room for a new client in a full table:
+  // one the guest never answered (the least recently active), else, when
+  // every flow is answered, the least recently active one.
+  uint64_t udp_evicted_unreplied = 0;
+  uint64_t udp_evicted_replied = 0;
 };
 
 struct ForwardInfo {
@@ -112,6 +123,16 @@ class PortForwards {
     // is short, and --max-conns-per-forward).
     size_t max_conns = 1024;
     size_t max_conns_per_forward = 512;
+    // -u client flows on the socket path, in all forwards together, and
+    // how long one lives idle (through the stack the backend's UDP table
+    // holds them, udp_flows.h). Unset: the backend's --max-udp-flows and
+    // --udp-timeout (1024 and 180 s without a backend).
+    std::optional<size_t> max_udp_flows;
+    std::optional<Duration> udp_idle_timeout;
+    // A client flow the guest has not answered closes after this (at most
+    // the idle timeout), as Linux's conntrack gives up an UNREPLIED UDP
+    // entry (nf_conntrack_udp_timeout, 30 s).
+    Duration udp_unreplied_timeout = absl::Seconds(30);
   };
   explicit PortForwards(const Options& options);
   PortForwards(const PortForwards&) = delete;
@@ -141,6 +162,8 @@ class PortForwards {
   class SpliceConnect;
   class UdpListener;
   struct UdpBatch;
+  struct UdpFlow;
+  class UdpClientFlows;
   friend class Listener;
   friend class SpliceConnect;
   friend class UdpListener;
@@ -168,6 +191,10 @@ class PortForwards {
   absl::Status guest_sockets_error_;
   uint64_t next_id_ = 1;
   bool filesystem_detached_ = false;
+  // -u's client flows on the socket path, of every forward: made with the
+  // first UDP forward; outlives the forwards, whose listeners close their
+  // flows.
+  std::unique_ptr<UdpClientFlows> udp_client_flows_;
   std::map<uint64_t, std::unique_ptr<Forward>> forwards_;
   forward::PipePool pipes_;
   struct RelayEntry {
@@ -179,7 +206,6 @@ class PortForwards {
       connecting_;
   // The datagram buffers of every UDP forward (they run one at a time).
   std::unique_ptr<UdpBatch> udp_batch_;
-  size_t udp_flows_ = 0;  // open client flows, of every UDP forward
   // Spliced connections open (connecting or relaying), of every forward,
   // removed ones' too.
   size_t spliced_conns_ = 0;

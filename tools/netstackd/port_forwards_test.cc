@@ -1,8 +1,9 @@
 // PortForwards on the spliced path with this process's own namespace as
 // the guest's, on 127.0.0.1 only: a connection is relayed, a listener
 // that cannot accept (out of fds) neither spins nor loses the client,
-// clients past the connection limits are reset, and a UDP forward's port
-// cannot be shared by another socket.
+// clients past the connection limits are reset, a UDP forward's port
+// cannot be shared by another socket, and a full table of UDP client
+// flows makes room for a new client.
 #include "tools/netstackd/port_forwards.h"
 
 #include <arpa/inet.h>
@@ -14,8 +15,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace netstack::tools {
@@ -307,6 +311,202 @@ TEST(PortForwardsUdp, ThePortCannotBeShared) {
     }
   }
   close(netns);
+}
+
+// -u client flows on the socket path when the table is full: a forward
+// on 127.0.0.1 to a "guest" UDP socket on 127.0.0.1 that the test reads
+// and answers by hand (only datagrams that start with "real"), with a
+// table of 4 flows and a fake clock. Before, a full table refused every
+// new client until a flow had been idle for --udp-timeout: 40 ports of
+// one host, never answered, locked real clients out for 180 s (second
+// review of issue #30, finding 5).
+class PortForwardsUdpTable : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto l = eventloop::EventLoop::Create({}, [this] { return now_; });
+    ASSERT_TRUE(l.ok());
+    loop_ = *std::move(l);
+    netns_ = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(netns_, 0);
+    guest_ = BindUdp127(0);
+    PortForwards::Options o;
+    o.loop = loop_.get();
+    o.guest_netns_fd = netns_;
+    o.path = ForwardPath::kSplice;
+    o.max_udp_flows = 4;
+    o.udp_idle_timeout = absl::Seconds(180);
+    fwd_ = std::make_unique<PortForwards>(o);
+    for (uint16_t& port : host_ports_) {
+      const int probe = BindUdp127(0);
+      port = BoundPort(probe);
+      close(probe);
+      ForwardRule r;
+      r.udp = true;
+      r.bind = transport::IpAddress(wire::Ipv4Address::FromU32(0x7f000001));
+      r.host_port = port;
+      r.guest_port = BoundPort(guest_);
+      auto id = fwd_->Add("test", {r});
+      ASSERT_TRUE(id.ok()) << id.status();
+    }
+  }
+  void TearDown() override {
+    fwd_.reset();
+    for (const auto& [name, fd] : clients_) close(fd);
+    close(guest_);
+    close(netns_);
+  }
+
+  static int BindUdp127(uint16_t port) {
+    const int fd =
+        socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    return fd;
+  }
+
+  void Turn(int n = 3) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(loop_->RunOnce(absl::Milliseconds(5)).ok());
+    }
+  }
+
+  // The guest reads what reached it and echoes the datagrams marked
+  // "real"; the flood's it leaves unanswered.
+  void Serve() {
+    char buf[64];
+    sockaddr_storage from;
+    for (;;) {
+      socklen_t len = sizeof(from);
+      const ssize_t n = recvfrom(guest_, buf, sizeof(buf), MSG_DONTWAIT,
+                                 reinterpret_cast<sockaddr*>(&from), &len);
+      if (n < 0) return;
+      if (n >= 4 && std::memcmp(buf, "real", 4) == 0) {
+        EXPECT_EQ(sendto(guest_, buf, n, 0,
+                         reinterpret_cast<sockaddr*>(&from), len),
+                  n);
+      }
+    }
+  }
+
+  // Client `name` (a socket of its own, made on first use) sends one
+  // datagram to forward `forward` (0 or 1); `real`: marked to be
+  // answered. True if the answer came back.
+  bool Send(const std::string& name, bool real = true, int forward = 0) {
+    int& fd = clients_[name];
+    if (fd == 0) {
+      fd = BindUdp127(0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(host_ports_[forward]);
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    }
+    const std::string text = (real ? "real " : "flood ") + name;
+    EXPECT_EQ(send(fd, text.data(), text.size(), 0),
+              static_cast<ssize_t>(text.size()));
+    Turn();
+    Serve();
+    Turn();
+    char buf[64];
+    const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    return n == static_cast<ssize_t>(text.size()) &&
+           std::memcmp(buf, text.data(), n) == 0;
+  }
+
+  ForwardCounters Counters(int forward = 0) {
+    return fwd_->List().at(forward).counters;
+  }
+
+  Instant now_ = absl::UnixEpoch() + absl::Hours(1);
+  std::unique_ptr<eventloop::EventLoop> loop_;
+  int netns_ = -1;
+  int guest_ = -1;
+  uint16_t host_ports_[2] = {};
+  std::map<std::string, int> clients_;
+  std::unique_ptr<PortForwards> fwd_;
+};
+
+TEST_F(PortForwardsUdpTable, AFullTableEvictsAnUnansweredFlow) {
+  ASSERT_TRUE(Send("a"));
+  // Six ports that the guest never answers: the fourth to sixth each
+  // evict the least recently active unanswered flow, never "a".
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_FALSE(Send(absl::StrCat("flood", i), /*real=*/false));
+  }
+  EXPECT_TRUE(Send("b")) << fwd_->FormatCounters();
+  EXPECT_TRUE(Send("a"));  // its flow is still open
+  const ForwardCounters c = Counters();
+  EXPECT_EQ(c.accepted, 8u);
+  EXPECT_EQ(c.active, 4u);
+  EXPECT_EQ(c.udp_evicted_unreplied, 4u);
+  EXPECT_EQ(c.udp_evicted_replied, 0u);
+  EXPECT_EQ(c.udp_refused_limit, 0u);
+  const std::string text = fwd_->FormatCounters();
+  EXPECT_NE(text.find("forward.1.udp_evicted_unreplied 4\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("forward.1.udp_evicted_replied 0\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("forward.1.udp_expired_unreplied 0\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(PortForwardsUdpTable, EveryFlowAnsweredTheLeastRecentlyActiveGoes) {
+  for (const char* name : {"a", "b", "c", "d"}) ASSERT_TRUE(Send(name));
+  ASSERT_TRUE(Send("b"));  // "a" is now the least recently active
+  EXPECT_TRUE(Send("e")) << fwd_->FormatCounters();
+  for (const char* name : {"b", "c", "d", "e"}) EXPECT_TRUE(Send(name));
+  EXPECT_EQ(Counters().accepted, 5u);  // b..e kept their flows
+  EXPECT_TRUE(Send("a"));              // back, it evicts "b"
+  const ForwardCounters c = Counters();
+  EXPECT_EQ(c.accepted, 6u);
+  EXPECT_EQ(c.udp_evicted_replied, 2u);
+  EXPECT_EQ(c.udp_evicted_unreplied, 0u);
+  EXPECT_EQ(c.udp_refused_limit, 0u);
+}
+
+// The table is every -u forward's: a flood on one makes room for a real
+// client of another.
+TEST_F(PortForwardsUdpTable, EvictionCrossesForwards) {
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FALSE(Send(absl::StrCat("flood", i), /*real=*/false, 0));
+  }
+  EXPECT_TRUE(Send("a", /*real=*/true, 1)) << fwd_->FormatCounters();
+  EXPECT_EQ(Counters(0).udp_evicted_unreplied, 1u);
+  EXPECT_EQ(Counters(0).active, 3u);
+  EXPECT_EQ(Counters(1).accepted, 1u);
+  EXPECT_EQ(Counters(1).udp_refused_limit, 0u);
+}
+
+// An unanswered flow closes after 30 s, as conntrack's UNREPLIED entry
+// does; an answered one after the idle timeout.
+TEST_F(PortForwardsUdpTable, AnUnansweredFlowClosesAfter30Seconds) {
+  ASSERT_TRUE(Send("a"));
+  EXPECT_FALSE(Send("flood", /*real=*/false));
+  now_ += absl::Seconds(29);
+  Turn();
+  EXPECT_EQ(Counters().active, 2u);
+  now_ += absl::Seconds(2);
+  Turn();
+  ForwardCounters c = Counters();
+  EXPECT_EQ(c.active, 1u) << fwd_->FormatCounters();
+  EXPECT_EQ(c.udp_expired, 1u);
+  EXPECT_EQ(c.udp_expired_unreplied, 1u);
+  EXPECT_TRUE(Send("a"));  // still open: no new flow
+  EXPECT_EQ(Counters().accepted, 2u);
+  now_ += absl::Seconds(179);
+  Turn();
+  EXPECT_EQ(Counters().active, 1u);
+  now_ += absl::Seconds(2);
+  Turn();
+  c = Counters();
+  EXPECT_EQ(c.active, 0u);
+  EXPECT_EQ(c.udp_expired, 2u);
+  EXPECT_EQ(c.udp_expired_unreplied, 1u);
 }
 
 }  // namespace
