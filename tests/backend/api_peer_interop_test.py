@@ -39,11 +39,11 @@ CMD = r"""
 import json, socket, sys
 path = sys.argv[1]
 
-def ask(request):
+def ask(request, where=path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(5)
     try:
-        s.connect(path)
+        s.connect(where)
         s.sendall((json.dumps(request) + "\n").encode())
         data = s.recv(65536)
         return "answer " + data.decode().strip() if data else "closed"
@@ -56,10 +56,18 @@ def ask(request):
     finally:
         s.close()
 
-print("add:", ask({"op": "add", "proto": "tcp", "spec": "18080:8080"}),
-      flush=True)
-print("list:", ask({"op": "list"}), flush=True)
+# The API's own path is covered in CMD's mount namespace (/dev/null is
+# bound over it): not a socket there.
+print("covered:", ask({"op": "list"}), flush=True)
 print("up", flush=True)
+# The test then makes a hard link to the socket where CMD can reach it:
+# the way past the cover that a same-uid CMD might find (a link made
+# before the start, another bind mount). The PID namespace check stops it.
+sys.stdin.readline()
+link = sys.argv[2]
+print("add:", ask({"op": "add", "proto": "tcp", "spec": "18080:8080"}, link),
+      flush=True)
+print("list:", ask({"op": "list"}, link), flush=True)
 sys.stdin.readline()
 """
 
@@ -123,23 +131,34 @@ class ApiPeerTest(unittest.TestCase):
         os.mkdir(apidir, 0o700)
         os.chown(apidir, uid, uid)
         path = os.path.join(apidir, "api.sock")
+        linkdir = os.path.join(self.tmp, f"link{uid}")
+        os.mkdir(linkdir, 0o755)
+        link = os.path.join(linkdir, "api.sock")
         links_before = self.topo.links(self.topo.h)
         p = subprocess.Popen(
             self.args("--forward-api", path, "--", PYTHON, "-c", CMD, path,
-                      marker, wrap=wrap),
+                      link, marker, wrap=wrap),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
         try:
             said = {}
-            for _ in range(3):
-                line = p.stdout.readline().strip()
-                key, _, value = line.partition(": ")
-                said[key] = value
+
+            def read(n):
+                for _ in range(n):
+                    line = p.stdout.readline().strip()
+                    key, _, value = line.partition(": ")
+                    said[key] = value
+
+            read(2)
             if "up" not in said:
                 p.kill()
                 p.wait()
                 self.fail(f"{label}: CMD did not run: {said} "
                           f"{p.stderr.read()}")
+            os.link(path, link)
+            p.stdin.write("\n")
+            p.stdin.flush()
+            read(2)
             # The operator, after CMD's attempts: the only forward is its
             # own, and the two refusals are counted.
             answers = self.operator(path, [
@@ -158,6 +177,9 @@ class ApiPeerTest(unittest.TestCase):
                 p.wait()
             for f in (p.stdin, p.stdout, p.stderr):
                 f.close()
+        self.assertEqual(said.get("covered"),
+                         "error [Errno 111] Connection refused",
+                         f"{label}: the API's own path, covered: {said}")
         self.assertEqual(said.get("add"), "closed",
                          f"{label}: CMD's add was not refused: {said}")
         self.assertEqual(said.get("list"), "closed",
@@ -177,6 +199,8 @@ class ApiPeerTest(unittest.TestCase):
         left = iu.run("pgrep", "-f", marker, check=False).stdout.split()
         self.assertEqual(left, [], f"{label}: processes left: {left}")
         self.assertFalse(os.path.exists(path), f"{label}: the socket file")
+        os.unlink(link)
+        os.rmdir(linkdir)
         self.assertEqual(self.topo.links(self.topo.h), links_before, label)
         os.rmdir(apidir)
 

@@ -154,12 +154,20 @@ class BackendTopology:
         nd.start()
         return nd
 
-    def sandbox_args(self, *args, dns_upstream="127.0.0.1", wrap=()):
+    def sandbox_args(self, *args, dns_upstream="127.0.0.1", wrap=(),
+                     runas="0"):
         """The command line of `netstackd [args]` run in H, where `args`
         holds the runner's own flags and "-- CMD ..." (the sandbox runner:
         netstackd makes the guest's namespace itself). Asserts the
-        isolation first, as netstackd() does."""
+        isolation first, as netstackd() does.
+
+        `runas`: as root (no `wrap`), netstackd runs CMD as nobody unless
+        told otherwise; most tests' CMDs are this test's own scripts and
+        interpreter, in runfiles under /root, so they run CMD as root's
+        uid (--runas 0). None: netstackd's default (the sandbox tests)."""
         self.assert_isolated()
+        extra = (("--runas", runas)
+                 if runas is not None and not wrap and "--" in args else ())
         return self.in_ns(self.h, *wrap, iu.NETSTACKD,
-                          "--dns-upstream", dns_upstream, *args)
+                          "--dns-upstream", dns_upstream, *extra, *args)
 

@@ -29,6 +29,7 @@ import pty
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -181,7 +182,7 @@ class SandboxContainmentTest(unittest.TestCase):
         return os.path.join(self.tmp, name)
 
     def args(self, *args, wrap=()):
-        cmd = self.topo.sandbox_args(*args, wrap=wrap)
+        cmd = self.topo.sandbox_args(*args, wrap=wrap, runas=None)
         return [self.netstackd if a == iu.NETSTACKD else a for a in cmd]
 
     def snapshot(self):
@@ -318,7 +319,7 @@ class SandboxContainmentTest(unittest.TestCase):
     # --- Finding 2 and 13: the terminal --------------------------------
 
     def run_on_pty(self, cmd, wrap=(), send=None, after=None, timeout=30,
-                   stdin_tty=True):
+                   stdin_tty=True, argv=None, during=None):
         """Runs netstackd with a new pty as its controlling terminal (as a
         shell's foreground job), and returns (exit status, everything the
         pty printed, what is left in the terminal's input queue after
@@ -334,16 +335,20 @@ class SandboxContainmentTest(unittest.TestCase):
             os.setsid()
             fcntl.ioctl(1, termios.TIOCSCTTY, 0)
 
-        p = subprocess.Popen(self.args("--", *cmd, wrap=wrap),
+        p = subprocess.Popen(argv or self.args("--", *cmd, wrap=wrap),
                              stdin=slave if stdin_tty else subprocess.DEVNULL,
                              stdout=slave, stderr=slave,
                              preexec_fn=(child_setup if stdin_tty
                                          else child_setup_no_stdin))
         out = b""
         sent = False
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = start + timeout
         try:
             while p.poll() is None and time.monotonic() < deadline:
+                if during is not None and time.monotonic() - start > during[0]:
+                    during[1](p)
+                    during = None
                 r, _, _ = select.select([master], [], [], 0.1)
                 if r:
                     try:
@@ -453,6 +458,167 @@ class SandboxContainmentTest(unittest.TestCase):
             os.close(master)
             os.close(slave)
         self.assert_nothing_left(before)
+
+    # --- The second review (2026-12-06) --------------------------------
+
+    def test_root_cmd_is_not_root_to_the_kernel(self):
+        """The second review's finding 1: root's CMD mapped to uid 0 had no
+        capability outside its namespaces, but the kernel's uid checks took
+        it for root (/proc/sys by uid alone, root's device nodes and
+        files). Now its root is nobody outside (--runas)."""
+        probe = (
+            "import os\n"
+            "for path, mode in (('/proc/sys/kernel/core_pattern', os.O_WRONLY),"
+            " ('/proc/sys/kernel/hostname', os.O_WRONLY),"
+            " ('/etc/shadow', os.O_RDONLY)):\n"
+            "    try:\n"
+            "        os.close(os.open(path, mode))\n"
+            "        print('OPENED', path)\n"
+            "    except OSError as e:\n"
+            "        print('refused', path, e.strerror)\n"
+            "print('uid', os.getuid())\n")
+        p = self.run_cmd(PY, "-c", probe)
+        print(p.stdout, file=sys.stderr)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("OPENED", p.stdout)
+        self.assertIn("uid 0", p.stdout, "CMD is root in its namespace")
+        self.assertIn("refused /proc/sys/kernel/core_pattern", p.stdout)
+
+    def test_a_background_writer_does_not_keep_the_sandbox(self):
+        """The second review's finding 2: with a pty, the init drained it
+        until 20 ms passed without output, so a background process of
+        CMD's that kept writing kept the init, and itself, alive, even
+        after netstackd was killed, and the terminal raw."""
+        ticker = os.path.join(self.tmp, "ticker.py")
+        with open(ticker, "w") as f:
+            f.write("import signal, sys, time\n"
+                    "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+                    "while True:\n"
+                    "    sys.stdout.write('t'); sys.stdout.flush()\n"
+                    "    time.sleep(0.005)\n")
+        rc, out, _ = self.run_on_pty(
+            ["sh", "-c", f"setsid {PY} {ticker} & sleep 1; exit 3"],
+            timeout=15)
+        self.assertEqual(rc, 3, out[-300:])
+
+    def test_init_does_not_spin_when_cmd_lets_go_of_its_terminal(self):
+        """The second review's finding 7: once nothing held the pty, the
+        init polled its master for nothing and woke at once, every time:
+        a core at 100% for a CMD that daemonizes."""
+        ticks = []
+
+        def measure(p):
+            kids = set()
+            for tid in os.listdir(f"/proc/{p.pid}/task"):
+                with open(f"/proc/{p.pid}/task/{tid}/children") as f:
+                    kids.update(int(k) for k in f.read().split())
+
+            def cpu():
+                total = 0
+                for k in kids:
+                    with open(f"/proc/{k}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    total += int(fields[11]) + int(fields[12])
+                return total
+
+            first = cpu()
+            time.sleep(1.0)
+            ticks.append(cpu() - first)
+
+        rc, out, _ = self.run_on_pty(
+            ["sh", "-c", "exec </dev/null >/dev/null 2>&1; sleep 3"],
+            during=(0.8, measure))
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(len(ticks), 1, "not measured")
+        hz = os.sysconf("SC_CLK_TCK")
+        # A spinning init uses the whole second (hz ticks).
+        self.assertLess(ticks[0], hz // 10,
+                        f"the init used {ticks[0]} of {hz} ticks in 1 s")
+
+    def test_a_background_cmd_does_not_read_the_users_keys(self):
+        """The second review's finding 3: run in the background of an
+        interactive shell, CMD (in a session of its own, so out of job
+        control's reach) read what the user typed to the shell. Now CMD's
+        terminal fds are its own pty, and only the foreground job's keys
+        are relayed to it."""
+        wrapper = os.path.join(self.tmp, "bg_shell.py")
+        steal = os.path.join(self.tmp, "steal.py")
+        with open(steal, "w") as f:
+            f.write("import os, select, sys\n"
+                    "print('up', flush=True)\n"
+                    "r, _, _ = select.select([0], [], [], 3)\n"
+                    "print('CMD GOT', os.read(0, 100) if r else b'nothing',"
+                    " flush=True)\n")
+        with open(wrapper, "w") as f:
+            # A shell's part: netstackd in a background process group of
+            # the terminal's session; the shell (this) keeps the
+            # foreground and reads what the user types.
+            f.write("import os, select, sys\n"
+                    "pid = os.fork()\n"
+                    "if pid == 0:\n"
+                    "    os.setpgid(0, 0)\n"
+                    "    os.execvp(sys.argv[1], sys.argv[1:])\n"
+                    "r, _, _ = select.select([0], [], [], 6)\n"
+                    "print('SHELL GOT', os.read(0, 100) if r else b'nothing',"
+                    " flush=True)\n"
+                    "_, status = os.waitpid(pid, 0)\n"
+                    "sys.exit(os.waitstatus_to_exitcode(status))\n")
+        argv = [PY, wrapper] + self.args("--", PY, steal)
+        rc, out, _ = self.run_on_pty(None, argv=argv, send=b"typed-line\n",
+                                     after=b"up")
+        print(out, file=sys.stderr)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("SHELL GOT b'typed-line", out)
+        self.assertIn("CMD GOT b'nothing'", out)
+
+    def test_cmd_can_neither_reach_nor_replace_the_forward_api(self):
+        """The second review's finding 6: CMD (the same uid as an
+        unprivileged netstackd) removed the API's socket and bound its own
+        there, and answered the operator's requests. Now the socket is
+        covered in CMD's mount namespace."""
+        for label, wrap in (("root", ()), ("uid 65534", NOBODY)):
+            apidir = tempfile.mkdtemp(dir=self.tmp)
+            os.chmod(apidir, 0o777)
+            api = os.path.join(apidir, "api.sock")
+            script = (
+                f"{PY} -c \"import socket; s = socket.socket(socket.AF_UNIX);"
+                f" s.connect('{api}')\" 2>/dev/null && echo CONNECTED; "
+                f"rm -f {api} 2>/dev/null && echo REMOVED; "
+                f"{PY} -c \"import socket; s = socket.socket(socket.AF_UNIX);"
+                f" s.bind('{api}')\" 2>/dev/null && echo BOUND; "
+                "echo tried")
+            with Tun0666():
+                before = self.snapshot()
+                p = subprocess.Popen(
+                    self.args("--forward-api", api, "--", "sh", "-c",
+                              script + "; sleep 2", wrap=wrap),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                try:
+                    line = p.stdout.readline()
+                    while line and line.strip() != "tried":
+                        self.assertNotIn(line.strip(),
+                                         ("CONNECTED", "REMOVED", "BOUND"),
+                                         f"{label}: CMD {line}")
+                        line = p.stdout.readline()
+                    if line.strip() != "tried":
+                        self.fail(f"{label}: {p.stderr.read()}")
+                    # The operator's API is still netstackd's.
+                    s = socket.socket(socket.AF_UNIX)
+                    s.settimeout(5)
+                    s.connect(api)
+                    s.sendall(b'{"op":"list"}\n')
+                    answer = s.recv(4096)
+                    s.close()
+                    self.assertIn(b'"ok":true', answer, label)
+                    rc = p.wait(timeout=10)
+                finally:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                    p.stdout.close()
+                    p.stderr.close()
+                self.assertEqual(rc, 0, label)
+                self.assert_nothing_left(before)
 
     # --- Finding 14: fds ------------------------------------------------
 

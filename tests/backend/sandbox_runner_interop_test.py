@@ -101,7 +101,8 @@ class SandboxRunnerTest(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def args(self, *args, wrap=()):
-        cmd = self.topo.sandbox_args(*args, dns_upstream=DNSMASQ, wrap=wrap)
+        cmd = self.topo.sandbox_args(*args, dns_upstream=DNSMASQ, wrap=wrap,
+                                      runas=None)
         # The unprivileged copy, whoever runs it.
         return [self.netstackd if a == iu.NETSTACKD else a for a in cmd]
 

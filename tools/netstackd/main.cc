@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include <dirent.h>
+#include <grp.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <sys/stat.h>
@@ -26,6 +28,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +42,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -226,6 +230,12 @@ ABSL_FLAG(int, netns_pid, 0,
           "slirp4netns): a TAP (--tap NAME, default tap0) is made there and "
           "configured with the plan's addresses and default routes; "
           "netstackd quits when PID exits.");
+ABSL_FLAG(std::string, runas, "",
+          "With -- CMD as root: who CMD's root is outside its user "
+          "namespace, UID[:GID] or LOGIN[:GROUP] (default nobody, 65534). "
+          "0 keeps root's uid for CMD, which the kernel's uid checks "
+          "(/proc/sys, device nodes, root's files) take for root: give it "
+          "only to a CMD you trust. Without root CMD runs as you.");
 ABSL_FLAG(int, userns_pid, 0,
           "With --netns-pid or --netns: enter the user namespace of this "
           "process first (rootless; when netstackd is not root and this is "
@@ -326,6 +336,7 @@ struct Config {
   std::string netns_path;            // kNetnsPath: a name or a path
   std::string guest_ifname = "tap0";
   bool dns_config = true;
+  RunAs runas;  // --runas (root only)
   int ready_fd = -1;
   int exit_fd = -1;
   bool quiet = false;  // kRun without --verbose
@@ -382,6 +393,45 @@ absl::Status InheritedFd(const char* flag, int fd) {
                               " is not open in this process"));
   }
   return absl::OkStatus();
+}
+
+// --runas UID[:GID] | LOGIN[:GROUP]. A UID alone takes its passwd entry's
+// group when it has one, else the same number.
+absl::StatusOr<RunAs> ParseRunAs(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::string user = text.substr(0, colon);
+  const std::string group =
+      colon == std::string::npos ? "" : text.substr(colon + 1);
+  RunAs r;
+  uint32_t n = 0;
+  const struct passwd* pw = nullptr;
+  if (absl::SimpleAtoi(user, &n)) {
+    r.uid = n;
+    pw = getpwuid(n);
+    r.gid = pw != nullptr ? pw->pw_gid : n;
+  } else if ((pw = getpwnam(user.c_str())) != nullptr) {
+    r.uid = pw->pw_uid;
+    r.gid = pw->pw_gid;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--runas ", text, ": no user '", user, "'"));
+  }
+  if (colon != std::string::npos) {
+    const struct group* gr = nullptr;
+    if (absl::SimpleAtoi(group, &n)) {
+      r.gid = n;
+    } else if ((gr = getgrnam(group.c_str())) != nullptr) {
+      r.gid = gr->gr_gid;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--runas ", text, ": no group '", group, "'"));
+    }
+  }
+  if (r.uid == static_cast<uid_t>(-1) || r.gid == static_cast<gid_t>(-1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--runas ", text, ": not a valid id"));
+  }
+  return r;
 }
 
 // -- CMD, --netns-pid, or --netns without a link: netstackd makes the TAP
@@ -458,6 +508,17 @@ absl::Status ParseGuest(Config& c) {
   }
   c.dns_config = !absl::GetFlag(FLAGS_no_dns_config);
   c.quiet = c.guest == Config::Guest::kRun && !absl::GetFlag(FLAGS_verbose);
+  if (const std::string r = absl::GetFlag(FLAGS_runas); !r.empty()) {
+    if (c.guest != Config::Guest::kRun) {
+      return Usage("--runas is for -- CMD");
+    }
+    if (geteuid() != 0) {
+      return Usage("--runas needs root (without root, CMD runs as you)");
+    }
+    absl::StatusOr<RunAs> runas = ParseRunAs(r);
+    if (!runas.ok()) return Usage(std::string(runas.status().message()));
+    c.runas = *runas;
+  }
   return absl::OkStatus();
 }
 
@@ -945,7 +1006,8 @@ int Run(const Config& c) {
       ns = s;
     } else if (c.guest == Config::Guest::kRun) {
       bool made_userns = false;
-      absl::StatusOr<GuestNamespaces> made = MakeGuestNamespaces(&made_userns);
+      absl::StatusOr<GuestNamespaces> made =
+          MakeGuestNamespaces(&made_userns, c.runas);
       if (!made.ok()) {
         ns = made.status();
       } else if (absl::Status h = HideFromGuest(); !h.ok()) {
@@ -1418,6 +1480,23 @@ int Run(const Config& c) {
     o.argv = c.command;
     o.netns_fd = guest_netns.get();
     o.userns_fd = guest_userns.get();
+    // CMD is the caller's uid (or --runas's) and may write the API
+    // socket's directory: covered in CMD's mount namespace, the socket can
+    // be neither reached nor removed nor replaced from there
+    // (docs/SECURITY.md says what that leaves).
+    if (forward_api) {
+      std::string path = c.forward_api;
+      if (path[0] != '/') {
+        char cwd[PATH_MAX];
+        if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+          std::fprintf(stderr, "netstackd: getcwd: %s\n",
+                       std::strerror(errno));
+          return 1;
+        }
+        path = absl::StrCat(cwd, "/", path);
+      }
+      o.cover.push_back(std::move(path));
+    }
     if (c.dns_config) {
       const backend::AddressPlan& p = c.backend->plan;
       o.resolv_conf = absl::StrCat("# netstackd: the guest's DNS address\n",

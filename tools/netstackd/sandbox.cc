@@ -100,7 +100,8 @@ absl::Status HideFromGuest() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns) {
+absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns,
+                                                    const RunAs& runas) {
   *made_userns = false;
   const bool root = geteuid() == 0;
   if (!root) {
@@ -138,13 +139,22 @@ absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns) {
     return ErrnoStatus(clone_err,
                        "clone(CLONE_NEWUSER | CLONE_NEWNET) for CMD");
   }
-  // Root in C is root here (the caller, when we are not root). As root,
-  // every uid and gid maps to itself: CMD keeps root's files and may
-  // switch users, but holds capabilities over C's namespaces only.
-  const std::string map = root ? "0 0 4294967295\n" : "0 0 1\n";
+  // Root in C is root here when we are not root: the caller. As root, it
+  // is --runas (nobody by default), so that no uid check of the kernel
+  // (/proc/sys, device nodes, root's files) takes CMD for root; --runas 0
+  // maps every uid and gid to itself instead. Either way CMD holds
+  // capabilities over C's namespaces only.
+  std::string uid_map = "0 0 1\n";
+  std::string gid_map = "0 0 1\n";
+  if (root && runas.uid == 0) {
+    uid_map = gid_map = "0 0 4294967295\n";
+  } else if (root) {
+    uid_map = absl::StrCat("0 ", runas.uid, " 1\n");
+    gid_map = absl::StrCat("0 ", runas.gid, " 1\n");
+  }
   const std::string proc = absl::StrCat("/proc/", child);
-  absl::Status s = WriteFile(absl::StrCat(proc, "/uid_map").c_str(), map);
-  if (s.ok()) s = WriteFile(absl::StrCat(proc, "/gid_map").c_str(), map);
+  absl::Status s = WriteFile(absl::StrCat(proc, "/uid_map").c_str(), uid_map);
+  if (s.ok()) s = WriteFile(absl::StrCat(proc, "/gid_map").c_str(), gid_map);
   GuestNamespaces ns;
   if (s.ok()) {
     ns.userns = UniqueFd(::open(absl::StrCat(proc, "/ns/user").c_str(),
@@ -225,9 +235,13 @@ bool Unresolvable(const char* path) {
                                     errno == ELOOP);
 }
 
-// netstackd in the foreground of the terminal on stdin: CMD gets a pty of
-// its own (sandbox.h). A background netstackd leaves the terminal to the
-// shell.
+// Any of our stdio fds a terminal: CMD gets a pty of its own instead
+// (sandbox.h), so that it never holds the user's terminal.
+bool AnyTerminal() { return ::isatty(0) || ::isatty(1) || ::isatty(2); }
+
+// netstackd in the foreground of the terminal on stdin: the user's keys go
+// to CMD's pty. A background netstackd (`netstackd -- CMD &`) leaves the
+// terminal's input to the shell: CMD reads nothing from it.
 bool ForegroundTerminal() {
   return ::isatty(0) && ::tcgetpgrp(0) == ::getpgrp();
 }
@@ -284,7 +298,10 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
     remove_files();
     return ErrnoStatus(err, "pipe2");
   }
-  const bool pty = options.allow_pty && ForegroundTerminal();
+  const bool pty = options.allow_pty && AnyTerminal();
+  std::vector<const char*> cover;
+  for (const std::string& c : options.cover) cover.push_back(c.c_str());
+  cover.push_back(nullptr);
   const sandbox_init::InitPlan plan{
       .pipe_fd = pipefd[1],
       .netns_fd = options.netns_fd,
@@ -293,7 +310,9 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
       .overlay_dir = overlay_dir.empty() ? nullptr : overlay_dir.c_str(),
       .resolv_text = options.resolv_conf.data(),
       .resolv_len = options.resolv_conf.size(),
+      .cover = cover.data(),
       .pty = pty,
+      .relay_input = pty && ForegroundTerminal(),
       .tty_out = !pty ? -1 : ::isatty(1) ? 1 : ::isatty(2) ? 2 : -1,
       .argv = argv.data(),
   };

@@ -40,8 +40,9 @@
 // Not root: netstackd first makes a user namespace N of its own and maps
 // the caller to root in it (as `unshare -r` and pasta do). It keeps its
 // host network namespace, so its host sockets are the caller's. Root: N
-// is the initial user namespace, and C maps every uid to itself, so CMD
-// keeps root's files but no capability outside C. netstackd enters G
+// is the initial user namespace, and C maps its root to nobody (--runas:
+// another uid, or 0 to keep root's), so that no uid check of the kernel
+// takes CMD for root. netstackd enters G
 // later through a short-lived thread per entry (link::RunInNetnsFd).
 //
 // Nothing is left behind: the guest's namespaces live as long as the
@@ -79,12 +80,23 @@ struct GuestNamespaces {
   link::UniqueFd userns;
 };
 
+// Who CMD's root is outside its user namespace, when netstackd is root
+// (--runas UID[:GID]): nobody by default, as pasta does. uid 0 (--runas 0)
+// maps every uid and gid to itself: CMD keeps root's uid, which the
+// kernel's uid checks (/proc/sys, device nodes, root's files) take as
+// root's, capabilities or not.
+struct RunAs {
+  uid_t uid = 65534;
+  gid_t gid = 65534;
+};
+
 // Makes this process a user namespace's root when it is not root (it must
 // still be single-threaded; `*made_userns` says so), then CMD's user
-// namespace C below it (root in C is root here; as root, every uid maps
-// to itself) and the guest's network namespace, owned by C. Errors say
-// what to do: "user namespaces are off" names the sysctls.
-absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns);
+// namespace C below it and the guest's network namespace, owned by C.
+// Root in C is the caller when netstackd is not root, and `runas` when it
+// is. Errors say what to do: "user namespaces are off" names the sysctls.
+absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns,
+                                                    const RunAs& runas);
 
 // The network namespace of process `pid` (slirp4netns's way: the PID of a
 // process in it). `join_userns`: enter its user namespace first
@@ -116,9 +128,13 @@ class SandboxCommand {
     // overlay whose resolv.conf is this; when that cannot be mounted
     // either, CMD starts without it and a note says so.
     std::string resolv_conf;
-    // The terminal: when stdin is a terminal and netstackd is its
-    // foreground job, CMD gets a pty of its own, relayed by the init.
+    // The terminal: when one of netstackd's stdio fds is a terminal, CMD
+    // gets a pty of its own in its place, relayed by the init (the user's
+    // keys too, when netstackd is the terminal's foreground job).
     bool allow_pty = true;
+    // Absolute paths CMD may neither reach nor replace (the forward API's
+    // socket): /dev/null is bound over each in CMD's mount namespace.
+    std::vector<std::string> cover;
   };
   // Starts the init and CMD under it, and waits until CMD has exec'd. An
   // exec failure or a failed namespace step is an error naming it

@@ -11,8 +11,10 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <grp.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,7 +32,9 @@ const char* StepName(int step) {
     case kMountProc:
       return "mount a /proc of CMD's PID namespace (without it CMD would "
              "see the host's processes, netstackd's among them)";
+    case kCover: return "cover the forward API's socket";
     case kJoinUserns: return "enter CMD's user namespace";
+    case kBecomeRoot: return "become root of CMD's user namespace";
     case kLockMounts: return "make CMD's mount namespace (mounts locked)";
     case kSetsid: return "make a session for CMD";
     case kPty: return "open a pty for CMD";
@@ -166,6 +170,12 @@ void SetUpMounts(const InitPlan& plan) {
               nullptr) != 0) {
     Fail(plan.pipe_fd, kMountProc);
   }
+  for (const char* const* p = plan.cover; p != nullptr && *p != nullptr;
+       ++p) {
+    if (::mount("/dev/null", *p, nullptr, MS_BIND, nullptr) != 0) {
+      Fail(plan.pipe_fd, kCover);
+    }
+  }
 }
 
 // CMD's user namespace, and a mount namespace of its own: copied into a
@@ -176,6 +186,21 @@ void LockMounts(const InitPlan& plan) {
   if (::setns(plan.userns_fd, CLONE_NEWUSER) != 0) {
     Fail(plan.pipe_fd, kJoinUserns);
   }
+  // setns keeps our ids: as root, kuid 0, which C maps to nothing unless
+  // --runas 0. Root of C it is, then: no supplementary groups (root's
+  // would stay), C's gid and uid 0 (the --runas ids outside). The saved
+  // uid stays netstackd's, so that netstackd, whose capabilities are gone
+  // after setup, may still signal the init; CMD's exec drops it.
+  // (setgroups is denied in C when netstackd is not root: its groups are
+  // the caller's own, as before.)
+  if (::setgroups(0, nullptr) != 0 && errno != EPERM) {
+    Fail(plan.pipe_fd, kBecomeRoot);
+  }
+  if (::setresgid(0, 0, 0) != 0 || ::setresuid(0, 0, -1) != 0) {
+    Fail(plan.pipe_fd, kBecomeRoot);
+  }
+  // A change of ids may make a process dumpable again (fs.suid_dumpable).
+  ::prctl(PR_SET_DUMPABLE, 0);
   if (::unshare(CLONE_NEWNS) != 0) Fail(plan.pipe_fd, kLockMounts);
   DieWithParent(plan.pipe_fd);  // again: credentials changed
 }
@@ -237,14 +262,15 @@ struct Terminal {
 // everything left in the namespace.
 class Init {
  public:
-  Init(pid_t command, int signals, int master, int tty_out)
+  Init(pid_t command, int signals, int master, bool relay_input,
+       int tty_out)
       : command_(command), signals_(signals), master_(master),
-        tty_in_(master >= 0 ? 0 : -1), tty_out_(tty_out),
+        tty_in_(master >= 0 && relay_input ? 0 : -1), tty_out_(tty_out),
         master_open_(master >= 0) {
     if (master_ >= 0) {
       ::fcntl(master_, F_SETFL, ::fcntl(master_, F_GETFL) | O_NONBLOCK);
-      terminal_.MakeRaw();
     }
+    if (tty_in_ >= 0) terminal_.MakeRaw();
   }
 
   [[noreturn]] void Run() {
@@ -255,7 +281,9 @@ class Init {
       const int in_at = tty_in_ >= 0 && pending_ == 0 ? n++ : -1;
       if (in_at >= 0) p[in_at] = {.fd = tty_in_, .events = POLLIN,
                                   .revents = 0};
-      const int master_at = master_ >= 0 ? n++ : -1;
+      // Once no process has the pty open, POLLHUP would wake us at once,
+      // every time: the master is polled only while it may be read.
+      const int master_at = master_open_ ? n++ : -1;
       if (master_at >= 0) {
         p[master_at] = {
             .fd = master_,
@@ -313,7 +341,9 @@ class Init {
   void ToCommand() {
     const ssize_t w = ::write(master_, buf_ + sent_, pending_ - sent_);
     if (w > 0) sent_ += static_cast<size_t>(w);
-    if (w < 0 && errno != EAGAIN && errno != EINTR) sent_ = pending_;
+    if ((w < 0 && errno != EAGAIN && errno != EINTR) || !master_open_) {
+      sent_ = pending_;  // nobody will read it
+    }
     if (sent_ == pending_) pending_ = sent_ = 0;
   }
 
@@ -331,8 +361,18 @@ class Init {
   }
 
   [[noreturn]] void End(int status) {
-    // What CMD printed last, still in the pty.
-    while (master_open_) {
+    // What CMD printed last, still in the pty: until 20 ms pass without
+    // output, and 100 ms or 64 KiB at most, since a background process
+    // of CMD's may keep writing (and would keep the init, and the
+    // namespace, alive).
+    struct timespec start;
+    ::clock_gettime(CLOCK_MONOTONIC, &start);
+    for (int chunks = 0; master_open_ && chunks < 16; ++chunks) {
+      struct timespec now;
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      const long elapsed_ms = (now.tv_sec - start.tv_sec) * 1000 +
+                              (now.tv_nsec - start.tv_nsec) / 1'000'000;
+      if (elapsed_ms >= 100) break;
       struct pollfd p = {.fd = master_, .events = POLLIN, .revents = 0};
       if (::poll(&p, 1, 20) != 1 || !FromCommand()) break;
     }
@@ -413,7 +453,8 @@ void RunInit(const InitPlan& plan) {
   // start pipe (netstackd reads to its end), not CMD's stdio; with a pty,
   // only the user's terminal and the pty's master.
   if (master >= 0) {
-    int keep[4] = {0, plan.tty_out, master, signals};
+    int keep[4] = {plan.relay_input ? 0 : -1, plan.tty_out, master,
+                   signals};
     int n = 0;
     // Ascending, unique, valid.
     for (int i = 0; i < 4; ++i) {
@@ -435,7 +476,8 @@ void RunInit(const InitPlan& plan) {
     const int keep[1] = {signals};
     CloseAllBut(keep, 1);
   }
-  Init init(command, signals, master, master >= 0 ? plan.tty_out : -1);
+  Init init(command, signals, master, plan.relay_input,
+            master >= 0 ? plan.tty_out : -1);
   init.Run();
 }
 

@@ -27,7 +27,9 @@ enum Step : int {
   kBind,
   kOverlayEtc,
   kMountProc,
+  kCover,
   kJoinUserns,
+  kBecomeRoot,
   kLockMounts,
   kSetsid,
   kPty,
@@ -50,9 +52,16 @@ struct InitPlan {
   const char* overlay_dir;
   const char* resolv_text;
   size_t resolv_len;
-  // CMD gets a pty of its own (sandbox.h), relayed with fd 0 (the user's
-  // terminal, input) and tty_out (its output; -1: none is a terminal).
+  // Paths bound over with /dev/null in CMD's mount namespace (nullptr
+  // ends the list; may be nullptr): the forward API's socket, which CMD
+  // may then neither connect to, remove nor replace.
+  const char* const* cover;
+  // CMD gets a pty of its own (sandbox.h): its stdio fds that are
+  // terminals become the pty, whose output the init copies to tty_out.
+  // relay_input: the init also copies fd 0 (the user's terminal, raw
+  // meanwhile) to the pty; without it CMD gets no input from the user.
   bool pty;
+  bool relay_input;
   int tty_out;
   char** argv;
 };
