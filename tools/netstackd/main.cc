@@ -962,7 +962,10 @@ int Run(const Config& c) {
         tcp_rules |= !r.udp;
       }
     }
-    if (udp_forwards) budget.forwards += c.backend->limits.max_udp_flows;
+    // A -u added later through --forward-api has as many client flows.
+    if (udp_forwards || !c.forward_api.empty()) {
+      budget.forwards += c.backend->limits.max_udp_flows;
+    }
     // A namespace guest's -t connections are spliced (the forward API may
     // add some later), 6 fds each.
     if (c.guest != Config::Guest::kNone &&

@@ -397,6 +397,11 @@ class Init {
 }  // namespace
 
 void RunInit(const InitPlan& plan) {
+  // The sanitizer runtimes' handlers (ASan builds) are netstackd's, not
+  // the init's: a fault here, or a signal CMD sends, ends it the default
+  // way, without running their report in a clone.
+  const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+  for (int signo : faults) ::signal(signo, SIG_DFL);
   // CMD dies with netstackd: without us it has no network. The init's
   // death is CMD's, and its whole namespace's.
   DieWithParent(plan.pipe_fd);
