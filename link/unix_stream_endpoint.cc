@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -172,6 +174,23 @@ absl::Status ValidateOptions(const UnixStreamOptions& o) {
   return absl::OkStatus();
 }
 
+// The uid of the process at the other end of `fd` (SO_PEERCRED: a
+// connecting peer's at its connect(), a listener's at its listen()).
+std::optional<uid_t> PeerUid(int fd) {
+  ucred cred{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1)};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return std::nullopt;
+  }
+  return cred.uid;
+}
+
+// Who may be the guest's side: our own user, root, or the allowed one.
+bool UidAllowed(std::optional<uid_t> uid, uid_t own,
+                std::optional<uid_t> allow) {
+  return uid && (*uid == own || *uid == 0 || (allow && *uid == *allow));
+}
+
 absl::StatusOr<UniqueFd> NewEpoll() {
   UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
   if (!ep.valid()) return ErrnoStatus(errno, "epoll_create1");
@@ -197,6 +216,23 @@ absl::StatusOr<std::unique_ptr<UnixStreamEndpoint>> UnixStreamEndpoint::Open(
   if (options.mode == UnixStreamOptions::Mode::kConnect) {
     absl::StatusOr<UniqueFd> conn = ConnectTo(options.path);
     if (!conn.ok()) return conn.status();
+    // Whoever listens on the name becomes the guest's side, and an
+    // abstract name has no permissions: any local user could have bound
+    // it first (second review of issue #30, finding 8). The listener's
+    // uid passes the check a connecting peer's does (PeerAllowed). There
+    // is one connection to make, so a refusal fails the open; it closes
+    // the connection, and the listener sees EOF.
+    const uid_t own = ::geteuid();
+    if (const std::optional<uid_t> uid = PeerUid(conn->get());
+        !UidAllowed(uid, own, options.allow_uid)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "refused '", options.path, "': its listener is ",
+          uid ? absl::StrCat("uid ", *uid) : std::string("of an unknown uid"),
+          "; the guest's side must be our uid (", own, "), root or ",
+          options.allow_uid
+              ? absl::StrCat("uid ", *options.allow_uid, " (--unix-allow-uid)")
+              : std::string("a --unix-allow-uid user")));
+    }
     return FromConnectedFd(conn->release(), options, pool);
   }
   // The socket file is held by its directory, opened before the bind: it
@@ -286,13 +322,8 @@ absl::Status UnixStreamEndpoint::Adopt(UniqueFd conn) {
 }
 
 bool UnixStreamEndpoint::PeerAllowed(int peer) {
-  ucred cred{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1)};
-  socklen_t len = sizeof(cred);
-  if (::getsockopt(peer, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-      (cred.uid == own_uid_ || cred.uid == 0 ||
-       (allow_uid_ && cred.uid == *allow_uid_))) {
-    return true;
-  }
+  const std::optional<uid_t> uid = PeerUid(peer);
+  if (UidAllowed(uid, own_uid_, allow_uid_)) return true;
   ++stream_stats_.refused_peers;
   if (!logged_refusal_) {
     logged_refusal_ = true;
@@ -300,7 +331,7 @@ bool UnixStreamEndpoint::PeerAllowed(int peer) {
                  "netstack: %s: refused a peer of uid %d (only uid %d, root "
                  "and --unix-allow-uid may be the guest); further refusals "
                  "are not logged\n",
-                 Name().c_str(), static_cast<int>(cred.uid),
+                 Name().c_str(), uid ? static_cast<int>(*uid) : -1,
                  static_cast<int>(own_uid_));
   }
   return false;

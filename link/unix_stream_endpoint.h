@@ -15,7 +15,12 @@
 // Modes:
 //   - kConnect: connect to a listening peer at `path` (passt, a test).
 //     When the peer goes away the endpoint stays disconnected; open a new
-//     one to reconnect.
+//     one to reconnect. The listener must be of our own uid, root or
+//     `allow_uid` (SO_PEERCRED, as in kListen): whoever binds an abstract
+//     name first would otherwise be the guest's side, get its frames and
+//     answer as the VM. Another user's listener fails Open
+//     (PermissionDenied, naming its uid); there is no endpoint left to
+//     count it in refused_peers.
 //   - kListen: bind `path` and accept one peer at a time (QEMU with
 //     `-netdev stream,addr.type=unix,server=off`). While a peer is
 //     connected, further peers are accepted and closed at once (they see
@@ -78,8 +83,9 @@ struct UnixStreamOptions {
   // Most frames per DeliverFrames() call; also bounds the frames read per
   // OnReadable() (we stop reading once a batch has been delivered).
   size_t rx_batch = 64;
-  // kListen: a user besides ours and root who may be the guest (QEMU run
-  // as another user; netstackd's --unix-allow-uid).
+  // A user besides ours and root who may be the guest's side: the peer
+  // that connects (kListen; QEMU run as another user) or the listener we
+  // connect to (kConnect); netstackd's --unix-allow-uid.
   std::optional<uid_t> allow_uid;
 };
 
@@ -111,8 +117,9 @@ class UnixStreamEndpoint final : public LinkEndpoint {
 
   // Connects or listens as options.mode says. Errors: NotFound "no UNIX
   // socket at '/x'", Unavailable "nothing listens on '/x'",
-  // FailedPrecondition "'/x' is in use", InvalidArgument for a bad path
-  // or MTU.
+  // FailedPrecondition "'/x' is in use", PermissionDenied "refused '/x':
+  // its listener is uid N; ..." (kConnect, another user's listener),
+  // InvalidArgument for a bad path or MTU.
   static absl::StatusOr<std::unique_ptr<UnixStreamEndpoint>> Open(
       const UnixStreamOptions& options, buffer::ChunkPool& pool);
   // Takes ownership of `fd`, a connected SOCK_STREAM socket (closed on

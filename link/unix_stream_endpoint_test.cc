@@ -715,6 +715,111 @@ TEST(UnixStreamPeerTest, ASocketFileIsPrivate) {
   EXPECT_EQ(::umask(old), 022u) << "the umask was not restored";
 }
 
+// A listener of another user: a forked child that becomes uid/gid 65534,
+// listens on abstract `path`, says so on a pipe, and waits (up to 2 s)
+// for a connection. It exits 0 if the connection was closed at once
+// (refused), 1 if it stayed open (taken), 2 if none came.
+class OtherUserListener {
+ public:
+  explicit OtherUserListener(const std::string& path) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(p[0]);
+      if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 ||
+          ::setuid(65534) != 0) {
+        ::_exit(3);
+      }
+      const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path + 1, path.data() + 1, path.size() - 1);
+      const socklen_t len =
+          static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size());
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+          ::listen(fd, 4) != 0) {
+        ::_exit(4);
+      }
+      (void)!::write(p[1], "l", 1);
+      pollfd pfd{fd, POLLIN, 0};
+      if (::poll(&pfd, 1, 2000) != 1) ::_exit(2);
+      const int c = ::accept(fd, nullptr, nullptr);
+      if (c < 0) ::_exit(2);
+      pfd = {c, POLLIN, 0};
+      if (::poll(&pfd, 1, 2000) != 1) ::_exit(1);
+      char b;
+      ::_exit(::read(c, &b, 1) == 0 ? 0 : 1);
+    }
+    ::close(p[1]);
+    char b;
+    listening_ = ::read(p[0], &b, 1) == 1;
+    ::close(p[0]);
+  }
+  bool listening() const { return listening_; }
+  // The child's exit code (-1 if it did not exit normally).
+  int Wait() {
+    int status = 0;
+    if (pid_ <= 0 || ::waitpid(pid_, &status, 0) != pid_) return -1;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  ~OtherUserListener() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool listening_ = false;
+};
+
+// The second review of issue #30, finding 8: --unix @name --unix-connect
+// took whoever listened on the name as the guest's side. Any local user
+// who binds an abstract name first (it has no permissions) would then
+// get the guest's frames and could answer as the VM. The listener's uid
+// (SO_PEERCRED, taken at its listen()) must be ours, root's or the
+// allowed one; connect mode makes one connection, so a refusal is an
+// error that names the uid.
+TEST(UnixStreamPeerTest, ConnectModeRefusesAnotherUsersListener) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a listener as uid 65534)";
+  const std::string path = absl::StrCat("@nst-link-squat-", ::getpid());
+  OtherUserListener squatter(path);
+  ASSERT_TRUE(squatter.listening());
+  buffer::ChunkPool chunks(16);
+  UnixStreamOptions o;
+  o.mode = UnixStreamOptions::Mode::kConnect;
+  o.path = path;
+  auto ep = UnixStreamEndpoint::Open(o, chunks);
+  ASSERT_FALSE(ep.ok()) << "uid 65534's listener became the guest's side";
+  EXPECT_EQ(ep.status().code(), absl::StatusCode::kPermissionDenied)
+      << ep.status();
+  const std::string message(ep.status().message());
+  EXPECT_NE(message.find("uid 65534"), std::string::npos) << message;
+  EXPECT_EQ(squatter.Wait(), 0) << "the connection to it stayed open";
+}
+
+// --unix-allow-uid: that user's listener may be the guest's side.
+TEST(UnixStreamPeerTest, ConnectModeTakesAnAllowedUidsListener) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (a listener as uid 65534)";
+  const std::string path = absl::StrCat("@nst-link-vm-", ::getpid());
+  OtherUserListener vm(path);
+  ASSERT_TRUE(vm.listening());
+  buffer::ChunkPool chunks(16);
+  UnixStreamOptions o;
+  o.mode = UnixStreamOptions::Mode::kConnect;
+  o.path = path;
+  o.allow_uid = 65534;
+  auto ep = UnixStreamEndpoint::Open(o, chunks);
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  EXPECT_TRUE((*ep)->connected());
+  EXPECT_EQ((*ep)->stream_stats().connections, 1u);
+  EXPECT_EQ((*ep)->stream_stats().refused_peers, 0u);
+  EXPECT_EQ(vm.Wait(), 1) << "the allowed listener's connection was closed";
+}
+
 TEST(UnixStreamOpenTest, ConnectModeTalksToAListener) {
   const std::string path = TempSocketPath("connect.sock");
   ::unlink(path.c_str());
