@@ -15,9 +15,9 @@
 #include "boost/intrusive/list.hpp"
 #include "link/fd_util.h"
 #include "link/netns.h"
-#include "netstack/base/dcheck.h"
 #include "netstack/backend/udp_flows.h"
 #include "netstack/backend/udp_host_socket.h"
+#include "netstack/base/dcheck.h"
 
 namespace netstack::tools {
 namespace {
@@ -166,9 +166,9 @@ class PortForwards::UdpClientFlows {
 
  private:
   using List = boost::intrusive::list<
-      UdpFlow, boost::intrusive::member_hook<
-                   UdpFlow, boost::intrusive::list_member_hook<>,
-                   &UdpFlow::lru>>;
+      UdpFlow,
+      boost::intrusive::member_hook<
+          UdpFlow, boost::intrusive::list_member_hook<>, &UdpFlow::lru>>;
   List& ListOf(const UdpFlow& flow) {
     return flow.replied ? replied_ : unreplied_;
   }

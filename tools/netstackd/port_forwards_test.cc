@@ -384,9 +384,9 @@ class PortForwardsUdpTable : public ::testing::Test {
                                  reinterpret_cast<sockaddr*>(&from), &len);
       if (n < 0) return;
       if (n >= 4 && std::memcmp(buf, "real", 4) == 0) {
-        EXPECT_EQ(sendto(guest_, buf, n, 0,
-                         reinterpret_cast<sockaddr*>(&from), len),
-                  n);
+        EXPECT_EQ(
+            sendto(guest_, buf, n, 0, reinterpret_cast<sockaddr*>(&from), len),
+            n);
       }
     }
   }
@@ -445,13 +445,11 @@ TEST_F(PortForwardsUdpTable, AFullTableEvictsAnUnansweredFlow) {
   EXPECT_EQ(c.udp_evicted_replied, 0u);
   EXPECT_EQ(c.udp_refused_limit, 0u);
   const std::string text = fwd_->FormatCounters();
-  EXPECT_NE(text.find("forward.1.udp_evicted_unreplied 4\n"),
-            std::string::npos)
+  EXPECT_NE(text.find("forward.1.udp_evicted_unreplied 4\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("forward.1.udp_evicted_replied 0\n"), std::string::npos)
       << text;
-  EXPECT_NE(text.find("forward.1.udp_expired_unreplied 0\n"),
-            std::string::npos)
+  EXPECT_NE(text.find("forward.1.udp_expired_unreplied 0\n"), std::string::npos)
       << text;
 }
 
