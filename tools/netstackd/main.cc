@@ -108,11 +108,11 @@ ABSL_FLAG(std::string, fd_type, "",
 ABSL_FLAG(bool, unix_connect, false,
           "With --unix: connect to PATH instead of listening on it.");
 ABSL_FLAG(int64_t, unix_allow_uid, -1,
-          "With --unix (listening): a user id, besides netstackd's own and "
-          "root, whose process may connect as the guest (QEMU run as "
-          "another user). Other users' peers are refused (SO_PEERCRED); a "
-          "socket file is made 0666 instead of 0600 so that user can "
-          "connect.");
+          "With --unix: a user id, besides netstackd's own and root, whose "
+          "process may be the guest's side (QEMU run as another user): it "
+          "may connect, or, with --unix-connect, be the listener. Other "
+          "users' peers are refused (SO_PEERCRED); a socket file is made "
+          "0666 instead of 0600 so that user can connect.");
 ABSL_FLAG(std::string, netns, "",
           "Open the link inside this network namespace (/var/run/netns/NAME).");
 ABSL_FLAG(std::vector<std::string>, addr, {},
@@ -561,10 +561,9 @@ absl::StatusOr<Config> ParseConfig() {
     return Usage("--unix_connect needs --unix PATH");
   }
   if (const int64_t uid = absl::GetFlag(FLAGS_unix_allow_uid);
-      uid != -1 && (absl::GetFlag(FLAGS_unix).empty() ||
-                    absl::GetFlag(FLAGS_unix_connect) || uid < 0 ||
+      uid != -1 && (absl::GetFlag(FLAGS_unix).empty() || uid < 0 ||
                     uid >= int64_t{0xffffffff})) {
-    return Usage("--unix-allow-uid UID needs --unix PATH, listening");
+    return Usage("--unix-allow-uid UID needs --unix PATH and a user id");
   }
   if (!absl::GetFlag(FLAGS_unix).empty() && !absl::GetFlag(FLAGS_netns).empty()) {
     return Usage("--netns does not apply to --unix (a UNIX socket has no "
