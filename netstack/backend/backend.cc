@@ -245,7 +245,8 @@ std::optional<transport::SocketAddress> Backend::HostDestination(
 
 tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
                                         Instant now) {
-  if (flows_.size() >= config_.limits.max_tcp_flows) {
+  // The guest's own share: inbound flows have theirs.
+  if (flows_.size() - inbound_tcp_flows_ >= config_.limits.max_tcp_flows) {
     ++counters_.tcp_refused_flow_limit;
     return tcp::SynVerdict::kReset;
   }
@@ -281,9 +282,12 @@ absl::Status Backend::AdoptInboundTcp(
     (void)close(host_fd);
     return s;
   };
-  if (flows_.size() >= config_.limits.max_tcp_flows) {
-    ++counters_.tcp_refused_flow_limit;
-    return refuse(absl::ResourceExhaustedError("TCP flow limit reached"));
+  // Clients of a published port fill a share of their own: once they
+  // took the guest's, and its own connect() got RST.
+  if (inbound_tcp_flows_ >= config_.limits.max_inbound_tcp_flows) {
+    ++counters_.tcp_refused_inbound_limit;
+    return refuse(
+        absl::ResourceExhaustedError("inbound TCP flow limit reached"));
   }
   std::unique_ptr<tcp::TcpSocket> sock = tcp_.Open(guest.ip.family());
   sock->SetTransparent(true);
@@ -296,6 +300,7 @@ absl::Status Backend::AdoptInboundTcp(
     sock->Abort();
     return refuse(absl::AlreadyExistsError(tuple.local.ToString()));
   }
+  ++inbound_tcp_flows_;
   if (counts) it->second->CountInbound(std::move(counts));
   it->second->StartInbound(host_fd, std::move(sock));
   return absl::OkStatus();
@@ -315,7 +320,10 @@ void Backend::Sweep(Instant now) {
   for (const transport::FourTuple& t : sweep_batch_) {
     auto it = flows_.find(t);
     if (it == flows_.end()) continue;
-    if (it->second->Sweep(now)) flows_.erase(it);
+    if (it->second->Sweep(now)) {
+      if (it->second->inbound()) --inbound_tcp_flows_;
+      flows_.erase(it);
+    }
   }
   sweep_batch_.clear();
   // Chunks are freed only by what a turn did (acks, ended flows), so this
@@ -357,6 +365,8 @@ std::string Backend::FormatCounters() const {
       "backend.tcp_inbound_opened ", c.tcp_inbound_opened, "\n",
       "backend.tcp_inbound_established ", c.tcp_inbound_established, "\n",
       "backend.tcp_inbound_refused ", c.tcp_inbound_refused, "\n",
+      "backend.tcp_refused_inbound_limit ", c.tcp_refused_inbound_limit, "\n",
+      "backend.tcp_inbound_flows_open ", inbound_tcp_flows_, "\n",
       "backend.tcp_chunk_waiting ", chunk_waiters_.size(), "\n",
       "backend.tcp_buffered_bytes ", tcp_buffered_bytes(), "\n");
   for (size_t i = 0; i < c.tcp_ends.size(); ++i) {

@@ -81,8 +81,16 @@ struct BackendPolicy {
 };
 
 struct BackendLimits {
-  // TCP flows, connecting ones included; past it the guest gets RST.
+  // The guest's own TCP flows, connecting ones included; past it the
+  // guest gets RST. Inbound flows do not count.
   uint32_t max_tcp_flows = 4096;
+  // Inbound TCP flows (AdoptInboundTcp: -t through the stack) at once: a
+  // share of their own, since anyone who can reach a published port opens
+  // them, and they must never refuse the guest's own connections. Past it
+  // the client is reset (tcp_refused_inbound_limit). netstackd:
+  // --max-forward-conns, the spliced path's limit too, or fewer when the
+  // fd limit is short (each flow holds the client's socket).
+  uint32_t max_inbound_tcp_flows = 1024;
   // New host connections a second while the guest's link is busy
   // (--busy-syn-rate): while netstackd's reads of it hit their batch
   // limit (LinkStats::rx_batch_limit_hits grew this turn: the guest sends
@@ -159,6 +167,8 @@ struct BackendCounters {
   uint64_t tcp_inbound_opened = 0;       // AdoptInboundTcp: guest connect started
   uint64_t tcp_inbound_established = 0;  // ... and the guest accepted
   uint64_t tcp_inbound_refused = 0;      // ... refused, failed or limited
+  // ... of which the inbound share was full (max_inbound_tcp_flows).
+  uint64_t tcp_refused_inbound_limit = 0;
   // SYNs refused before any host socket (RST to the guest).
   uint64_t tcp_refused_flow_limit = 0;
   uint64_t tcp_refused_host_loopback = 0;
@@ -233,6 +243,8 @@ class Backend : public tcp::SynHandler {
     return guest_config_.get();
   }
   size_t tcp_flow_count() const { return flows_.size(); }
+  // Of those, the inbound ones (AdoptInboundTcp).
+  size_t tcp_inbound_flow_count() const { return inbound_tcp_flows_; }
   // What the TCP flows hold between their two sockets now
   // (TcpFlow::buffered_bytes, summed; walks the flows).
   uint64_t tcp_buffered_bytes() const;
@@ -241,8 +253,9 @@ class Backend : public tcp::SynHandler {
   // socket, taken whatever happens) is relayed to a netstack connection
   // from `source` to `guest` that this opens. `source` need not be the
   // stack's (the real client's address, so the guest sees it); port 0
-  // picks one. Counted as a TCP flow (tcp_inbound_*); the flow limit
-  // applies. Errors: ResourceExhausted at the limit; those of Connect.
+  // picks one. Counted as a TCP flow (tcp_inbound_*), in the inbound
+  // share (BackendLimits::max_inbound_tcp_flows), never the guest's.
+  // Errors: ResourceExhausted when that share is full; those of Connect.
   // `counts`, when given, also counts the flow's bytes and whether it is
   // running.
   absl::Status AdoptInboundTcp(
@@ -288,6 +301,8 @@ class Backend : public tcp::SynHandler {
   TokenBucket busy_connects_;
   uint64_t limit_hits_at_sweep_ = 0;
   absl::flat_hash_map<transport::FourTuple, std::unique_ptr<TcpFlow>> flows_;
+  // Of flows_, those AdoptInboundTcp made; the rest are the guest's.
+  size_t inbound_tcp_flows_ = 0;
   // Flows with work for Sweep, by tuple (a flow freed meanwhile is not
   // touched); two vectors swapped, so no allocation per turn.
   std::vector<transport::FourTuple> sweep_;

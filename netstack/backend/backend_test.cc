@@ -20,6 +20,8 @@
 #include <utility>
 #include <set>
 #include <optional>
+#include <span>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "netstack/buffer/chunk.h"
@@ -923,6 +925,151 @@ TEST_F(BackendTest, FlowsPastTheLimitAreReset) {
   EXPECT_GE(a, 0);
   EXPECT_EQ(l.Accept(), -1);  // one host connection, not two
   close(a);
+}
+
+
+// A forward's client through the stack (Backend::AdoptInboundTcp): the
+// host end is one of a socket pair, the test keeps the other.
+struct InboundClient {
+  int peer = -1;  // the client's end
+  absl::Status adopted;
+};
+
+class InboundTcpTest : public BackendTest {
+ protected:
+  static constexpr uint16_t kGuestPort = 8080;
+
+  // The guest listens on its lease, port 8080.
+  void Listen() {
+    guest_listener_ = guest_tcp_->Open(transport::Family::kIpv4);
+    ASSERT_TRUE(guest_listener_
+                    ->Bind(SocketAddress{
+                        IpAddress(*wire::Ipv4Address::Parse("10.0.2.100")),
+                        kGuestPort})
+                    .ok());
+    ASSERT_TRUE(guest_listener_->Listen(256).ok());
+  }
+  InboundClient Adopt() {
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                         0, sv),
+              0);
+    const AddressPlan& p = backend_->plan();
+    InboundClient c;
+    c.peer = sv[0];
+    c.adopted = backend_->AdoptInboundTcp(
+        sv[1], SocketAddress{IpAddress(p.gateway4), 0},
+        SocketAddress{IpAddress(p.lease4), kGuestPort});
+    peers_.push_back(sv[0]);
+    return c;
+  }
+  // Accepts in the guest until it holds `n` forwarded connections.
+  bool GuestHolds(size_t n) {
+    return RunUntil([&] {
+      for (;;) {
+        auto a = guest_listener_->Accept();
+        if (!a.ok()) break;
+        held_.push_back(*std::move(a));
+      }
+      return held_.size() == n;
+    });
+  }
+  void TearDown() override {
+    held_.clear();
+    guest_listener_.reset();
+    for (int fd : peers_) close(fd);
+    BackendTest::TearDown();
+  }
+
+  std::unique_ptr<tcp::TcpSocket> guest_listener_;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> held_;
+  std::vector<int> peers_;
+};
+
+// Clients of a published port (-t through the stack) once took the
+// guest's own TCP flow table: with max_tcp_flows of them held, the
+// guest's own connect got RST (review 2026-12-06, second review finding
+// 4). They have a share of their own.
+TEST_F(InboundTcpTest, ForwardedClientsNeverTakeTheGuestsOwnFlows) {
+  BackendConfig c = Loopback();
+  c.limits.max_tcp_flows = 4;
+  Build(c);
+  Listen();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Adopt().adopted.ok()) << i;
+  ASSERT_TRUE(GuestHolds(4));
+  // The guest's whole share is still its own.
+  HostListener l;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
+  std::vector<int> hosts;
+  OpenFlows(l, 4, guests, hosts);
+  EXPECT_EQ(backend_->counters().tcp_refused_flow_limit, 0u);
+  EXPECT_EQ(backend_->tcp_flow_count(), 8u);
+  // ... and no more than that.
+  auto fifth = Connect(l.port);
+  absl::Status err;
+  ASSERT_TRUE(RunUntil([&] {
+    err = fifth->TakeError();
+    return !err.ok();
+  }));
+  EXPECT_EQ(transport::ErrnoOf(err), ECONNREFUSED);
+  EXPECT_EQ(backend_->counters().tcp_refused_flow_limit, 1u);
+  for (int fd : hosts) close(fd);
+}
+
+
+// The inbound share has a limit of its own: a client past it is reset at
+// once and counted, and its slot comes back when a flow ends.
+TEST_F(InboundTcpTest, ForwardedClientsPastTheirShareAreResetAndCounted) {
+  BackendConfig c = Loopback();
+  c.limits.max_tcp_flows = 2;
+  c.limits.max_inbound_tcp_flows = 3;
+  Build(c);
+  Listen();
+  std::vector<InboundClient> in;
+  for (int i = 0; i < 3; ++i) {
+    in.push_back(Adopt());
+    ASSERT_TRUE(in.back().adopted.ok()) << i;
+  }
+  ASSERT_TRUE(GuestHolds(3));
+  const InboundClient past = Adopt();
+  EXPECT_EQ(past.adopted.code(), absl::StatusCode::kResourceExhausted)
+      << past.adopted;
+  // The host socket is closed at once: the client reads EOF (a socket
+  // pair has no RST to give).
+  char b;
+  EXPECT_EQ(recv(past.peer, &b, 1, 0), 0);
+  EXPECT_EQ(backend_->counters().tcp_refused_inbound_limit, 1u);
+  EXPECT_EQ(backend_->counters().tcp_inbound_refused, 1u);
+  EXPECT_EQ(backend_->counters().tcp_refused_flow_limit, 0u);
+  EXPECT_EQ(backend_->tcp_inbound_flow_count(), 3u);
+  EXPECT_EQ(backend_->counters().tcp_host_fds_open, 3u);
+  const std::string text = backend_->FormatCounters();
+  EXPECT_NE(text.find("backend.tcp_refused_inbound_limit 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("backend.tcp_inbound_flows_open 3\n"),
+            std::string::npos)
+      << text;
+  // The guest's own flows are not limited by the full inbound share.
+  HostListener l;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
+  std::vector<int> hosts;
+  OpenFlows(l, 2, guests, hosts);
+  // One client goes (EOF both ways): its slot is free again, and the
+  // guest's own flows that end do not free one.
+  ASSERT_EQ(shutdown(in[0].peer, SHUT_WR), 0);
+  ASSERT_TRUE(RunUntil([&] {
+    uint8_t byte;
+    auto r = held_[0]->Read(std::span<uint8_t>(&byte, 1));
+    return r.ok() && *r == 0;
+  }));
+  held_[0]->Close();
+  ASSERT_TRUE(RunUntil([&] { return backend_->tcp_inbound_flow_count() == 2; }));
+  EXPECT_EQ(backend_->tcp_flow_count(), 4u);
+  EXPECT_TRUE(Adopt().adopted.ok());
+  EXPECT_EQ(backend_->tcp_inbound_flow_count(), 3u);
+  EXPECT_EQ(backend_->counters().tcp_refused_inbound_limit, 1u);
+  for (int fd : hosts) close(fd);
 }
 
 }  // namespace

@@ -81,6 +81,7 @@ void TcpFlow::Start(const transport::SocketAddress& host, Instant now) {
 
 void TcpFlow::StartInbound(int host_fd, std::unique_ptr<tcp::TcpSocket> sock) {
   fd_ = host_fd;
+  inbound_ = true;
   ++backend_.counters_.tcp_host_fds_open;
   sock_ = std::move(sock);
   phase_ = Phase::kGuestConnecting;

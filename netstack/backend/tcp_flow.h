@@ -64,6 +64,8 @@ class TcpFlow : public eventloop::Handler {
   // freed.
   bool Sweep(Instant now);
   bool ended() const { return phase_ == Phase::kEnded; }
+  // Started by StartInbound (the backend's inbound share).
+  bool inbound() const { return inbound_; }
   // Bytes the flow holds between the two sockets: guest-to-host views
   // the host socket has not taken, the guest socket's unread bytes and
   // its send queue (unsent and unacked). Bounded by BackendLimits and
@@ -126,6 +128,7 @@ class TcpFlow : public eventloop::Handler {
   bool host_wr_shut_ = false;   // ... and relayed (shutdown SHUT_WR)
   bool host_eof_ = false;       // the host's EOF was read and relayed
   bool in_pump_ = false;
+  bool inbound_ = false;
 };
 
 }  // namespace netstack::backend

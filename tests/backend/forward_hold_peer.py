@@ -2,7 +2,8 @@
 and the guest that holds their connections and makes its own.
 
   guest PORT SERVER SERVER_PORT DIR   (netstackd's CMD)
-    Listens on 127.0.0.1:PORT and holds every connection it accepts until
+    Listens on 0.0.0.0:PORT (the spliced path reaches its loopback, the
+    stack path its lease) and holds every connection it accepts until
     the client closes it (then closes it too). Prints "ready". When the
     file DIR/go.N appears, it makes 5 connections of its own to
     SERVER:SERVER_PORT (an echo server in H, through netstackd's backend)
@@ -38,7 +39,7 @@ def guest(port, server, server_port, directory):
     sel = selectors.DefaultSelector()
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", port))
+    listener.bind(("0.0.0.0", port))
     listener.listen(4096)
     listener.setblocking(False)
     sel.register(listener, selectors.EVENT_READ)
@@ -140,6 +141,12 @@ def clients():
                 s.settimeout(5)
                 try:
                     s.connect(("127.0.0.1", port))
+                except ConnectionResetError:
+                    # Made, then reset before connect() looked (a forward
+                    # past its limit resets at once): SO_ERROR reports it.
+                    conns.append(s)
+                    ended[s] = "reset"
+                    continue
                 except OSError as e:
                     errors.append(repr(e))
                     s.close()

@@ -23,6 +23,22 @@ to the forward from H.
     forwards: 25 clients on the first (20 held, 5 reset), 25 on the second
     (10 held: the total; 15 reset); 5 of the first's closed, 5 more on the
     second are held. Bad values are usage errors.
+
+Through the stack (--forward-path=stack, and always for a VM) a
+connection is a backend TCP flow holding the client's fd. Clients once
+took the guest's own flow table (a second review of issue #30's fixes,
+finding 4: at --max-tcp-flows 32, 40 idle clients left the guest 32
+connections held and its own connect() refused, ECONNREFUSED). Inbound
+flows now have a share of their own (--max-forward-conns, and
+--max-conns-per-forward for each forward):
+
+  the guest's share: --forward-path=stack --max-tcp-flows 32, 40 idle
+    clients: all 40 held, and the guest's own connections succeed.
+  the flags through the stack: as above, the limits per forward and in
+    all, the refusals counted (forward.N.refused_limit,
+    backend.tcp_refused_inbound_limit).
+  the fd reserve through the stack: a hard limit of 1024; one fd a
+    connection, a quarter of the fds, the rest reset.
 Needs root, prlimit and setpriv.
 """
 import json
@@ -125,7 +141,10 @@ class ForwardLimitsTest(unittest.TestCase):
         directory = os.path.join(self.tmp, f"guest.{tag}")
         os.mkdir(directory)
         err = open(os.path.join(self.tmp, f"err.{tag}"), "w+")
-        cmd = self.topo.sandbox_args("--verbose", *flags, "--",
+        # CMD is this test's script and interpreter and writes its results
+        # in our 0700 directory: root's uid (sandbox_args adds no --runas
+        # under a wrap).
+        cmd = self.topo.sandbox_args("--verbose", "--runas", "0", *flags, "--",
                                      sys.executable, PEER, "guest", "8080",
                                      H4, str(ECHO_PORT), directory, wrap=wrap)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
@@ -203,10 +222,74 @@ class ForwardLimitsTest(unittest.TestCase):
         self.assertEqual(c.get("backend.tcp_end.connect_failed", 0), 0)
         self.assertEqual(c["backend.tcp_flows_opened"], 5)
 
+    def test_stack_clients_cannot_take_the_guests_flows(self):
+        n = 40  # past --max-tcp-flows
+        p, directory, err = self.start("--forward-path=stack",
+                                       "--max-tcp-flows=32", "-t",
+                                       "18080:8080", wrap=SOFT_1024)
+        clients = self.clients()
+        self.assertEqual(clients.ask(f"open 18080 {n}"),
+                         {"opened": n, "errors": []})
+        state = clients.settled(18080)
+        got = self.guest_round(directory, 0)
+        self.assertEqual(got["outbound"], ["ok"] * 5,
+                         f"the guest's own connections failed while it held "
+                         f"{got['held']} forwarded ones (clients: {state})")
+        self.assertEqual(state, {"open": n, "reset": 0, "closed": 0})
+        self.assertEqual(got["held"], n)
+        rc, text = self.stop(p, err)
+        self.assertEqual(rc, 0, text)
+        c = iu.parse_counters(text)
+        self.assertEqual(c["forward.1.accepted"], n)
+        self.assertEqual(c["forward.1.refused_limit"], 0)
+        self.assertEqual(c["backend.tcp_inbound_established"], n)
+        self.assertEqual(c["backend.tcp_refused_flow_limit"], 0)
+        self.assertEqual(c["backend.tcp_refused_inbound_limit"], 0)
+        self.assertEqual(c["backend.tcp_flows_established"], 5)
+
+    def test_stack_clients_cannot_take_the_guests_fds(self):
+        n = 600  # past what a quarter of a limit of 1024 holds
+        p, directory, err = self.start("--forward-path=stack", "-t",
+                                       "18080:8080", wrap=HARD_1024)
+        clients = self.clients()
+        self.assertEqual(clients.ask(f"open 18080 {n}"),
+                         {"opened": n, "errors": []})
+        state = clients.settled(18080)
+        got = self.guest_round(directory, 0)
+        self.assertEqual(got["outbound"], ["ok"] * 5,
+                         f"the guest's own connections failed while it held "
+                         f"{got['held']} forwarded ones (clients: {state})")
+        rc, text = self.stop(p, err)
+        self.assertEqual(rc, 0, text)
+        m = re.search(r"forward connections through the stack: at most "
+                      r"(\d+) of --max-forward-conns 1024", text)
+        self.assertIsNotNone(m, text)
+        fit = int(m.group(1))
+        print(f"  fd reserve through the stack: {fit} connections fit in a "
+              f"hard limit of 1024; {n - fit} of {n} clients reset, the "
+              f"guest's own 5 connections made", file=sys.stderr)
+        self.assertGreater(fit, 0)
+        self.assertLess(fit, n)
+        self.assertEqual(state, {"open": fit, "reset": n - fit, "closed": 0})
+        self.assertEqual(got["held"], fit)
+        c = iu.parse_counters(text)
+        self.assertEqual(c["forward.1.accepted"], fit)
+        self.assertEqual(c["forward.1.refused_limit"], n - fit)
+        self.assertEqual(c["backend.tcp_refused_inbound_limit"], n - fit)
+        self.assertEqual(c.get("backend.tcp_end.connect_failed", 0), 0)
+        self.assertEqual(c["backend.tcp_flows_established"], 5)
+
     def test_the_limits_per_forward_and_in_all(self):
+        self.limits_per_forward_and_in_all("splice")
+
+    def test_the_limits_through_the_stack(self):
+        self.limits_per_forward_and_in_all("stack")
+
+    def limits_per_forward_and_in_all(self, path):
         p, directory, err = self.start(
-            "-t", "18080:8080", "-t", "18081:8080", "--max-forward-conns=30",
-            "--max-conns-per-forward=20", wrap=SOFT_1024)
+            f"--forward-path={path}", "-t", "18080:8080", "-t", "18081:8080",
+            "--max-forward-conns=30", "--max-conns-per-forward=20",
+            wrap=SOFT_1024)
         clients = self.clients()
         self.assertEqual(clients.ask("open 18080 25")["opened"], 25)
         self.assertEqual(clients.settled(18080),
@@ -231,7 +314,11 @@ class ForwardLimitsTest(unittest.TestCase):
                          {"open": 15, "reset": 15, "closed": 0})
         rc, text = self.stop(p, err)
         self.assertEqual(rc, 0, text)
-        self.assertIn("30 spliced forward connections (6 fds each)", text)
+        if path == "splice":
+            self.assertIn("30 spliced forward connections (6 fds each)", text)
+        else:
+            self.assertIn("30 forward connections through the stack (1 fd "
+                          "each)", text)
         c = iu.parse_counters(text)
         self.assertEqual(c["forward.1.accepted"], 20)
         self.assertEqual(c["forward.1.refused_limit"], 5)
@@ -239,6 +326,12 @@ class ForwardLimitsTest(unittest.TestCase):
         self.assertEqual(c["forward.2.refused_limit"], 15)
         for i in (1, 2):
             self.assertEqual(c[f"forward.{i}.accept_errors"], 0)
+            self.assertEqual(c[f"forward.{i}.failed"], 0)
+        if path == "stack":
+            # The forward's own limit resets before the backend sees the
+            # client; the total is the backend's inbound share.
+            self.assertEqual(c["backend.tcp_refused_inbound_limit"], 15)
+            self.assertEqual(c["backend.tcp_refused_flow_limit"], 0)
 
     def test_bad_values_are_usage_errors(self):
         for flag, why in (

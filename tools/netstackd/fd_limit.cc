@@ -63,13 +63,29 @@ FdLimits PlanFdLimits(FdLimits now, uint64_t need, bool may_raise_hard,
   return want;
 }
 
-uint64_t SplicedConnsThatFit(const FdBudget& budget, uint64_t soft) {
-  if (soft >= budget.need()) return budget.spliced_conns;
+namespace {
+
+// Forward connections of `fds_each` that fit in a soft limit of `soft`, at
+// most `want` (SplicedConnsThatFit).
+uint64_t ConnsThatFit(const FdBudget& budget, uint64_t soft, uint64_t want,
+                      uint64_t fds_each) {
+  if (soft >= budget.need()) return want;
   const uint64_t fixed = budget.others + budget.forwards;
   const uint64_t room = soft > fixed ? soft - fixed : 0;
   const uint64_t left = room > budget.flows() ? room - budget.flows() : 0;
   const uint64_t fds = std::max(left, room / 4);
-  return std::min(budget.spliced_conns, fds / FdBudget::kFdsPerSplicedConn);
+  return std::min(want, fds / fds_each);
+}
+
+}  // namespace
+
+uint64_t SplicedConnsThatFit(const FdBudget& budget, uint64_t soft) {
+  return ConnsThatFit(budget, soft, budget.spliced_conns,
+                      FdBudget::kFdsPerSplicedConn);
+}
+
+uint64_t StackConnsThatFit(const FdBudget& budget, uint64_t soft) {
+  return ConnsThatFit(budget, soft, budget.stack_conns, 1);
 }
 
 std::string DescribeFdLimit(FdLimits before, FdLimits after,
@@ -91,21 +107,35 @@ std::string DescribeFdLimit(FdLimits before, FdLimits after,
                          " spliced forward connections (",
                          FdBudget::kFdsPerSplicedConn, " fds each)")
           : std::string(),
+      budget.stack_conns != 0
+          ? absl::StrCat(", ", budget.stack_conns,
+                         " forward connections through the stack (1 fd "
+                         "each)")
+          : std::string(),
       " and ", budget.others, " others");
   if (after.soft >= budget.need()) {
     return absl::StrCat("netstackd: fd limit ", Number(after.soft), " (", was,
                         "; hard ", Number(after.hard), "): room for ", parts,
                         "\n");
   }
-  const std::string spliced =
-      budget.spliced_conns != 0
-          ? absl::StrCat(
-                " The guest's own flows keep their fds: spliced forward "
-                "connections: at most ",
-                SplicedConnsThatFit(budget, after.soft),
-                " of --max-forward-conns ", budget.spliced_conns,
-                "; a client past it is reset (forward.N.refused_limit).")
-          : std::string();
+  // What the forwards' connections get instead (one path or the other).
+  std::string forward_conns;
+  if (budget.spliced_conns != 0) {
+    forward_conns = absl::StrCat(
+        " The guest's own flows keep their fds: spliced forward "
+        "connections: at most ",
+        SplicedConnsThatFit(budget, after.soft), " of --max-forward-conns ",
+        budget.spliced_conns,
+        "; a client past it is reset (forward.N.refused_limit).");
+  } else if (budget.stack_conns != 0) {
+    forward_conns = absl::StrCat(
+        " The guest's own flows keep their fds: forward connections "
+        "through the stack: at most ",
+        StackConnsThatFit(budget, after.soft), " of --max-forward-conns ",
+        budget.stack_conns,
+        "; a client past it is reset (forward.N.refused_limit, "
+        "backend.tcp_refused_inbound_limit).");
+  }
   return absl::StrCat(
       "netstackd: warning: fd limit ", Number(after.soft), " (", was,
       "; hard ", Number(after.hard), ") is below the ", budget.need(),
@@ -114,7 +144,7 @@ std::string DescribeFdLimit(FdLimits before, FdLimits after,
       "Raise the hard limit (ulimit -Hn ", budget.need(),
       " where netstackd is started, LimitNOFILE= in a systemd unit, or run "
       "it as root) or lower --max-tcp-flows.",
-      spliced, "\n");
+      forward_conns, "\n");
 }
 
 std::string RaiseFdLimit(const FdBudget& budget, FdLimits* got) {

@@ -27,8 +27,7 @@ struct FdBudget {
   // 64 leaves room.
   uint64_t others = 64;
   // -t/-u: the listeners, and the UDP forwards' client flows (as many as
-  // --max-udp-flows, shared by every -u). A -t connection through the
-  // stack is a TCP flow.
+  // --max-udp-flows, shared by every -u). -t connections: below.
   uint64_t forwards = 0;
   // Spliced -t connections at once (a namespace guest; --max-forward-conns),
   // kFdsPerSplicedConn each.
@@ -36,13 +35,19 @@ struct FdBudget {
   // The DNS forwarder's queries in flight: a host socket each, UDP or TCP
   // (DnsForwarderOptions::max_pending; none when idle).
   uint64_t dns_queries = 0;
+  // -t connections through the stack at once (a VM, or --forward-path=
+  // stack; --max-forward-conns): the backend's inbound TCP flows, each
+  // holding the client's accepted socket (the guest side is the stack's).
+  // A forward's connections take one path: this or spliced_conns.
+  uint64_t stack_conns = 0;
 
   // The guest's own flows.
   uint64_t flows() const {
     return tcp_flows + udp_flows + ping_flows + dns_queries;
   }
   uint64_t need() const {
-    return flows() + others + forwards + spliced_conns * kFdsPerSplicedConn;
+    return flows() + others + forwards + spliced_conns * kFdsPerSplicedConn +
+           stack_conns;
   }
 };
 
@@ -55,6 +60,10 @@ struct FdBudget {
 // listeners leave, so that a limit short even of the guest's flows does
 // not close every forward.
 uint64_t SplicedConnsThatFit(const FdBudget& budget, uint64_t soft);
+// The same for the connections through the stack (budget.stack_conns, one
+// fd each): the backend's inbound share (BackendLimits::
+// max_inbound_tcp_flows).
+uint64_t StackConnsThatFit(const FdBudget& budget, uint64_t soft);
 
 // RLIMIT_NOFILE as getrlimit gives it; RLIM_INFINITY as UINT64_MAX.
 struct FdLimits {

@@ -153,6 +153,34 @@ TEST(SplicedConnsThatFit, NeverMoreThanAsked) {
   EXPECT_EQ(SplicedConnsThatFit(b, 10), 0u);  // not even the others fit
 }
 
+// Through the stack a connection holds one fd (the client's socket), in
+// the backend's inbound share, which gets what the guest's flows leave
+// as the spliced path does.
+TEST(StackConnsThatFit, OneFdEachAfterTheGuestsFlows) {
+  FdBudget b{4096, 1024, 256, 64};
+  b.forwards = 2;
+  b.stack_conns = 1024;
+  EXPECT_EQ(b.need(), 4096u + 1024 + 256 + 64 + 2 + 1024);
+  EXPECT_EQ(StackConnsThatFit(b, b.need()), 1024u);
+  EXPECT_EQ(SplicedConnsThatFit(b, b.need()), 0u);
+  EXPECT_EQ(StackConnsThatFit(b, 1024), (1024u - 66) / 4);  // 239
+  const std::string line = DescribeFdLimit({1024, 1024}, {1024, 1024}, b);
+  EXPECT_NE(line.find("1024 forward connections through the stack (1 fd "
+                      "each)"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("forward connections through the stack: at most 239 "
+                      "of --max-forward-conns 1024; a client past it is "
+                      "reset (forward.N.refused_limit, "
+                      "backend.tcp_refused_inbound_limit)."),
+            std::string::npos)
+      << line;
+  FdBudget room{300, 100, 12, 64};  // flows 412, others 64
+  room.forwards = 2;
+  room.stack_conns = 1000;
+  EXPECT_EQ(StackConnsThatFit(room, 1024), 1024u - 66 - 412);  // 546
+}
+
 // The real thing, in this process: the soft limit comes down to 64 (an
 // unprivileged change), RaiseFdLimit brings it back up to the need.
 TEST(RaiseFdLimit, RaisesThisProcessesSoftLimit) {

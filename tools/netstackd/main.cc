@@ -182,9 +182,10 @@ ABSL_FLAG(std::vector<std::string>, outbound_bind, {},
           "With --backend: bind host sockets to this source address (one "
           "IPv4 and/or one IPv6; comma-separated or repeated).");
 ABSL_FLAG(int, max_tcp_flows, 4096,
-          "With --backend: TCP flows at once (connecting ones included); "
-          "past it the guest gets RST and backend.tcp_refused_flow_limit "
-          "counts it.");
+          "With --backend: the guest's own TCP flows at once (connecting "
+          "ones included); past it the guest gets RST and "
+          "backend.tcp_refused_flow_limit counts it. -t connections through "
+          "the stack are not among them (--max-forward-conns).");
 ABSL_FLAG(int, busy_syn_rate, 1000,
           "SYNs answered a second while the link is busy (its peer sends "
           "faster than netstackd reads: link.NIC.rx_batch_limit_hits grows), "
@@ -277,11 +278,14 @@ ABSL_FLAG(int, max_forward_conns, 1024,
           "cannot hold them beside the guest's own flows, fewer (the start "
           "line says how many). Past it, or past --max-conns-per-forward, a "
           "new client is reset at once (forward.N.refused_limit). Through "
-          "the stack a connection is a TCP flow (--max-tcp-flows).");
+          "the stack (a VM, or --forward-path=stack) a connection is a "
+          "backend TCP flow holding 1 fd, in a share of its own beside the "
+          "guest's --max-tcp-flows (backend.tcp_refused_inbound_limit).");
 ABSL_FLAG(int, max_conns_per_forward, 512,
-          "Spliced -t connections open at once on one forward (one -t spec, "
-          "or one added through --forward-api), so that clients of one "
-          "published port cannot take every slot of --max-forward-conns.");
+          "-t connections open at once on one forward (one -t spec, or one "
+          "added through --forward-api), spliced or through the stack, so "
+          "that clients of one published port cannot take every slot of "
+          "--max-forward-conns.");
 ABSL_FLAG(std::string, forward_api, "",
           "With --backend: a UNIX socket (mode 0600) at PATH for a JSON-lines "
           "API that adds, lists and removes forwards and reads the counters "
@@ -944,6 +948,9 @@ int Run(const Config& c) {
   // Spliced -t connections at once: --max-forward-conns, or what the fd
   // limit holds beside the guest's own flows.
   uint64_t max_forward_conns = c.max_forward_conns;
+  // -t connections through the stack at once: the backend's inbound TCP
+  // share, the same flag, one fd each (0 when -t is spliced: none come).
+  uint64_t max_inbound_tcp_flows = c.max_forward_conns;
   if (c.backend) {
     // One host fd per flow: the limit must cover the flow limits.
     FdBudget budget;
@@ -966,15 +973,19 @@ int Run(const Config& c) {
       budget.forwards += c.backend->limits.max_udp_flows;
     }
     // A namespace guest's -t connections are spliced (the forward API may
-    // add some later), 6 fds each.
-    if (c.guest != Config::Guest::kNone &&
-        c.forward_path != ForwardPath::kStack &&
-        (tcp_rules || !c.forward_api.empty())) {
-      budget.spliced_conns = c.max_forward_conns;
+    // add some later), 6 fds each; a VM's go through the stack, 1 each.
+    if (tcp_rules || !c.forward_api.empty()) {
+      if (c.guest != Config::Guest::kNone &&
+          c.forward_path != ForwardPath::kStack) {
+        budget.spliced_conns = c.max_forward_conns;
+      } else {
+        budget.stack_conns = c.max_forward_conns;
+      }
     }
     FdLimits limits;
     const std::string line = RaiseFdLimit(budget, &limits);
     max_forward_conns = SplicedConnsThatFit(budget, limits.soft);
+    max_inbound_tcp_flows = StackConnsThatFit(budget, limits.soft);
     if (!c.quiet || absl::StrContains(line, "warning")) {
       std::fputs(line.c_str(), stderr);
     }
@@ -1230,6 +1241,8 @@ int Run(const Config& c) {
   std::unique_ptr<backend::Backend> gateway;
   if (c.backend) {
     backend::BackendConfig bc = *c.backend;
+    bc.limits.max_inbound_tcp_flows =
+        static_cast<uint32_t>(max_inbound_tcp_flows);
     absl::StatusOr<uint64_t> dns_seed = RandomSeed();
     if (!dns_seed.ok()) {
       std::fprintf(stderr, "netstackd: %s\n",

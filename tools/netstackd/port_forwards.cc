@@ -699,14 +699,17 @@ absl::Status PortForwards::Remove(uint64_t id) {
 
 void PortForwards::OnAccept(Forward& f, const ForwardRule& rule, int fd,
                             const transport::SocketAddress& client) {
-  // A spliced connection past a limit is reset now: left in the backlog
-  // it would only wait, and hold back the clients behind it.
-  if (spliced() && (f.counters.active >= options_.max_conns_per_forward ||
-                    spliced_conns_ >= options_.max_conns)) {
+  // A connection past a limit is reset now: left in the backlog it would
+  // only wait, and hold back the clients behind it. Through the stack a
+  // forward's connections are its flows in the backend, and their total
+  // is the backend's inbound share (AdoptInboundTcp refuses past it).
+  const uint64_t active =
+      spliced() ? f.counters.active : f.tcp_stack->active;
+  if (active >= options_.max_conns_per_forward ||
+      (spliced() && spliced_conns_ >= options_.max_conns)) {
     ++f.counters.refused_limit;
     return Reset(fd);
   }
-  ++f.counters.accepted;
   const int one = 1;
   if (rule.unix_path.empty()) {
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -715,6 +718,7 @@ void PortForwards::OnAccept(Forward& f, const ForwardRule& rule, int fd,
     // The family toward the guest's loopback: the client's (a UNIX
     // client: IPv4).
     const bool v4 = rule.unix_path.empty() ? client.ip.is_v4() : true;
+    ++f.counters.accepted;
     ++f.counters.active;
     ++spliced_conns_;
     return StartSplice(f, rule, fd, v4 ? AF_INET : AF_INET6);
@@ -732,10 +736,14 @@ void PortForwards::OnAccept(Forward& f, const ForwardRule& rule, int fd,
   }
   const transport::SocketAddress guest{transport::IpAddress(plan.lease4),
                                        rule.guest_port};
-  if (!options_.backend->AdoptInboundTcp(fd, source, guest, f.tcp_stack)
-           .ok()) {
-    ++f.counters.failed;
+  const absl::Status s =
+      options_.backend->AdoptInboundTcp(fd, source, guest, f.tcp_stack);
+  if (absl::IsResourceExhausted(s)) {  // a flow limit; the client is reset
+    ++f.counters.refused_limit;
+    return;
   }
+  ++f.counters.accepted;
+  if (!s.ok()) ++f.counters.failed;
 }
 
 void PortForwards::StartSplice(Forward& f, const ForwardRule& rule, int fd,

@@ -41,8 +41,10 @@
 // can open them. A client past either limit is accepted and reset at once
 // (forward.N.refused_limit) rather than left in the backlog. netstackd
 // sizes max_conns so that its fd limit holds them beside the guest's own
-// flows (fd_limit.h); through the stack a connection is a backend TCP
-// flow, bounded by --max-tcp-flows.
+// flows (fd_limit.h). Through the stack a connection is a backend TCP
+// flow in the backend's inbound share (BackendLimits::
+// max_inbound_tcp_flows: netstackd gives it max_conns), never the guest's
+// own; max_conns_per_forward applies there too.
 //
 // Removing a forward closes its listeners; connections it accepted run to
 // their end.
@@ -80,8 +82,9 @@ struct ForwardCounters {
   uint64_t spliced_bytes = 0;  // of both, moved through pipes
   uint64_t accept_errors = 0;  // accept() failed (EMFILE, ENFILE, ENOBUFS,
                                // ...): the client waits in the backlog
-  uint64_t refused_limit = 0;  // spliced: reset at once, a connection
-                               // limit reached
+  uint64_t refused_limit = 0;  // reset at once, a connection limit
+                               // reached (through the stack: also the
+                               // backend's inbound share)
   // UDP: datagrams relayed, and those dropped: the client-flow limit
   // (refused), a send that failed (the socket's buffer full, the guest's
   // port closed: ECONNREFUSED), or the guest side's socket not made.
