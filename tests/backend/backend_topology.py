@@ -161,13 +161,18 @@ class BackendTopology:
         netstackd makes the guest's namespace itself). Asserts the
         isolation first, as netstackd() does.
 
-        `runas`: as root (no `wrap`), netstackd runs CMD as nobody unless
+        `runas`: as root (no `wrap` that changes the user), netstackd runs
+        CMD as nobody unless
         told otherwise; most tests' CMDs are this test's own scripts and
         interpreter, in runfiles under /root, so they run CMD as root's
         uid (--runas 0). None: netstackd's default (the sandbox tests)."""
         self.assert_isolated()
+        # A wrap that changes the user (setpriv --reuid) makes netstackd
+        # unprivileged, where --runas does not apply; others (prlimit)
+        # leave it root.
+        as_root = not any(str(w).startswith("--reuid") for w in wrap)
         extra = (("--runas", runas)
-                 if runas is not None and not wrap and "--" in args else ())
+                 if runas is not None and as_root and "--" in args else ())
         return self.in_ns(self.h, *wrap, iu.NETSTACKD,
                           "--dns-upstream", dns_upstream, *extra, *args)
 

@@ -142,9 +142,8 @@ class ForwardLimitsTest(unittest.TestCase):
         os.mkdir(directory)
         err = open(os.path.join(self.tmp, f"err.{tag}"), "w+")
         # CMD is this test's script and interpreter and writes its results
-        # in our 0700 directory: root's uid (sandbox_args adds no --runas
-        # under a wrap).
-        cmd = self.topo.sandbox_args("--verbose", "--runas", "0", *flags, "--",
+        # in our 0700 directory: root's uid (sandbox_args adds --runas 0).
+        cmd = self.topo.sandbox_args("--verbose", *flags, "--",
                                      sys.executable, PEER, "guest", "8080",
                                      H4, str(ECHO_PORT), directory, wrap=wrap)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
