@@ -50,14 +50,7 @@ std::optional<SocketAddress> FromSockaddr(const sockaddr_storage& s,
 }
 
 bool EmbedsIpv4(const IpAddress& ip) {
-  if (!ip.is_v6()) return false;
-  const auto& b = ip.v6().bytes;
-  for (size_t i = 0; i < 10; ++i) {
-    if (b[i] != 0) return false;
-  }
-  if (b[10] == 0xff && b[11] == 0xff) return true;  // mapped
-  if (b[10] != 0 || b[11] != 0) return false;
-  return b[12] != 0 || b[13] != 0 || b[14] != 0 || b[15] > 1;  // compatible
+  return ip.is_v6() && ip.v6().EmbedsIpv4();
 }
 
 absl::StatusOr<int> OpenHostDatagramSocket(transport::Family family,

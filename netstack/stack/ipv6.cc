@@ -35,23 +35,6 @@ const wire::Ipv6Address& AllNodes() {
   return a;
 }
 
-// An IPv4 address inside an IPv6 one: IPv4-mapped ::ffff:a.b.c.d (RFC 4291
-// 2.5.5.2) or the deprecated IPv4-compatible ::a.b.c.d (2.5.5.1), leaving
-// out :: and ::1, which have their own meaning and drop reasons. A host's
-// AF_INET6 socket sends to a mapped address as IPv4, so a gateway that
-// passed one on would let the guest reach the host's IPv4 loopback (or
-// 0.0.0.0, which Linux takes for it) whatever its policy says.
-bool EmbedsIpv4(const wire::Ipv6Address& a) {
-  const auto& b = a.bytes;
-  for (size_t i = 0; i < 10; ++i) {
-    if (b[i] != 0) return false;
-  }
-  if (b[10] == 0xff && b[11] == 0xff) return true;  // mapped
-  if (b[10] != 0 || b[11] != 0) return false;
-  // Compatible: anything but ::0.0.0.0 and ::0.0.0.1.
-  return b[12] != 0 || b[13] != 0 || b[14] != 0 || b[15] > 1;
-}
-
 }  // namespace
 
 bool Stack::IsOurIpv6(const Nic& nic, const wire::Ipv6Address& a) const {
@@ -99,7 +82,7 @@ bool Stack::GatewaySourceOk(const Nic& nic,
 bool Stack::GatewayForwards(const Nic& nic,
                             const wire::Ipv6Address& dst) const {
   return !dst.IsMulticast() && !dst.IsLinkLocal() && !dst.IsZero() &&
-         dst != Loopback6() && !EmbedsIpv4(dst) &&
+         dst != Loopback6() && !dst.EmbedsIpv4() &&
          !(nic.gateway->guest6_prefix &&
            nic.gateway->guest6_prefix->Contains(dst) && !IsOurIpv6(nic, dst));
 }
@@ -166,7 +149,7 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
     return Drop(DropReason::kSpoofedSource);
   }
   const bool ours = AcceptsIpv6(nic, ip.dst);
-  if (!ours && nic.gateway && EmbedsIpv4(ip.dst)) {
+  if (!ours && nic.gateway && ip.dst.EmbedsIpv4()) {
     // Before any transport, so that none of them (TCP, UDP, ping) needs
     // its own check; named apart from not-for-us, as it is an attempt.
     return Drop(DropReason::kIpv6MappedDestination);

@@ -89,6 +89,23 @@ struct Ipv6Address : internal::Octets<16, internal::Ipv6Tag> {
   bool IsLinkLocal() const {
     return bytes[0] == 0xfe && (bytes[1] & 0xc0) == 0x80;
   }
+  // An IPv4 address inside this one: IPv4-mapped ::ffff:a.b.c.d (RFC 4291
+  // 2.5.5.2) or the deprecated IPv4-compatible ::a.b.c.d (2.5.5.1),
+  // leaving out :: and ::1, which have their own meaning. A host's
+  // AF_INET6 socket without IPV6_V6ONLY sends to a mapped address as
+  // IPv4: a gateway that passed one on would let a guest reach the host's
+  // IPv4 loopback (or 0.0.0.0, which Linux takes for it) whatever its
+  // policy says.
+  bool EmbedsIpv4() const {
+    for (size_t i = 0; i < 10; ++i) {
+      if (bytes[i] != 0) return false;
+    }
+    if (bytes[10] == 0xff && bytes[11] == 0xff) return true;  // mapped
+    if (bytes[10] != 0 || bytes[11] != 0) return false;
+    // Compatible: anything but ::0.0.0.0 and ::0.0.0.1.
+    return bytes[12] != 0 || bytes[13] != 0 || bytes[14] != 0 ||
+           bytes[15] > 1;
+  }
   // RFC 5952 text form ("fe80::1").
   std::string ToString() const;
   static std::optional<Ipv6Address> Parse(std::string_view text);

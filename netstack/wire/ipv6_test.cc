@@ -53,6 +53,21 @@ WireError ParseIpv6(std::span<const uint8_t> b) {
 
 // --- Fixed header -----------------------------------------------------------
 
+TEST(Ipv6AddressTest, EmbedsIpv4) {
+  auto embeds = [](const char* text) {
+    return Ipv6Address::Parse(text)->EmbedsIpv4();
+  };
+  EXPECT_TRUE(embeds("::ffff:127.0.0.1"));  // mapped
+  EXPECT_TRUE(embeds("::ffff:0.0.0.0"));
+  EXPECT_TRUE(embeds("::7f00:1"));          // compatible 127.0.0.1
+  EXPECT_TRUE(embeds("::0.0.0.2"));
+  EXPECT_FALSE(embeds("::"));               // their own meanings
+  EXPECT_FALSE(embeds("::1"));
+  EXPECT_FALSE(embeds("::fffe:7f00:1"));
+  EXPECT_FALSE(embeds("64:ff9b::7f00:1"));  // NAT64 is forwarded
+  EXPECT_FALSE(embeds("2001:db8::1"));
+}
+
 TEST(Ipv6Test, ParseSyn) {
   Ipv6Packet p(kSyn);
   ASSERT_EQ(p.Check(), WireError::kOk);
