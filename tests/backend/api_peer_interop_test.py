@@ -28,11 +28,10 @@ import time
 import unittest
 
 from tests.backend.backend_topology import BackendTopology
+from tests.backend.sandbox_util import (NOBODY, SYSTEM_PYTHON as PYTHON,
+                                        TunMode, netstackd_copy)
 from tests.interop import interop_util as iu
 
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-# An interpreter every user may run (this test's own may live under /root).
-PYTHON = "/usr/bin/python3"
 
 # CMD: one connection per request; what came back on each.
 CMD = r"""
@@ -101,10 +100,7 @@ class ApiPeerTest(unittest.TestCase):
         os.chmod(cls.tmp, 0o755)
         try:
             cls.topo.setup()
-            # A copy that uid 65534 may run (the runfiles are under /root).
-            cls.netstackd = os.path.join(cls.tmp, "netstackd")
-            shutil.copy(iu.NETSTACKD, cls.netstackd)
-            os.chmod(cls.netstackd, 0o755)
+            cls.netstackd = netstackd_copy(cls.tmp)
         except BaseException:
             cls.topo.close()
             raise
@@ -208,12 +204,8 @@ class ApiPeerTest(unittest.TestCase):
         self.check_cmd_is_refused("root", (), 0)
 
     def test_cmd_is_refused_as_an_unprivileged_user(self):
-        mode = os.stat("/dev/net/tun").st_mode & 0o7777
-        os.chmod("/dev/net/tun", 0o666)
-        try:
+        with TunMode():
             self.check_cmd_is_refused("uid 65534", NOBODY, 65534)
-        finally:
-            os.chmod("/dev/net/tun", mode)
 
 
 if __name__ == "__main__":

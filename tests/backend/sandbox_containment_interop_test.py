@@ -38,11 +38,10 @@ import time
 import unittest
 
 from tests.backend.backend_topology import BackendTopology
+from tests.backend.sandbox_util import (NOBODY, SYSTEM_PYTHON as PY, TunMode,
+                                        namespaces_of, netstackd_copy)
 from tests.interop import interop_util as iu
 
-# The system python: uid 65534 may run it (pyenv's is under /root).
-PY = "/usr/bin/python3"
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 # CMD's side of finding 1 and 4: unmount /proc, look for netstackd (by
 # the path of this test's copy) and for pid 1, and try to open what would
@@ -117,35 +116,6 @@ print("SIGINTS", n, flush=True)
 '''
 
 
-def our_namespaces(tags):
-    """The network namespaces that hold a process whose command line has
-    one of `tags`."""
-    found = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().decode(errors="replace")
-            ns = os.readlink(f"/proc/{pid}/ns/net")
-        except OSError:
-            continue
-        if any(t in cmdline for t in tags):
-            found.add(ns)
-    return found
-
-
-class Tun0666:
-    """/dev/net/tun at 0666 for uid 65534's runs, restored after."""
-
-    def __enter__(self):
-        self.mode = os.stat("/dev/net/tun").st_mode & 0o7777
-        os.chmod("/dev/net/tun", 0o666)
-
-    def __exit__(self, *exc):
-        os.chmod("/dev/net/tun", self.mode)
-
-
 class SandboxContainmentTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -159,10 +129,7 @@ class SandboxContainmentTest(unittest.TestCase):
         os.chmod(cls.tmp, 0o755)
         try:
             cls.topo.setup()
-            # A copy that uid 65534 may run (the runfiles are under /root).
-            cls.netstackd = os.path.join(cls.tmp, "netstackd")
-            shutil.copy(iu.NETSTACKD, cls.netstackd)
-            os.chmod(cls.netstackd, 0o755)
+            cls.netstackd = netstackd_copy(cls.tmp)
             for name, text in (("attack.py", ATTACK), ("tiocsti.py", TIOCSTI),
                                ("sigint.py", SIGINT_COUNT)):
                 path = os.path.join(cls.tmp, name)
@@ -195,7 +162,7 @@ class SandboxContainmentTest(unittest.TestCase):
                     f"-{os.getpid()}-" not in point):
                 continue  # other tests' namespaces come and go
             points[point] = points.get(point, 0) + 1
-        return {"netns": our_namespaces((self.tmp,)), "mounts": points}
+        return {"netns": namespaces_of((self.tmp,)), "mounts": points}
 
     def assert_nothing_left(self, before):
         self.assertTrue(iu.wait_for(
@@ -235,7 +202,7 @@ class SandboxContainmentTest(unittest.TestCase):
         self.assertIn("netstackd pids [1]\n", p.stdout)
 
     def test_cmd_cannot_open_netstackd_memory_unprivileged(self):
-        with Tun0666():
+        with TunMode():
             p = self.run_cmd(PY, self.script("attack.py"),
                              self.netstackd, "umount", wrap=NOBODY)
         print(p.stdout, file=sys.stderr)
@@ -252,7 +219,7 @@ class SandboxContainmentTest(unittest.TestCase):
         the PID namespace they share."""
         h = self.topo.h
         before = self.snapshot()
-        with Tun0666():
+        with TunMode():
             target = subprocess.Popen(self.topo.in_ns(
                 h, *NOBODY, "unshare", "-Urn", "sleep", "60"))
             nd = None
@@ -394,7 +361,7 @@ class SandboxContainmentTest(unittest.TestCase):
                 ("root", (), True), ("uid 65534", NOBODY, True),
                 ("root, stdin /dev/null", (), False),
                 ("uid 65534, stdin /dev/null", NOBODY, False)):
-            with Tun0666():
+            with TunMode():
                 rc, out, pending = self.run_on_pty(
                     [PY, self.script("tiocsti.py")], wrap=wrap,
                     stdin_tty=stdin_tty)
@@ -587,7 +554,7 @@ class SandboxContainmentTest(unittest.TestCase):
                 f"{PY} -c \"import socket; s = socket.socket(socket.AF_UNIX);"
                 f" s.bind('{api}')\" 2>/dev/null && echo BOUND; "
                 "echo tried")
-            with Tun0666():
+            with TunMode():
                 before = self.snapshot()
                 p = subprocess.Popen(
                     self.args("--forward-api", api, "--", "sh", "-c",
@@ -666,6 +633,28 @@ class SandboxContainmentTest(unittest.TestCase):
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         self.assert_nothing_left(before)
         return p
+
+    def test_no_proc_of_its_own_refuses_the_start(self):
+        """Review finding 1's third part: where a user namespace may not
+        mount a proc of its own (the host's /proc has a mount over part of
+        it, as in some containers: the kernel's mnt_too_revealing), CMD
+        would keep the host's /proc, netstackd in it. netstackd used to
+        start CMD anyway with a --verbose note; now it refuses, and says
+        why. Run as uid 65534, whose CMD's user namespace is the one that
+        cannot mount."""
+        before = self.snapshot()
+        nd = self.args("--", "true", wrap=NOBODY)
+        i = nd.index(NOBODY[0])
+        cmd = nd[:i] + ["unshare", "--mount", "--propagation", "private",
+                        "sh", "-c", "mount -t tmpfs tmpfs /proc/sys && "
+                        "exec \"$@\"", "sh"] + nd[i:]
+        with TunMode():
+            p = subprocess.run(cmd, capture_output=True, text=True,
+                               timeout=60)
+        self.assert_nothing_left(before)
+        print(f"exit {p.returncode}: {p.stderr}", file=sys.stderr)
+        self.assertEqual(p.returncode, 126, p.stderr)
+        self.assertIn("mount a /proc of CMD's PID namespace", p.stderr)
 
     def test_missing_resolv_conf(self):
         for label, setup in (

@@ -26,33 +26,14 @@ import time
 import unittest
 
 from tests.backend.backend_topology import H4, H6, BackendTopology
+from tests.backend.sandbox_util import (NOBODY, TunMode, namespaces_of,
+                                        netstackd_copy)
 from tests.interop import interop_util as iu
 
 DNSMASQ = "127.0.0.53"
 PORT = 8080
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 USERNS_OFF = [sys.executable, os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "userns_off.py")]
-
-
-def net_namespaces(tags):
-    """The network namespaces that hold a process of this test's: one whose
-    command line has one of `tags` (this test's netstackd copy, its CMD
-    markers). Other tests on the machine make namespaces of their own at
-    the same time; a machine-wide count would see theirs."""
-    found = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().decode(errors="replace")
-            ns = os.readlink(f"/proc/{pid}/ns/net")
-        except OSError:
-            continue  # gone meanwhile, or a kernel thread
-        if any(t in cmdline for t in tags):
-            found.add(ns)
-    return found
 
 
 class SandboxRunnerTest(unittest.TestCase):
@@ -87,10 +68,7 @@ class SandboxRunnerTest(unittest.TestCase):
                 h, "curl", "-s", "-o", "/dev/null", f"http://{H4}:{PORT}/file"),
                 check=False).returncode == 0, timeout=10)
             assert ok, "H's HTTP server did not come up"
-            # A copy that uid 65534 may run (the runfiles are under /root).
-            cls.netstackd = os.path.join(cls.tmp, "netstackd")
-            shutil.copy(iu.NETSTACKD, cls.netstackd)
-            os.chmod(cls.netstackd, 0o755)
+            cls.netstackd = netstackd_copy(cls.tmp)
         except BaseException:
             cls.topo.close()
             raise
@@ -108,7 +86,7 @@ class SandboxRunnerTest(unittest.TestCase):
 
     def snapshot(self):
         return {
-            "netns": net_namespaces((self.tmp, f"nstsandbox{os.getpid()}")),
+            "netns": namespaces_of((self.tmp, f"nstsandbox{os.getpid()}")),
             "resolv": set(glob.glob("/tmp/netstackd-resolv.*")),
             "mounts": iu.run(*self.topo.in_ns(self.topo.h, "cat",
                                               "/proc/self/mountinfo")).stdout,
@@ -182,32 +160,20 @@ class SandboxRunnerTest(unittest.TestCase):
         self.reach_host()
 
     def test_unprivileged_user_reaches_http_and_dns_by_name(self):
-        mode = os.stat("/dev/net/tun").st_mode & 0o7777
-        os.chmod("/dev/net/tun", 0o666)
-        try:
+        with TunMode():
             self.reach_host(wrap=NOBODY)
-        finally:
-            os.chmod("/dev/net/tun", mode)
 
     def test_unprivileged_with_tun_0600_says_what_is_wrong(self):
-        mode = os.stat("/dev/net/tun").st_mode & 0o7777
-        os.chmod("/dev/net/tun", 0o600)
-        try:
+        with TunMode(0o600):
             p = self.run_sandbox("exit 0", wrap=NOBODY)
-        finally:
-            os.chmod("/dev/net/tun", mode)
         self.assertEqual(p.returncode, 1)
         self.assertIn("open /dev/net/tun: Permission denied (its mode is 0600)",
                       p.stderr)
 
     def test_unprivileged_where_user_namespaces_are_off_says_so(self):
         # uid 65534 in a user namespace whose max_user_namespaces is 0.
-        mode = os.stat("/dev/net/tun").st_mode & 0o7777
-        os.chmod("/dev/net/tun", 0o666)
-        try:
+        with TunMode():
             p = self.run_sandbox("exit 0", wrap=USERNS_OFF)
-        finally:
-            os.chmod("/dev/net/tun", mode)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("user.max_user_namespaces = 0", p.stderr)
         self.assertIn("run netstackd as root, or allow user namespaces",
@@ -258,12 +224,8 @@ class SandboxRunnerTest(unittest.TestCase):
         # --config=asan runs set ASAN_OPTIONS for every test.
         want_root = ["proc"] if "ASAN_OPTIONS" in os.environ else []
         zero = "0000000000000000"
-        mode = os.stat("/dev/net/tun").st_mode & 0o7777
-        os.chmod("/dev/net/tun", 0o666)  # for uid 65534, as above
-        try:
+        with TunMode():  # for uid 65534, as above
             self.check_confined(want_root, zero)
-        finally:
-            os.chmod("/dev/net/tun", mode)
 
     def check_confined(self, want_root, zero):
         for label, wrap in (("root", ()), ("uid 65534", NOBODY)):
@@ -360,14 +322,10 @@ class SandboxRunnerTest(unittest.TestCase):
         init exits. CMD is pid 2 there and sees that namespace in its
         /proc (a proc of its own, mounted in its mount namespace)."""
         own_pidns = os.readlink("/proc/self/ns/pid")
-        mode = os.stat("/dev/net/tun").st_mode & 0o7777
-        os.chmod("/dev/net/tun", 0o666)  # for uid 65534, as above
-        try:
+        with TunMode():  # for uid 65534, as above
             for label, wrap in (("root", ()), ("uid 65534", NOBODY)):
                 for end in ("exit", "SIGTERM"):
                     self.check_background_child(label, wrap, end, own_pidns)
-        finally:
-            os.chmod("/dev/net/tun", mode)
 
     def check_background_child(self, label, wrap, end, own_pidns):
         what = f"{label}, CMD ends by {end}"
