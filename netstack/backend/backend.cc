@@ -170,7 +170,6 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
     dopt.upstreams = *std::move(rc);
   }
   dopt.bind = bind;
-  dopt.seed = b->config_.seed;
   auto dns = DnsForwarder::Create(udp, &tcp, chunks, loop, dopt);
   if (!dns.ok()) return dns.status();
   b->dns_ = *std::move(dns);

@@ -133,8 +133,6 @@ struct BackendConfig {
   AddressPlan plan = AddressPlan::Default();
   BackendPolicy policy;
   BackendLimits limits;
-  // The DNS forwarder's query ids.
-  uint64_t seed = 0;
 };
 
 // Why a TCP flow ended, or why it never started.

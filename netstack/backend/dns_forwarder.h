@@ -95,9 +95,8 @@ struct DnsForwarderOptions {
   // Guest TCP connections at once; also TCP connections upstream at once.
   size_t max_tcp_clients = 64;
   bool tcp = true;  // listen on TCP too (needs a TcpLayer)
-  // Unused: query ids come from getrandom (review 2026-12-06, finding 10).
-  // Backend still sets it from BackendConfig::seed; both can go.
-  uint64_t seed = 0;
+  // Query ids come from getrandom, never from a seed (review 2026-12-06,
+  // finding 10).
 };
 
 // X(field, "name")

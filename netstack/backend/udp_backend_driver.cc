@@ -121,7 +121,6 @@ int Run(const Args& a) {
     if (!u.ok()) return Fail(std::string(u.status().message()));
     dopt.upstreams.push_back(*u);
   }
-  dopt.seed = 0xd25;
   std::unique_ptr<DnsForwarder> dns;
   if (!dopt.listen.empty()) {
     auto d = DnsForwarder::Create(udp, &tcp, chunks, loop, dopt);

@@ -1243,13 +1243,6 @@ int Run(const Config& c) {
     backend::BackendConfig bc = *c.backend;
     bc.limits.max_inbound_tcp_flows =
         static_cast<uint32_t>(max_inbound_tcp_flows);
-    absl::StatusOr<uint64_t> dns_seed = RandomSeed();
-    if (!dns_seed.ok()) {
-      std::fprintf(stderr, "netstackd: %s\n",
-                   std::string(dns_seed.status().message()).c_str());
-      return 1;
-    }
-    bc.seed = *dns_seed;
     auto b = backend::Backend::Create(bc, st, *nic, tcp, udp, loop, chunks,
                                       packets);
     if (!b.ok()) {
