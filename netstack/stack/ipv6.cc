@@ -149,14 +149,14 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
     return Drop(DropReason::kSpoofedSource);
   }
   const bool ours = AcceptsIpv6(nic, ip.dst);
-  if (!ours && nic.gateway && ip.dst.EmbedsIpv4()) {
-    // Before any transport, so that none of them (TCP, UDP, ping) needs
-    // its own check; named apart from not-for-us, as it is an attempt.
-    return Drop(DropReason::kIpv6MappedDestination);
-  }
   if (!ours && !(nic.gateway && GatewayForwards(nic, ip.dst))) {
+    // GatewayForwards refuses IPv4-mapped and -compatible destinations
+    // before any transport, so that none of them (TCP, UDP, ping) needs
+    // its own check; named apart from not-for-us, as it is an attempt.
     return Drop(ip.dst.IsMulticast() ? DropReason::kIpv6MulticastNotJoined
-                                     : DropReason::kIpv6NotForUs);
+                : nic.gateway && ip.dst.EmbedsIpv4()
+                    ? DropReason::kIpv6MappedDestination
+                    : DropReason::kIpv6NotForUs);
   }
   if (link_multicast && !ip.dst.IsMulticast()) {
     return Drop(DropReason::kIpv6LinkMulticast);
