@@ -4,11 +4,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tools/netstackd/forward_spec.h"
+#include "netstack/runtime/forward_spec.h"
 #include "tools/netstackd/counter_json.h"
 #include "tools/tcp_benchmark/json.h"
 
 namespace netstack::tools {
+
+using runtime::ForwardCounters;
+using runtime::ForwardInfo;
+using runtime::ParseForwardSpec;
+using runtime::PortForwards;
+
 namespace {
 
 using bench::JsonValue;

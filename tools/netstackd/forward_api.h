@@ -53,9 +53,9 @@
 
 #include "absl/status/statusor.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/runtime/port_forwards.h"
 #include "tools/netstackd/json_lines_server.h"
 #include "tools/netstackd/pid_namespace_fence.h"
-#include "tools/netstackd/port_forwards.h"
 
 namespace netstack::tools {
 
@@ -77,7 +77,7 @@ class ForwardApi {
 
   // `counters` returns the "name value" lines SIGUSR1 prints.
   static absl::StatusOr<std::unique_ptr<ForwardApi>> Create(
-      eventloop::EventLoop& loop, PortForwards& forwards,
+      eventloop::EventLoop& loop, runtime::PortForwards& forwards,
       std::function<std::string()> counters, const std::string& path);
   ForwardApi(const ForwardApi&) = delete;
   ForwardApi& operator=(const ForwardApi&) = delete;
@@ -100,9 +100,10 @@ class ForwardApi {
   std::string FormatCounters() const;
 
  private:
-  ForwardApi(PortForwards& forwards, std::function<std::string()> counters);
+  ForwardApi(runtime::PortForwards& forwards,
+             std::function<std::string()> counters);
 
-  PortForwards& forwards_;
+  runtime::PortForwards& forwards_;
   std::function<std::string()> counter_text_;
   ForwardApiCounters counters_;  // requests and errors; the server counts
                                  // connections

@@ -16,10 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "netstack/eventloop/event_loop.h"
-#include "tools/netstackd/port_forwards.h"
+#include "netstack/runtime/port_forwards.h"
 #include "tools/tcp_benchmark/json.h"
 
 namespace netstack::tools {
+
+using runtime::PortForwards;
+
 namespace {
 
 using bench::JsonValue;

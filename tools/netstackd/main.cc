@@ -55,14 +55,14 @@
 #include "netstack/transport/notifier.h"
 #include "netstack/udp/udp_layer.h"
 #include "tools/common/cli.h"
-#include "tools/common/link_chain.h"
-#include "tools/common/stack_runtime.h"
-#include "tools/netstackd/fd_limit.h"
+#include "netstack/runtime/link_chain.h"
+#include "netstack/runtime/stack_runtime.h"
+#include "netstack/runtime/fd_limit.h"
 #include "tools/netstackd/control_api.h"
 #include "tools/netstackd/forward_api.h"
 #include "link/netns_sockets.h"
 #include "tools/netstackd/least_privilege.h"
-#include "tools/netstackd/port_forwards.h"
+#include "netstack/runtime/port_forwards.h"
 #include "tools/netstackd/rtnl.h"
 #include "tools/netstackd/sandbox.h"
 #include "tools/netstackd/services/discard_service.h"
@@ -311,6 +311,23 @@ ABSL_FLAG(bool, verbose, false,
           "(otherwise netstackd is silent but for errors).");
 
 namespace netstack::tools {
+
+using runtime::DecorateLink;
+using runtime::FdBudget;
+using runtime::FdLimits;
+using runtime::ForwardPath;
+using runtime::ForwardRule;
+using runtime::HostLinkOptions;
+using runtime::LinkDecorators;
+using runtime::OpenHostLink;
+using runtime::ParseForwardSpec;
+using runtime::PortForwards;
+using runtime::RaiseFdLimit;
+using runtime::TransportPoller;
+using runtime::SplicedConnsThatFit;
+using runtime::StackConnsThatFit;
+using runtime::RandomSeed;
+
 namespace {
 
 struct Config {

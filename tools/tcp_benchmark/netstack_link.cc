@@ -7,10 +7,16 @@
 #include "absl/strings/str_cat.h"
 #include "link/gso_endpoint.h"
 #include "netstack/stack/route_table.h"
-#include "tools/common/link_chain.h"
+#include "netstack/runtime/link_chain.h"
 #include "tools/tcp_benchmark/flags.h"
 
 namespace netstack::tools::bench {
+
+using runtime::DecorateLink;
+using runtime::HostLinkOptions;
+using runtime::LinkDecorators;
+using runtime::OpenHostLink;
+
 namespace {
 
 absl::Status Usage(std::string message) {

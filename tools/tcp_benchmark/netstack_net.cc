@@ -18,11 +18,15 @@
 #include "netstack/tcp/tcp_socket.h"
 #include "netstack/transport/errors.h"
 #include "netstack/transport/notifier.h"
-#include "tools/common/stack_runtime.h"
+#include "netstack/runtime/stack_runtime.h"
 #include "tools/tcp_benchmark/flags.h"
 #include "tools/tcp_benchmark/netstack_link.h"
 
 namespace netstack::tools::bench {
+
+using runtime::TransportPoller;
+using runtime::RandomSeed;
+
 namespace {
 
 // Bulk data is sent as views of one chunk filled once; each SendBulk
@@ -153,7 +157,7 @@ class NetstackNetImpl final : public Net {
   std::unique_ptr<eventloop::EventLoop> loop_;
   std::unique_ptr<eventloop::PollerRef<stack::Stack>> stack_poller_;
   std::unique_ptr<eventloop::PollerRef<link::LinkEndpoint>> link_poller_;
-  std::unique_ptr<tools::TransportPoller> transport_poller_;
+  std::unique_ptr<TransportPoller> transport_poller_;
   buffer::PayloadView filler_;
 };
 
@@ -265,7 +269,7 @@ absl::Status NetstackNetImpl::Start() {
                                           packets_);
   if (absl::Status s = link_->Configure(*stack_); !s.ok()) return s;
 
-  absl::StatusOr<uint64_t> seed = tools::RandomSeed();
+  absl::StatusOr<uint64_t> seed = RandomSeed();
   if (!seed.ok()) return seed.status();
   tcp::TcpLayerOptions tcp_options;
   tcp_options.seed = *seed;
@@ -286,7 +290,7 @@ absl::Status NetstackNetImpl::Start() {
   link_poller_ = std::make_unique<eventloop::PollerRef<link::LinkEndpoint>>(
       &link_->link());
   transport_poller_ =
-      std::make_unique<tools::TransportPoller>(*tcp_, notifier_);
+      std::make_unique<TransportPoller>(*tcp_, notifier_);
   loop_->AddPoller(stack_poller_.get());
   loop_->AddPoller(link_poller_.get());
   loop_->AddPoller(transport_poller_.get());

@@ -48,8 +48,8 @@
 //
 // Removing a forward closes its listeners; connections it accepted run to
 // their end.
-#ifndef TOOLS_NETSTACKD_PORT_FORWARDS_H_
-#define TOOLS_NETSTACKD_PORT_FORWARDS_H_
+#ifndef NETSTACK_RUNTIME_PORT_FORWARDS_H_
+#define NETSTACK_RUNTIME_PORT_FORWARDS_H_
 
 #include <cstdint>
 #include <map>
@@ -66,9 +66,9 @@
 #include "netstack/eventloop/event_loop.h"
 #include "netstack/forward/relay.h"
 #include "netstack/transport/address.h"
-#include "tools/netstackd/forward_spec.h"
+#include "netstack/runtime/forward_spec.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 
 enum class ForwardPath { kAuto, kSplice, kStack };
 
@@ -216,6 +216,6 @@ class PortForwards {
   // until those end; then they are dropped.
 };
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime
 
-#endif  // TOOLS_NETSTACKD_PORT_FORWARDS_H_
+#endif  // NETSTACK_RUNTIME_PORT_FORWARDS_H_

@@ -1,4 +1,4 @@
-#include "tools/netstackd/fd_limit.h"
+#include "netstack/runtime/fd_limit.h"
 
 #include <sys/resource.h>
 
@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 namespace {
 
 constexpr uint64_t kNrOpen = 1048576;
@@ -203,4 +203,4 @@ TEST(RaiseFdLimit, RaisesThisProcessesSoftLimit) {
 }
 
 }  // namespace
-}  // namespace netstack::tools
+}  // namespace netstack::runtime

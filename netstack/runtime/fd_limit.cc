@@ -1,4 +1,4 @@
-#include "tools/netstackd/fd_limit.h"
+#include "netstack/runtime/fd_limit.h"
 
 #include <sys/resource.h>
 
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 namespace {
 
 constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
@@ -168,4 +168,4 @@ std::string RaiseFdLimit(const FdBudget& budget, FdLimits* got) {
   return DescribeFdLimit(before, after, budget);
 }
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime

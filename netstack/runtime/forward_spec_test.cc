@@ -1,8 +1,8 @@
-#include "tools/netstackd/forward_spec.h"
+#include "netstack/runtime/forward_spec.h"
 
 #include "gtest/gtest.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 namespace {
 
 std::vector<ForwardRule> Rules(std::string_view spec, bool udp = false) {
@@ -98,4 +98,4 @@ TEST(ParseForwardSpec, BadSpecsSayWhatIsWrong) {
 }
 
 }  // namespace
-}  // namespace netstack::tools
+}  // namespace netstack::runtime

@@ -1,4 +1,4 @@
-#include "tools/common/stack_runtime.h"
+#include "netstack/runtime/stack_runtime.h"
 
 #include <sys/random.h>
 
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 
 absl::StatusOr<uint64_t> RandomSeed() {
   uint64_t seed = 0;
@@ -25,4 +25,4 @@ absl::StatusOr<uint64_t> RandomSeed() {
   return seed;
 }
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime

@@ -4,7 +4,7 @@
 // clients past the connection limits are reset, a UDP forward's port
 // cannot be shared by another socket, and a full table of UDP client
 // flows makes room for a new client.
-#include "tools/netstackd/port_forwards.h"
+#include "netstack/runtime/port_forwards.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 namespace {
 
 uint16_t BoundPort(int fd) {
@@ -508,4 +508,4 @@ TEST_F(PortForwardsUdpTable, AnUnansweredFlowClosesAfter30Seconds) {
 }
 
 }  // namespace
-}  // namespace netstack::tools
+}  // namespace netstack::runtime

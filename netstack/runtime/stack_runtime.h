@@ -1,8 +1,8 @@
 // What every tool that runs a netstack Stack with a TCP layer on an
 // EventLoop needs: unguessable keys, and a poller that keeps the loop
 // awake for the TCP layer.
-#ifndef TOOLS_COMMON_STACK_RUNTIME_H_
-#define TOOLS_COMMON_STACK_RUNTIME_H_
+#ifndef NETSTACK_RUNTIME_STACK_RUNTIME_H_
+#define NETSTACK_RUNTIME_STACK_RUNTIME_H_
 
 #include <cstdint>
 
@@ -11,7 +11,7 @@
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/notifier.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 
 // 64 random bits from the kernel (getrandom), for the TCP layer's ISN and
 // SYN-cookie keys and the UDP layer's ephemeral ports, which must not be
@@ -36,6 +36,6 @@ class TransportPoller : public eventloop::Poller {
   const transport::Notifier& notifier_;
 };
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime
 
-#endif  // TOOLS_COMMON_STACK_RUNTIME_H_
+#endif  // NETSTACK_RUNTIME_STACK_RUNTIME_H_

@@ -1,4 +1,4 @@
-#include "tools/common/link_chain.h"
+#include "netstack/runtime/link_chain.h"
 
 #include <utility>
 
@@ -8,7 +8,7 @@
 #include "link/sniffer_endpoint.h"
 #include "link/tap_endpoint.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 namespace {
 
 // (Debian's Abseil: StrCat takes no std::string_view.)
@@ -102,4 +102,4 @@ absl::StatusOr<LinkChain> DecorateLink(std::unique_ptr<link::LinkEndpoint> host,
   return chain;
 }
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime

@@ -1,4 +1,4 @@
-#include "tools/netstackd/port_forwards.h"
+#include "netstack/runtime/port_forwards.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,7 +19,7 @@
 #include "netstack/backend/udp_host_socket.h"
 #include "netstack/base/dcheck.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 namespace {
 
 using link::ErrnoStatus;
@@ -889,4 +889,4 @@ std::string PortForwards::FormatCounters() const {
   return out;
 }
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime

@@ -8,8 +8,8 @@
 // Without GUEST_PORT each host port goes to the same guest port. A guest
 // range must be as long as the host range; a single GUEST_PORT with a host
 // range is where the guest range starts ("8000-8009:9000" is 9000-9009).
-#ifndef TOOLS_NETSTACKD_FORWARD_SPEC_H_
-#define TOOLS_NETSTACKD_FORWARD_SPEC_H_
+#ifndef NETSTACK_RUNTIME_FORWARD_SPEC_H_
+#define NETSTACK_RUNTIME_FORWARD_SPEC_H_
 
 #include <cstdint>
 #include <optional>
@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "netstack/transport/address.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 
 // One host port to one guest port.
 struct ForwardRule {
@@ -43,6 +43,6 @@ inline constexpr uint32_t kMaxForwardRange = 1024;
 absl::StatusOr<std::vector<ForwardRule>> ParseForwardSpec(bool udp,
                                                           std::string_view spec);
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime
 
-#endif  // TOOLS_NETSTACKD_FORWARD_SPEC_H_
+#endif  // NETSTACK_RUNTIME_FORWARD_SPEC_H_

@@ -1,10 +1,10 @@
-#include "tools/netstackd/forward_spec.h"
+#include "netstack/runtime/forward_spec.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "netstack/wire/address.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 namespace {
 
 absl::Status Bad(const std::string& why) {
@@ -124,4 +124,4 @@ absl::StatusOr<std::vector<ForwardRule>> ParseForwardSpec(
   return out;
 }
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime

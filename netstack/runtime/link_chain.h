@@ -8,8 +8,8 @@
 // sits right under the stack so that the faults and the pcap see wire
 // packets. With host GSO the host endpoint writes super-segments whole
 // (virtio-net header) and there is no splitter.
-#ifndef TOOLS_COMMON_LINK_CHAIN_H_
-#define TOOLS_COMMON_LINK_CHAIN_H_
+#ifndef NETSTACK_RUNTIME_LINK_CHAIN_H_
+#define NETSTACK_RUNTIME_LINK_CHAIN_H_
 
 #include <cstdint>
 #include <memory>
@@ -25,7 +25,7 @@
 #include "netstack/link/link_endpoint.h"
 #include "netstack/wire/address.h"
 
-namespace netstack::tools {
+namespace netstack::runtime {
 
 // The host side: exactly one of `packet_interface`, `tap_name` and
 // `tap_fd`.
@@ -73,6 +73,6 @@ absl::StatusOr<LinkChain> DecorateLink(std::unique_ptr<link::LinkEndpoint> host,
                                        buffer::ChunkPool& chunks,
                                        buffer::PacketPool& packets);
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime
 
-#endif  // TOOLS_COMMON_LINK_CHAIN_H_
+#endif  // NETSTACK_RUNTIME_LINK_CHAIN_H_

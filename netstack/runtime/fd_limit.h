@@ -5,13 +5,13 @@
 // of 1024 and a higher hard one: netstackd raises the soft limit itself,
 // and the hard one when it may (CAP_SYS_RESOURCE, i.e. root), and says
 // on stderr what it got and, when that is short, what to do.
-#ifndef NETSTACK_TOOLS_NETSTACKD_FD_LIMIT_H_
-#define NETSTACK_TOOLS_NETSTACKD_FD_LIMIT_H_
+#ifndef NETSTACK_NETSTACK_RUNTIME_FD_LIMIT_H_
+#define NETSTACK_NETSTACK_RUNTIME_FD_LIMIT_H_
 
 #include <cstdint>
 #include <string>
 
-namespace netstack::tools {
+namespace netstack::runtime {
 
 // What the backend's fds are for. need() is their sum.
 struct FdBudget {
@@ -90,6 +90,6 @@ std::string DescribeFdLimit(FdLimits before, FdLimits after,
 // `*after` when given. Reads fs.nr_open.
 std::string RaiseFdLimit(const FdBudget& budget, FdLimits* after = nullptr);
 
-}  // namespace netstack::tools
+}  // namespace netstack::runtime
 
-#endif  // NETSTACK_TOOLS_NETSTACKD_FD_LIMIT_H_
+#endif  // NETSTACK_NETSTACK_RUNTIME_FD_LIMIT_H_
