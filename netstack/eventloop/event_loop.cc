@@ -328,6 +328,14 @@ void EventLoop::RunTurnEndHooks(Instant now) {
   }
 }
 
+Instant EventLoop::NextDeadline() const {
+  Instant deadline = timers_.NextDeadline();
+  for (const Poller* poller : pollers_) {
+    if (poller != nullptr) deadline = std::min(deadline, poller->NextDeadline());
+  }
+  return deadline;
+}
+
 absl::Status EventLoop::RunOnce(Duration max_wait) {
   NETSTACK_DCHECK(!running_);
   running_ = true;
@@ -335,10 +343,7 @@ absl::Status EventLoop::RunOnce(Duration max_wait) {
   Instant deadline = max_wait == absl::InfiniteDuration()
                          ? kNever
                          : now + std::max(max_wait, absl::ZeroDuration());
-  deadline = std::min(deadline, timers_.NextDeadline());
-  for (const Poller* poller : pollers_) {
-    deadline = std::min(deadline, poller->NextDeadline());
-  }
+  deadline = std::min(deadline, NextDeadline());
   absl::StatusOr<int> ready = Wait(now, deadline);
   if (!ready.ok()) {
     running_ = false;

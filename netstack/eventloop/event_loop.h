@@ -181,6 +181,12 @@ class EventLoop {
   absl::Status RunOnce(Duration max_wait);
   // Turns until Stop(). Returns OK after a Stop, or the first error.
   absl::Status Run();
+  // For a caller's own loop (runtime.h): the epoll fd, readable when a
+  // registered fd (or a handled signal) has an event, and the earliest
+  // deadline of the timers and pollers (kNever: none). Wait for either,
+  // then RunOnce(absl::ZeroDuration()).
+  int fd() const { return epoll_fd_; }
+  Instant NextDeadline() const;
   // Makes Run() return after the current turn. For the loop's own thread
   // (handlers, timers, pollers, signal callbacks); not async-signal-safe
   // and not thread-safe: use HandleSignals. A Stop() before Run() makes

@@ -58,6 +58,12 @@ absl::Status Stack::AddAddress(NicId id, const Ipv4Cidr& cidr) {
     return absl::InvalidArgumentError(
         absl::StrCat(ToString(cidr), " is not a unicast address"));
   }
+  // An embedder's input (runtime.h): a prefix past the address's bits
+  // would make every route and on-link test compare past them.
+  if (cidr.prefix_len > 32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefix length ", cidr.prefix_len, " is over 32"));
+  }
   nic->ipv4.push_back(cidr);
   Ipv4Cidr net = cidr;
   routes4_.Add(Route<wire::Ipv4Address>{net, std::nullopt, id});
@@ -70,6 +76,10 @@ absl::Status Stack::AddAddress(NicId id, const Ipv6Cidr& cidr) {
   if (cidr.address.IsZero() || cidr.address.IsMulticast()) {
     return absl::InvalidArgumentError(
         absl::StrCat(ToString(cidr), " is not a unicast address"));
+  }
+  if (cidr.prefix_len > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefix length ", cidr.prefix_len, " is over 128"));
   }
   nic->ipv6.push_back(cidr);
   routes6_.Add(Route<wire::Ipv6Address>{cidr, std::nullopt, id});

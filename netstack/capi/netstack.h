@@ -1,0 +1,189 @@
+/* libnetstack: netstack's network backend as a C library.
+ *
+ * A netstack_t gives one guest (a VM, a container's network namespace)
+ * its network: a gateway at 10.0.2.2 and fd00::2 (by default) that
+ * answers DHCP, router advertisements and DNS, and turns the guest's TCP,
+ * UDP and ping flows into the host's own sockets. Port forwards bring
+ * host connections in.
+ *
+ *   netstack_config cfg;
+ *   netstack_config_init(&cfg);
+ *   cfg.link_fd = tap_fd;                 // a TAP; or a callback link
+ *   cfg.link_type = NETSTACK_LINK_TAP;
+ *   char err[256];
+ *   netstack_t *ns = netstack_new(&cfg, err, sizeof err);
+ *   if (!ns) { fprintf(stderr, "%s\n", err); ... }
+ *   uint64_t id;
+ *   netstack_forward_add(ns, NETSTACK_TCP, "127.0.0.1/8080:80", &id);
+ *   netstack_run(ns);                     // or poll it from your loop
+ *   netstack_free(ns);
+ *
+ * The guest link, two ways:
+ *   - an fd: a TAP (with or without a vnet header: the library checks,
+ *     and uses host GSO when it can), or a connected stream socket in
+ *     QEMU's framing (each frame after its length, 4 bytes big-endian:
+ *     `-netdev stream`). The library reads and writes it in batches.
+ *   - callbacks: the embedder owns the device. It hands each frame it
+ *     reads to netstack_input(), and the library calls
+ *     config.send_frame() for each frame to the guest.
+ *
+ * Driving it, two ways:
+ *   - netstack_run() runs the library's own loop in the calling thread
+ *     until netstack_stop();
+ *   - or the caller's loop: wait until netstack_fd() is readable or
+ *     netstack_next_deadline_ns() has come (CLOCK_MONOTONIC), then call
+ *     netstack_poll(). netstack_fd() stands for every fd the library
+ *     watches (it is an epoll fd).
+ *
+ * Threads: a netstack_t is used by one thread at a time (the caller
+ * serialises; nothing inside is locked). The only exception is
+ * netstack_stop(), which any thread and a signal handler may call.
+ * Nothing is global: two netstack_t in one process are independent.
+ *
+ * Errors: functions that can fail return 0 or a negative errno value
+ * (-EINVAL for bad input, -ENOENT for an unknown id, ...), and
+ * netstack_last_error() says why in words. netstack_new() writes its
+ * reason into the caller's buffer. Nothing the guest sends makes a call
+ * fail: a bad frame is dropped and counted.
+ *
+ * ABI: only netstack_* symbols are exported (libnetstack.so.1). Structs
+ * the caller fills carry their own size, so fields can be added at the
+ * end without breaking callers built against an older header.
+ */
+#ifndef NETSTACK_CAPI_NETSTACK_H_
+#define NETSTACK_CAPI_NETSTACK_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NETSTACK_VERSION_MAJOR 1
+#define NETSTACK_VERSION_MINOR 0
+
+typedef struct netstack netstack_t;
+
+enum netstack_link_type {
+  /* No fd: frames through netstack_input() and config.send_frame. */
+  NETSTACK_LINK_CALLBACK = 0,
+  /* link_fd is a TAP (IFF_TAP | IFF_NO_PI; IFF_VNET_HDR is detected). */
+  NETSTACK_LINK_TAP = 1,
+  /* link_fd is a connected stream socket, QEMU's length-prefixed frames. */
+  NETSTACK_LINK_STREAM = 2,
+};
+
+enum netstack_proto {
+  NETSTACK_TCP = 1,
+  NETSTACK_UDP = 2,
+};
+
+/* A frame to the guest (callback link). `frame` is valid only during the
+ * call. Return 0 when sent, or -1 to have it counted as dropped. */
+typedef int (*netstack_send_frame_fn)(const void *frame, size_t len,
+                                      void *opaque);
+
+typedef struct netstack_config {
+  /* sizeof(netstack_config) as the caller's header has it: set by
+   * netstack_config_init(). The library reads no field past it. */
+  uint32_t size;
+
+  /* The guest link. */
+  int link_type;        /* enum netstack_link_type */
+  int link_fd;          /* TAP or STREAM: the fd, owned by the library
+                           from netstack_new() on (closed by
+                           netstack_free(), and on a failed new). */
+  netstack_send_frame_fn send_frame; /* CALLBACK: required */
+  void *opaque;         /* passed to send_frame */
+  uint32_t mtu;         /* the guest's IP MTU; 0: 65520 (TAP), 1500
+                           (otherwise). 576..65520. */
+  const char *mac;      /* the gateway's MAC "52:55:0a:00:02:02"; NULL:
+                           derived */
+
+  /* The address plan (NULL: the default). Gateway host 2, DNS host 3,
+   * the guest's lease host 100, unless set below. */
+  const char *net4;      /* "10.0.2.0/24" */
+  const char *net6;      /* "fd00::/64"; the guest takes one by SLAAC */
+  const char *gateway4;  /* in net4 */
+  const char *dns4;      /* in net4 */
+  const char *lease4;    /* the DHCP lease, in net4 */
+  const char *gateway6;  /* in net6 */
+  const char *dns6;      /* in net6 */
+
+  /* What the guest may reach. */
+  int host_loopback;     /* nonzero: the gateway address reaches the
+                            host's 127.0.0.1 and ::1 */
+  int disable_dns;       /* nonzero: no DNS forwarder at dns4/dns6 */
+  int disable_dhcp;      /* nonzero: no DHCPv4 server */
+  const char *outbound_addr4; /* source address of host sockets */
+  const char *outbound_addr6;
+  /* DNS upstreams, comma-separated "ADDR[:PORT]" ("[v6]:port" for IPv6);
+   * NULL: the nameservers of resolv_conf. */
+  const char *dns_upstreams;
+  const char *resolv_conf; /* NULL: /etc/resolv.conf */
+
+  /* Limits (0: the default): the guest's own TCP and UDP flows. */
+  uint32_t max_tcp_flows;  /* 4096 */
+  uint32_t max_udp_flows;  /* 1024 */
+
+  /* A pcap of the guest link (the frames as the wire sees them). */
+  const char *pcap_path;
+} netstack_config;
+
+/* Fills `cfg` with the defaults and its size. */
+void netstack_config_init(netstack_config *cfg);
+
+/* Builds a backend. NULL on error, with the reason in `err` (always
+ * NUL-terminated when errlen > 0). */
+netstack_t *netstack_new(const netstack_config *cfg, char *err,
+                         size_t errlen);
+/* Closes every flow and socket and frees everything. NULL is allowed. */
+void netstack_free(netstack_t *ns);
+
+/* Why the last failing call on `ns` failed; "" if none. Valid until the
+ * next call on `ns`. */
+const char *netstack_last_error(const netstack_t *ns);
+
+/* The library's own loop: runs until netstack_stop(). 0, or -errno. */
+int netstack_run(netstack_t *ns);
+/* Makes netstack_run() return (from any thread or a signal handler). */
+void netstack_stop(netstack_t *ns);
+
+/* The caller's loop. */
+int netstack_fd(const netstack_t *ns);
+/* CLOCK_MONOTONIC ns of the next timed work; 0: at once; INT64_MAX:
+ * none. */
+int64_t netstack_next_deadline_ns(const netstack_t *ns);
+/* One turn, without blocking. 0, or -errno. */
+int netstack_poll(netstack_t *ns);
+
+/* Callback link: one Ethernet frame from the guest. 0, or -EINVAL when
+ * this is not a callback link. A frame the stack cannot use is dropped
+ * and counted, not refused. send_frame may be called from inside. */
+int netstack_input(netstack_t *ns, const void *frame, size_t len);
+
+/* Host -> guest forwards, as netstackd's -t and -u take them:
+ * "[BIND_ADDR/]HOST_PORT[-END][:GUEST_PORT[-END]]", for example "8080",
+ * "127.0.0.1/8080:80", "[::1]/2222:22", "5000-5009". Without BIND_ADDR
+ * both families listen. On success *id names the forward. */
+int netstack_forward_add(netstack_t *ns, int proto, const char *spec,
+                         uint64_t *id);
+int netstack_forward_remove(netstack_t *ns, uint64_t id);
+
+/* Every counter, one "name value\n" line each, NUL-terminated. Returns
+ * the length the whole text needs (without the NUL); writes at most
+ * len bytes. */
+size_t netstack_counters(const netstack_t *ns, char *buf, size_t len);
+/* One counter by name; 0 and -ENOENT if there is none. */
+int netstack_counter(const netstack_t *ns, const char *name,
+                     uint64_t *value);
+
+/* "1.0.0" */
+const char *netstack_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NETSTACK_CAPI_NETSTACK_H_ */
