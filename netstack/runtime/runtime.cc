@@ -40,8 +40,14 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
 }
 
 absl::Status Runtime::Init(RuntimeOptions& o) {
-  chunks_ = std::make_unique<buffer::ChunkPool>(o.chunks);
-  packets_ = std::make_unique<buffer::PacketPool>(o.packets);
+  if (o.chunk_pool == nullptr) {
+    own_chunks_ = std::make_unique<buffer::ChunkPool>(o.chunks);
+  }
+  if (o.packet_pool == nullptr) {
+    own_packets_ = std::make_unique<buffer::PacketPool>(o.packets);
+  }
+  chunks_ = o.chunk_pool != nullptr ? o.chunk_pool : own_chunks_.get();
+  packets_ = o.packet_pool != nullptr ? o.packet_pool : own_packets_.get();
 
   // The link: the host endpoint, then its decorators.
   absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> host =
@@ -54,6 +60,7 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
   link_ = std::move(chain->outer);
   host_link_ = chain->host;
   faults_ = chain->faults;
+  gso_ = chain->gso;
   read_fd_ = chain->read_fd;
 
   stack_ = std::make_unique<stack::Stack>(o.stack, *chunks_, *packets_);

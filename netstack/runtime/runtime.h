@@ -69,6 +69,12 @@ struct RuntimeOptions {
   // 64 MiB at most, an eighth of it kept for receiving (chunk.h).
   size_t chunks = 1024;
   size_t packets = 16384;
+  // Pools the caller owns, used instead of the two above when set; they
+  // must outlive the runtime. For two runtimes on one in-memory channel
+  // (its frames are copied into one pool), and for a fuzzer that checks
+  // every chunk came back once the runtime is gone.
+  buffer::ChunkPool* chunk_pool = nullptr;
+  buffer::PacketPool* packet_pool = nullptr;
 
   // The link: `open_link` when set, else OpenHostLink(host). Then the
   // decorators (pcap, faults, software GSO) around it.
@@ -111,7 +117,7 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
   // Tears down in the reverse order: forwards, the backend's flows, the
-  // layers' sockets, the loop, the link, the pools.
+  // layers' sockets, the loop, the link, the pools (those it owns).
   ~Runtime();
 
   // Its own loop: turns until Stop(). Returns OK after a Stop.
@@ -149,6 +155,9 @@ class Runtime {
   // The host endpoint under the decorators (the TAP, the socket).
   link::LinkEndpoint& host_link() { return *host_link_; }
   link::FaultInjector* faults() { return faults_; }
+  // The software GSO splitter (LinkDecorators::software_gso_max_size),
+  // link() itself; null without one.
+  link::GsoEndpoint* gso() { return gso_; }
   transport::Notifier& notifier() { return *notifier_; }
   tcp::TcpLayer& tcp() { return *tcp_; }
   udp::UdpLayer& udp() { return *udp_; }
@@ -167,11 +176,14 @@ class Runtime {
   void EndTurn(Instant now);
 
   // Declared in construction order; destroyed in the reverse.
-  std::unique_ptr<buffer::ChunkPool> chunks_;
-  std::unique_ptr<buffer::PacketPool> packets_;
+  std::unique_ptr<buffer::ChunkPool> own_chunks_;  // null: borrowed
+  std::unique_ptr<buffer::PacketPool> own_packets_;
+  buffer::ChunkPool* chunks_ = nullptr;
+  buffer::PacketPool* packets_ = nullptr;
   std::unique_ptr<link::LinkEndpoint> link_;
   link::LinkEndpoint* host_link_ = nullptr;
   link::FaultInjector* faults_ = nullptr;
+  link::GsoEndpoint* gso_ = nullptr;
   int read_fd_ = -1;
   std::unique_ptr<stack::Stack> stack_;
   stack::NicId nic_{};

@@ -19,8 +19,8 @@ const uint8_t kPeerMacBytes[6] = {0x02, 0, 0, 0, 0, 0x02};
 const wire::MacAddress kOurMac = wire::MacAddress::FromBytes(kOurMacBytes);
 const wire::MacAddress kPeerMac = wire::MacAddress::FromBytes(kPeerMacBytes);
 const wire::Ipv4Address kOurIp = wire::Ipv4Address::FromU32(0x0a000202);
-const stack::testing::Peer kPeer{kPeerMac, wire::Ipv4Address::FromU32(0x0a000264),
-                                 {}};
+const stack::testing::Peer kPeer{
+    kPeerMac, wire::Ipv4Address::FromU32(0x0a000264), {}};
 
 // A runtime on one side of a channel; the test holds that side to inject
 // frames and to see what the runtime transmits.
@@ -151,6 +151,68 @@ TEST(RuntimeTest, ABackendRuntimeCountsItsParts) {
   EXPECT_NE(text.find("mine.thing 7\n"), std::string::npos) << text;
 }
 
+TEST(RuntimeTest, BorrowedPoolsAreTheCallersAndOutliveIt) {
+  buffer::ChunkPool chunks(64);
+  buffer::PacketPool packets(512);
+  std::unique_ptr<link::ChannelEndpoint> other;
+  link::ChannelEndpoint* side = nullptr;
+  {
+    RuntimeOptions o;
+    o.chunk_pool = &chunks;
+    o.packet_pool = &packets;
+    o.open_link = [&](buffer::ChunkPool& c, buffer::PacketPool& p)
+        -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+      EXPECT_EQ(&c, &chunks);
+      EXPECT_EQ(&p, &packets);
+      link::ChannelOptions co;
+      co.mac_a = kOurMac;
+      co.mac_b = kPeerMac;
+      absl::StatusOr<link::ChannelPair> pair = link::CreateChannelPair(c, co);
+      if (!pair.ok()) return pair.status();
+      side = pair->a.get();
+      other = std::move(pair->b);
+      return std::unique_ptr<link::LinkEndpoint>(std::move(pair->a));
+    };
+    o.addrs4 = {stack::Ipv4Cidr{kOurIp, 24}};
+    absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::Create(std::move(o));
+    ASSERT_TRUE(rt.ok()) << rt.status();
+    EXPECT_EQ(&(*rt)->chunks(), &chunks);
+    EXPECT_EQ(&(*rt)->packets(), &packets);
+    ASSERT_TRUE(side->InjectFrame(stack::testing::ArpRequest(kPeer, kOurIp),
+                                  eventloop::EventLoop::MonotonicNow()));
+    ASSERT_TRUE((*rt)->Poll().ok());
+    // The reply went out through the caller's pools.
+    EXPECT_GT(packets.stats().created, 0u);
+    EXPECT_EQ(other->queued_frames(), 1u);
+  }
+  // The runtime is gone; the pools are still the caller's to check.
+  other.reset();
+  EXPECT_EQ(chunks.stats().in_use, 0u);
+  EXPECT_EQ(packets.stats().in_use, 0u);
+}
+
+TEST(RuntimeTest, SoftwareGsoIsReachable) {
+  for (uint32_t size : {0u, 65535u}) {
+    RuntimeOptions o;
+    o.open_link = [](buffer::ChunkPool& chunks, buffer::PacketPool&)
+        -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+      absl::StatusOr<link::ChannelPair> pair =
+          link::CreateChannelPair(chunks, {});
+      if (!pair.ok()) return pair.status();
+      return std::unique_ptr<link::LinkEndpoint>(std::move(pair->a));
+    };
+    o.decorators.software_gso_max_size = size;
+    absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::Create(std::move(o));
+    ASSERT_TRUE(rt.ok()) << rt.status();
+    if (size == 0) {
+      EXPECT_EQ((*rt)->gso(), nullptr);
+    } else {
+      ASSERT_NE((*rt)->gso(), nullptr);
+      EXPECT_EQ(static_cast<link::LinkEndpoint*>((*rt)->gso()), &(*rt)->link());
+    }
+  }
+}
+
 TEST(RuntimeTest, ALinkThatFailsToOpenIsNamed) {
   RuntimeOptions o;
   o.open_link = [](buffer::ChunkPool&, buffer::PacketPool&)
@@ -166,7 +228,8 @@ TEST(RuntimeTest, AnAddressThatDoesNotFitIsNamed) {
   RuntimeOptions o;
   o.open_link = [](buffer::ChunkPool& chunks, buffer::PacketPool&)
       -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
-    absl::StatusOr<link::ChannelPair> pair = link::CreateChannelPair(chunks, {});
+    absl::StatusOr<link::ChannelPair> pair =
+        link::CreateChannelPair(chunks, {});
     if (!pair.ok()) return pair.status();
     return std::unique_ptr<link::LinkEndpoint>(std::move(pair->a));
   };
