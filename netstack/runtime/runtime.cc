@@ -70,16 +70,14 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
   nic_ = *nic;
   for (const stack::Ipv4Cidr& a : o.addrs4) {
     if (absl::Status s = stack_->AddAddress(nic_, a); !s.ok()) {
-      return Prefixed(absl::StrCat("address ", a.address.ToString(), "/",
-                                   a.prefix_len),
-                      s);
+      return Prefixed(
+          absl::StrCat("address ", a.address.ToString(), "/", a.prefix_len), s);
     }
   }
   for (const stack::Ipv6Cidr& a : o.addrs6) {
     if (absl::Status s = stack_->AddAddress(nic_, a); !s.ok()) {
-      return Prefixed(absl::StrCat("address ", a.address.ToString(), "/",
-                                   a.prefix_len),
-                      s);
+      return Prefixed(
+          absl::StrCat("address ", a.address.ToString(), "/", a.prefix_len), s);
     }
   }
   if (o.gateway4) {
@@ -144,13 +142,18 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
   return absl::OkStatus();
 }
 
-void Runtime::EndTurn(Instant now) {
-  notifier_->Dispatch();
+void Runtime::RunSweeps(Phase phase, Instant now) {
   // By index: a sweep may add another (it runs from the next turn on).
   const size_t n = sweeps_.size();
   for (size_t i = 0; i < n; ++i) {
-    if (sweeps_[i].fn) sweeps_[i].fn(now);
+    if (sweeps_[i].phase == phase && sweeps_[i].fn) sweeps_[i].fn(now);
   }
+}
+
+void Runtime::EndTurn(Instant now) {
+  RunSweeps(Phase::kBeforeCallbacks, now);
+  notifier_->Dispatch();
+  RunSweeps(Phase::kAfterCallbacks, now);
   if (sweeps_dirty_) {
     std::erase_if(sweeps_, [](const SweepEntry& e) { return !e.fn; });
     sweeps_dirty_ = false;
@@ -160,10 +163,10 @@ void Runtime::EndTurn(Instant now) {
   stack_->Flush(now);
 }
 
-Runtime::SweepId Runtime::AddSweep(
-    absl::AnyInvocable<void(Instant now)> sweep) {
+Runtime::SweepId Runtime::AddSweep(absl::AnyInvocable<void(Instant now)> sweep,
+                                   Phase phase) {
   const SweepId id = next_sweep_id_++;
-  sweeps_.push_back(SweepEntry{id, std::move(sweep)});
+  sweeps_.push_back(SweepEntry{id, phase, std::move(sweep)});
   return id;
 }
 
@@ -192,14 +195,13 @@ std::string Runtime::FormatCounters() const {
   if (faults_ != nullptr) {
     for (auto [dir, f] : {std::pair{"egress", &faults_->egress_stats()},
                           std::pair{"ingress", &faults_->ingress_stats()}}) {
-      absl::StrAppend(&text, "fault.", dir, ".in ", f->packets_in, "\n",
-                      "fault.", dir, ".out ", f->packets_out, "\n", "fault.",
-                      dir, ".dropped ", f->dropped, "\n", "fault.", dir,
-                      ".duplicated ", f->duplicated, "\n", "fault.", dir,
-                      ".reordered ", f->reordered, "\n", "fault.", dir,
-                      ".corrupted ", f->corrupted, "\n", "fault.", dir,
-                      ".delayed ", f->delayed, "\n", "fault.", dir,
-                      ".overflow ", f->overflow, "\n");
+      absl::StrAppend(
+          &text, "fault.", dir, ".in ", f->packets_in, "\n", "fault.", dir,
+          ".out ", f->packets_out, "\n", "fault.", dir, ".dropped ", f->dropped,
+          "\n", "fault.", dir, ".duplicated ", f->duplicated, "\n", "fault.",
+          dir, ".reordered ", f->reordered, "\n", "fault.", dir, ".corrupted ",
+          f->corrupted, "\n", "fault.", dir, ".delayed ", f->delayed, "\n",
+          "fault.", dir, ".overflow ", f->overflow, "\n");
     }
   }
   for (const auto& source : counter_sources_) absl::StrAppend(&text, source());

@@ -136,8 +136,12 @@ class Runtime {
   // and before TCP sends: a service's sweep of finished connections.
   // In the order added; safe to call from a callback or a sweep (a
   // removed sweep does not run again, an added one from the next turn).
+  // kBeforeCallbacks runs first in the end of turn: for what the
+  // callbacks read (a service context's `now`).
   using SweepId = uint64_t;
-  SweepId AddSweep(absl::AnyInvocable<void(Instant now)> sweep);
+  enum class Phase { kBeforeCallbacks, kAfterCallbacks };
+  SweepId AddSweep(absl::AnyInvocable<void(Instant now)> sweep,
+                   Phase phase = Phase::kAfterCallbacks);
   void RemoveSweep(SweepId id);
 
   // Every counter, one "name value" line each: the stack, TCP, UDP, the
@@ -169,8 +173,10 @@ class Runtime {
   class LinkReadable;
   struct SweepEntry {
     SweepId id;
+    Phase phase;
     absl::AnyInvocable<void(Instant now)> fn;  // null once removed
   };
+  void RunSweeps(Phase phase, Instant now);
   Runtime() = default;
   absl::Status Init(RuntimeOptions& options);
   void EndTurn(Instant now);
