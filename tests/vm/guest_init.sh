@@ -54,10 +54,11 @@ else
 fi
 
 # SLAAC: the kernel configures eth0 from the router advertisement; wait
-# until a global address has passed duplicate address detection.
+# until an address that is not link-local (QEMU's user network advertises
+# fec0::/64, site scope) has passed duplicate address detection.
 i=0; a6=
 while [ $i -lt 150 ]; do
-  a6=$(ip -6 addr show dev eth0 scope global | grep -v tentative |
+  a6=$(ip -6 addr show dev eth0 | grep -v -e tentative -e 'scope link' |
        awk '/inet6/ { print $2; exit }')
   [ -n "$a6" ] && break
   sleep 0.1; i=$((i + 1))
