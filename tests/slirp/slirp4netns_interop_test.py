@@ -109,15 +109,8 @@ class Slirp4netnsCase:
     def _setup(cls):
         tmp = cls.tmp
         cls.lib = su.Libslirp()
-        if cls.UNPRIVILEGED and cls.lib.dir and not cls.lib.world_readable:
-            # Bazel's runfiles are under /root: give uid 65534 a copy.
-            libdir = os.path.join(tmp, "lib")
-            os.makedirs(libdir)
-            shutil.copy(cls.lib.path, os.path.join(libdir, su.SONAME))
-            os.chmod(libdir, 0o755)
-            os.chmod(os.path.join(libdir, su.SONAME), 0o755)
-            cls.lib.close()
-            cls.lib = su.Libslirp(libdir)
+        if cls.UNPRIVILEGED:
+            cls.lib = cls.lib.readable_by_all(tmp)
         print(f"libslirp under test: {cls.lib.describe()}", flush=True)
         host = cls.host
         host.setup()

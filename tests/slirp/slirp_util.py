@@ -106,6 +106,24 @@ class Libslirp:
         # read it: Bazel's runfiles live under /root.
         self.world_readable = _world_readable(self.path)
 
+    def readable_by_all(self, directory):
+        """This library, or, when uid 65534 cannot read it (Bazel's
+        runfiles live under /root), a new Libslirp for a copy of it in
+        `directory`/lib (0755 all the way: the caller's directory must be
+        too). The copy keeps this one's label; this one is closed."""
+        if self.dir is None or self.world_readable:
+            return self
+        libdir = os.path.join(directory, "lib")
+        os.makedirs(libdir)
+        os.chmod(libdir, 0o755)
+        dst = os.path.join(libdir, SONAME)
+        shutil.copy(self.path, dst)
+        os.chmod(dst, 0o755)
+        copy = Libslirp(libdir)
+        copy.label = self.label
+        self.close()
+        return copy
+
     def close(self):
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)

@@ -1,0 +1,350 @@
+// libslirp 4.7's ABI on libnetstack (netstack/capi/netstack.h).
+//
+// A Slirp is one netstack_t with a callback link: slirp_input() hands each
+// guest frame to netstack_input(), and netstack's send_frame calls the
+// caller's send_packet (possibly from inside slirp_input). Everything
+// netstack watches is behind one epoll fd, so slirp_pollfds_fill() adds
+// that one fd and lowers the caller's timeout to netstack's next deadline;
+// slirp_pollfds_poll() runs netstack's turn when the fd is readable, the
+// deadline has come, or a frame came in since the last turn.
+//
+// Timers: none. libslirp asks its caller for timers (timer_new, or
+// timer_new_opaque from version 4); netstack's deadlines reach the caller
+// through the fill's timeout instead, so neither is ever called, and
+// slirp_handle_timer() has nothing to do. init_completed is still called
+// (version 4), before slirp_new() returns, as QEMU expects.
+//
+// What is refused, and why, goes to the caller's guest_error, prefixed
+// "netstack-slirp: "; docs/SLIRP.md names each message.
+#include "netstack/slirp/slirp_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "netstack/capi/netstack.h"
+#include "netstack/slirp/libslirp.h"
+
+namespace netstack::slirp {
+namespace {
+
+constexpr size_t kDefaultMtu = 1500;  // libslirp's IF_MTU_DEFAULT
+// libslirp takes if_mtu / if_mru from 68 to 65521. netstack needs IPv6's
+// 1280 at least and sends at most 65520: 65521 (slirp4netns's --mtu
+// maximum) is taken as 65520, since the guest may still send 65521-byte
+// packets (netstack takes frames up to mtu + 18); below 1280 is refused.
+constexpr size_t kMinMtu = 1280;
+constexpr size_t kMaxMtu = 65521;
+constexpr size_t kMaxNetstackMtu = 65520;
+
+std::string Ipv4String(struct in_addr a) {
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a, buf, sizeof buf);
+  return buf;
+}
+
+std::string Ipv6String(const struct in6_addr& a) {
+  char buf[INET6_ADDRSTRLEN];
+  inet_ntop(AF_INET6, &a, buf, sizeof buf);
+  return buf;
+}
+
+// The prefix length of a contiguous netmask; -1 if it has holes.
+int MaskLength(struct in_addr mask) {
+  const uint32_t m = ntohl(mask.s_addr);
+  const int len = __builtin_popcount(m);
+  const uint32_t want = len == 0 ? 0 : ~uint32_t{0} << (32 - len);
+  return m == want ? len : -1;
+}
+
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+int SendFrame(const void* frame, size_t len, void* opaque) {
+  Slirp* s = static_cast<Slirp*>(opaque);
+  if (s->cb.send_packet == nullptr) return -1;
+  return s->cb.send_packet(frame, len, s->opaque) < 0 ? -1 : 0;
+}
+
+// The caller's config, read only as far as its version goes, as the
+// strings netstack_config takes. Returns an error message, or "".
+std::string ReadConfig(const SlirpConfig& cfg, Slirp& s) {
+  SlirpSettings& o = s.settings;
+  o.version = cfg.version;
+  o.restricted = cfg.restricted != 0;
+  o.in_enabled = cfg.in_enabled;
+  o.in6_enabled = cfg.in6_enabled;
+  const int mask_len = MaskLength(cfg.vnetmask);
+  if (mask_len < 0) {
+    return absl::StrCat("vnetmask ", Ipv4String(cfg.vnetmask),
+                        " is not a contiguous netmask");
+  }
+  struct in_addr net = cfg.vnetwork;
+  net.s_addr &= cfg.vnetmask.s_addr;
+  o.net4 = absl::StrCat(Ipv4String(net), "/", mask_len);
+  o.gateway4 = Ipv4String(cfg.vhost);
+  o.gateway4_addr = cfg.vhost;
+  o.dns4 = Ipv4String(cfg.vnameserver);
+  o.dns4_addr = cfg.vnameserver;
+  o.lease4 = cfg.vdhcp_start;
+  o.lease4_text = Ipv4String(cfg.vdhcp_start);
+  if (cfg.vprefix_len > 128) {
+    return absl::StrCat("vprefix_len ", cfg.vprefix_len, " is over 128");
+  }
+  o.net6 = absl::StrCat(Ipv6String(cfg.vprefix_addr6), "/", cfg.vprefix_len);
+  o.gateway6 = Ipv6String(cfg.vhost6);
+  o.dns6 = Ipv6String(cfg.vnameserver6);
+  o.dns6_addr = cfg.vnameserver6;
+  o.mtu = cfg.if_mtu == 0 ? kDefaultMtu : cfg.if_mtu;
+  o.mru = cfg.if_mru == 0 ? kDefaultMtu : cfg.if_mru;
+  if (o.mtu < kMinMtu || o.mtu > kMaxMtu || o.mru < kMinMtu ||
+      o.mru > kMaxMtu) {
+    return absl::StrCat("if_mtu ", cfg.if_mtu, " / if_mru ", cfg.if_mru,
+                        " outside ", kMinMtu, "..", kMaxMtu);
+  }
+  o.host_loopback = !cfg.disable_host_loopback;
+  o.ignored.clear();
+  if (cfg.tftp_path != nullptr) o.ignored.push_back("tftp_path (no TFTP)");
+  if (cfg.bootfile != nullptr) o.ignored.push_back("bootfile (no BOOTP file)");
+  if (cfg.vhostname != nullptr) o.ignored.push_back("vhostname");
+  if (cfg.vdomainname != nullptr && cfg.vdomainname[0] != '\0') {
+    o.ignored.push_back("vdomainname");
+  }
+  if (cfg.vdnssearch != nullptr && cfg.vdnssearch[0] != nullptr) {
+    o.ignored.push_back("vdnssearch");
+  }
+  if (cfg.enable_emu) o.ignored.push_back("enable_emu");
+  if (!cfg.in_enabled) o.ignored.push_back("in_enabled=false");
+  if (!cfg.in6_enabled) o.ignored.push_back("in6_enabled=false");
+  if (cfg.version >= 2) {
+    if (cfg.outbound_addr != nullptr) {
+      if (cfg.outbound_addr->sin_family != AF_INET) {
+        return "outbound_addr is not AF_INET";
+      }
+      o.outbound4 = Ipv4String(cfg.outbound_addr->sin_addr);
+    }
+    if (cfg.outbound_addr6 != nullptr) {
+      if (cfg.outbound_addr6->sin6_family != AF_INET6) {
+        return "outbound_addr6 is not AF_INET6";
+      }
+      o.outbound6 = Ipv6String(cfg.outbound_addr6->sin6_addr);
+    }
+  }
+  // A restricted guest reaches nothing outside (libslirp: only DHCP, its
+  // host forwards and guestfwd). netstack has no such policy, so it gets
+  // the nearest: no DNS (the input filter) and no host loopback; its own
+  // TCP, UDP and ping flows fail at the outbound address NewSlirp sets,
+  // which no host holds (docs/SLIRP.md, "restricted").
+  o.disable_dns = o.restricted || (cfg.version >= 3 && cfg.disable_dns);
+  o.disable_dhcp = cfg.version >= 4 && cfg.disable_dhcp;
+  if (o.restricted) o.host_loopback = false;
+  return "";
+}
+
+}  // namespace
+
+void ReportError(const Slirp& s, const std::string& message) {
+  if (s.cb.guest_error == nullptr) return;
+  const std::string text = absl::StrCat("netstack-slirp: ", message);
+  s.cb.guest_error(text.c_str(), s.opaque);
+}
+
+Slirp* NewSlirp(const SlirpConfig* cfg, const SlirpCb* callbacks,
+                void* opaque) {
+  if (callbacks == nullptr) return nullptr;
+  auto s = std::make_unique<Slirp>();
+  s->opaque = opaque;
+  // Callbacks past `notify` exist only in version-4 callers' structs.
+  const size_t cb_len = cfg != nullptr && cfg->version >= 4
+                            ? sizeof(SlirpCb)
+                            : offsetof(SlirpCb, init_completed);
+  memcpy(&s->cb, callbacks, cb_len);
+  if (cfg == nullptr) {
+    ReportError(*s, "slirp_new: no config");
+    return nullptr;
+  }
+  if (cfg->version < SLIRP_CONFIG_VERSION_MIN ||
+      cfg->version > SLIRP_CONFIG_VERSION_MAX) {
+    ReportError(*s, absl::StrCat("slirp_new: config version ", cfg->version,
+                                 " not in ", SLIRP_CONFIG_VERSION_MIN, "..",
+                                 SLIRP_CONFIG_VERSION_MAX));
+    return nullptr;
+  }
+  if (s->cb.send_packet == nullptr) {
+    ReportError(*s, "slirp_new: no send_packet callback");
+    return nullptr;
+  }
+  if (std::string err = ReadConfig(*cfg, *s); !err.empty()) {
+    ReportError(*s, absl::StrCat("slirp_new: ", err));
+    return nullptr;
+  }
+  const SlirpSettings& o = s->settings;
+  netstack_config nc;
+  netstack_config_init(&nc);
+  nc.link_type = NETSTACK_LINK_CALLBACK;
+  nc.send_frame = SendFrame;
+  nc.opaque = s.get();
+  // netstack has one MTU for both ways: if_mru is checked, not used
+  // (docs/SLIRP.md).
+  nc.mtu = static_cast<uint32_t>(std::min(o.mtu, kMaxNetstackMtu));
+  nc.net4 = o.net4.c_str();
+  nc.gateway4 = o.gateway4.c_str();
+  nc.dns4 = o.dns4.c_str();
+  nc.lease4 = o.lease4_text.c_str();
+  nc.net6 = o.net6.c_str();
+  nc.gateway6 = o.gateway6.c_str();
+  nc.dns6 = o.dns6.c_str();
+  nc.host_loopback = o.host_loopback;
+  // disable_dns and disable_dhcp are this library's input filter
+  // (FilterInput): libnetstack 1.0 serves both always.
+  if (o.restricted) {
+    // An outbound address that is no host's: every connect() and send of
+    // the guest's own flows fails (bind: EADDRNOTAVAIL), and is counted.
+    nc.outbound_addr4 = kRestrictedOutbound4;
+    nc.outbound_addr6 = kRestrictedOutbound6;
+  } else {
+    if (!o.outbound4.empty()) nc.outbound_addr4 = o.outbound4.c_str();
+    if (!o.outbound6.empty()) nc.outbound_addr6 = o.outbound6.c_str();
+  }
+  char err[256] = "";
+  s->ns = netstack_new(&nc, err, sizeof err);
+  if (s->ns == nullptr) {
+    ReportError(*s, absl::StrCat("slirp_new: ", err));
+    return nullptr;
+  }
+  for (const std::string& field : o.ignored) {
+    ReportError(*s, absl::StrCat("slirp_new: ignored: ", field,
+                                 " (docs/SLIRP.md)"));
+  }
+  Slirp* raw = s.release();
+  if (raw->settings.version >= 4 && raw->cb.init_completed != nullptr) {
+    raw->cb.init_completed(raw, raw->opaque);
+  }
+  return raw;
+}
+
+void FillPoll(Slirp& s, uint32_t* timeout, SlirpAddPollCb add_poll,
+              void* opaque) {
+  s.poll_index = -1;
+  if (add_poll != nullptr) {
+    s.poll_index = add_poll(netstack_fd(s.ns), SLIRP_POLL_IN, opaque);
+  }
+  if (timeout == nullptr) return;
+  int64_t wait_ms;
+  if (s.input_since_turn) {
+    wait_ms = 0;
+  } else {
+    const int64_t deadline = netstack_next_deadline_ns(s.ns);
+    if (deadline == INT64_MAX) return;
+    const int64_t left = deadline - MonotonicNs();
+    // Round up: waking a little early only costs another fill.
+    wait_ms = left <= 0 ? 0 : (left + 999999) / 1000000;
+  }
+  if (wait_ms < *timeout) *timeout = static_cast<uint32_t>(wait_ms);
+}
+
+void RunPoll(Slirp& s, int select_error, SlirpGetREventsCb get_revents,
+             void* opaque) {
+  bool due = s.input_since_turn;
+  if (!due) {
+    const int64_t deadline = netstack_next_deadline_ns(s.ns);
+    due = deadline != INT64_MAX && deadline <= MonotonicNs();
+  }
+  // With select_error the caller's revents mean nothing: only what is
+  // due by time (or by input) runs.
+  if (!select_error && !due && s.poll_index >= 0 && get_revents != nullptr) {
+    due = (get_revents(s.poll_index, opaque) &
+           (SLIRP_POLL_IN | SLIRP_POLL_ERR | SLIRP_POLL_HUP)) != 0;
+  }
+  s.poll_index = -1;
+  if (!due) return;
+  s.input_since_turn = false;
+  if (int rc = netstack_poll(s.ns); rc < 0) {
+    ReportError(s, absl::StrCat("poll: ", netstack_last_error(s.ns)));
+  }
+}
+
+namespace {
+
+constexpr size_t kEthLen = 14;
+constexpr uint16_t kEtherIpv4 = 0x0800;
+constexpr uint16_t kEtherIpv6 = 0x86dd;
+constexpr uint16_t kEtherVlan = 0x8100;
+constexpr uint16_t kEtherQinQ = 0x88a8;
+constexpr uint8_t kProtoUdp = 17;
+constexpr uint16_t kDhcpServerPort = 67;
+
+uint16_t Load16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+
+// Whether a guest frame must not reach netstack: what disable_dns and
+// disable_dhcp (and restricted) turn off, which libnetstack serves
+// always. Reads only bytes inside `len`; a frame too short to say passes
+// on, and netstack drops and counts it.
+bool FilterInput(Slirp& s, const uint8_t* f, size_t len) {
+  const SlirpSettings& o = s.settings;
+  if (len < kEthLen) return false;
+  const uint16_t type = Load16(f + 12);
+  if (type == kEtherVlan || type == kEtherQinQ) {
+    ++s.counters.input_tagged;
+    return true;
+  }
+  if (type == kEtherIpv6) {
+    if (!o.disable_dns || len < kEthLen + 40) return false;
+    // Any packet to the DNS address, whatever its header chain.
+    if (memcmp(f + kEthLen + 24, &o.dns6_addr, 16) != 0) return false;
+    ++s.counters.input_dns_disabled;
+    return true;
+  }
+  if (type != kEtherIpv4 || len < kEthLen + 20) return false;
+  const uint8_t* ip = f + kEthLen;
+  if (o.disable_dns && memcmp(ip + 16, &o.dns4_addr, 4) == 0) {
+    ++s.counters.input_dns_disabled;
+    return true;
+  }
+  if (!o.disable_dhcp || ip[9] != kProtoUdp) return false;
+  const size_t ihl = size_t{ip[0] & 0x0fu} * 4;
+  const bool fragment = (Load16(ip + 6) & 0x3fff) != 0;  // MF or offset
+  uint32_t dst;
+  memcpy(&dst, ip + 16, 4);
+  const bool to_server =
+      dst == INADDR_BROADCAST || dst == o.gateway4_addr.s_addr;
+  // A fragment may hide the port: none to the server's addresses passes.
+  bool dhcp = fragment && to_server;
+  if (!fragment && ihl >= 20 && len >= kEthLen + ihl + 4) {
+    dhcp = Load16(ip + ihl + 2) == kDhcpServerPort;
+  }
+  if (dhcp) ++s.counters.input_dhcp_disabled;
+  return dhcp;
+}
+
+}  // namespace
+
+void Input(Slirp& s, const uint8_t* pkt, int len) {
+  if (pkt == nullptr || len <= 0) {
+    ++s.counters.input_refused;
+    return;
+  }
+  const SlirpSettings& o = s.settings;
+  if ((o.disable_dns || o.disable_dhcp) &&
+      FilterInput(s, pkt, static_cast<size_t>(len))) {
+    return;
+  }
+  netstack_input(s.ns, pkt, static_cast<size_t>(len));
+  s.input_since_turn = true;
+}
+
+}  // namespace netstack::slirp

@@ -1,0 +1,117 @@
+// The Slirp behind libslirp's opaque handle, and the pieces of the ABI
+// (slirp.cc: creation and the loop; forwards.cc: host forwards;
+// info.cc: connection_info and state save/load; exports.cc: the C
+// functions). Private to netstack/slirp.
+#ifndef NETSTACK_SLIRP_SLIRP_INTERNAL_H_
+#define NETSTACK_SLIRP_SLIRP_INTERNAL_H_
+
+#include <netinet/in.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "netstack/capi/netstack.h"
+#include "netstack/slirp/libslirp.h"
+
+namespace netstack::slirp {
+
+// restricted's outbound addresses: documentation ranges (RFC 5737, RFC
+// 3849), which no host holds, so a bind() to them fails.
+inline constexpr char kRestrictedOutbound4[] = "192.0.2.1";
+inline constexpr char kRestrictedOutbound6[] = "2001:db8::1";
+
+// The caller's SlirpConfig as it was read (only up to its version).
+struct SlirpSettings {
+  uint32_t version = 0;
+  bool restricted = false;
+  bool in_enabled = true;
+  bool in6_enabled = true;
+  std::string net4, gateway4, dns4, lease4_text;
+  struct in_addr lease4 = {};
+  struct in_addr gateway4_addr = {};
+  struct in_addr dns4_addr = {};
+  std::string net6, gateway6, dns6;
+  struct in6_addr dns6_addr = {};
+  size_t mtu = 1500;
+  size_t mru = 1500;
+  bool host_loopback = true;
+  bool disable_dns = false;
+  bool disable_dhcp = false;
+  std::string outbound4, outbound6;
+  // Fields set that netstack has no use for (named to guest_error once).
+  std::vector<std::string> ignored;
+};
+
+// One slirp_add_hostfwd / slirp_add_hostxfwd.
+struct HostForward {
+  bool udp = false;
+  int family = AF_INET;
+  // The bind address as the caller gave it (in6 for both families:
+  // IPv4 as ::ffff:a.b.c.d is not used; family says which half is set).
+  struct in_addr addr4 = {};
+  struct in6_addr addr6 = {};
+  int host_port = 0;
+  struct in_addr guest4 = {};
+  int guest_port = 0;
+  uint64_t id = 0;  // netstack_forward_add's
+};
+
+struct SlirpCounters {
+  uint64_t input_refused = 0;  // slirp_input with no frame or length <= 0
+  // Guest frames dropped here, before netstack: to the DNS address with
+  // disable_dns (or restricted), DHCPv4 requests with disable_dhcp, and
+  // 802.1Q-tagged frames while either filter is on (libslirp takes no
+  // tagged frames; netstack's filter here reads untagged ones only).
+  uint64_t input_dns_disabled = 0;
+  uint64_t input_dhcp_disabled = 0;
+  uint64_t input_tagged = 0;
+  uint64_t forwards_refused = 0;  // hostfwd adds refused
+};
+
+}  // namespace netstack::slirp
+
+// libslirp's handle (a global name: libslirp.h declares `struct Slirp`).
+struct Slirp {
+  netstack_t* ns = nullptr;
+  SlirpCb cb = {};
+  void* opaque = nullptr;
+  netstack::slirp::SlirpSettings settings;
+  // The index add_poll gave our fd in this round's fill; -1: none.
+  int poll_index = -1;
+  // A frame went in since netstack's last turn: the next fill's timeout is
+  // 0, so what it made pending (TCP's sends) leaves without waiting.
+  bool input_since_turn = false;
+  std::vector<netstack::slirp::HostForward> forwards;
+  netstack::slirp::SlirpCounters counters;
+};
+
+namespace netstack::slirp {
+
+// guest_error("netstack-slirp: " + message), if the caller gave one.
+void ReportError(const Slirp& s, const std::string& message);
+
+Slirp* NewSlirp(const SlirpConfig* cfg, const SlirpCb* callbacks,
+                void* opaque);
+void FillPoll(Slirp& s, uint32_t* timeout, SlirpAddPollCb add_poll,
+              void* opaque);
+void RunPoll(Slirp& s, int select_error, SlirpGetREventsCb get_revents,
+             void* opaque);
+void Input(Slirp& s, const uint8_t* pkt, int len);
+
+// forwards.cc. 0 or -1, as libslirp.
+int AddForward(Slirp& s, const HostForward& f);
+int RemoveForward(Slirp& s, bool udp, int family, const void* addr,
+                  int host_port);
+
+// info.cc.
+std::string ConnectionInfo(const Slirp& s);
+// The state stream (docs/SLIRP.md): what save writes, and whether load
+// accepts `read`'s bytes.
+void SaveState(const Slirp& s, SlirpWriteCb write, void* opaque);
+int LoadState(Slirp& s, int version_id, SlirpReadCb read, void* opaque);
+
+}  // namespace netstack::slirp
+
+#endif  // NETSTACK_SLIRP_SLIRP_INTERNAL_H_
