@@ -254,8 +254,9 @@ class RootlesskitTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, why)
         self.assertEqual(r.received, SIZE, why)
         self.assertEqual(r.received_sha.hexdigest(), self.up_sha, why)
-        print(f"through the published port: {SIZE / 1e6 / r.seconds:.1f} "
-              "MB/s", flush=True)
+        print(su.bench_line("rootlesskit", self.lib,
+                            published_port_MBps=SIZE / 1e6 / r.seconds),
+              flush=True)
 
     def test_5_stopping_rootlesskit_ends_slirp4netns(self):
         os.kill(self.rk.pid, signal.SIGTERM)

@@ -227,6 +227,10 @@ class Slirp4netnsCase:
         cls.loaded = cls.lib.assert_loaded(cls.s4_pid)
 
     @classmethod
+    def tool(cls):
+        return "slirp4netns-" + ("65534" if cls.UNPRIVILEGED else "root")
+
+    @classmethod
     def log(cls):
         try:
             with open(cls.log_path) as f:
@@ -300,11 +304,15 @@ class Slirp4netnsCase:
 
     def test_download_ipv4(self):
         r = self._download(f"http://{H4}:{HTTP_PORT}/dl.bin")
-        print(f"IPv4 download: {SIZE / 1e6 / r.seconds:.1f} MB/s", flush=True)
+        print(su.bench_line(self.tool(), self.lib,
+                            download_ipv4_MBps=SIZE / 1e6 / r.seconds),
+              flush=True)
 
     def test_download_ipv6(self):
         r = self._download(f"http://[{H6}]:{HTTP_PORT}/dl.bin")
-        print(f"IPv6 download: {SIZE / 1e6 / r.seconds:.1f} MB/s", flush=True)
+        print(su.bench_line(self.tool(), self.lib,
+                            download_ipv6_MBps=SIZE / 1e6 / r.seconds),
+              flush=True)
 
     def test_dns_through_10_0_2_3(self):
         for rtype, want in (("A", H4), ("AAAA", H6)):
@@ -391,7 +399,8 @@ class Slirp4netnsCase:
         self.assertEqual(r.returncode, 0, why)
         self.assertEqual(r.received, SIZE, why)
         self.assertEqual(r.received_sha.hexdigest(), self.up_sha, why)
-        print(f"through add_hostfwd: {SIZE / 1e6 / r.seconds:.1f} MB/s",
+        print(su.bench_line(self.tool(), self.lib,
+                            hostfwd_upload_MBps=SIZE / 1e6 / r.seconds),
               flush=True)
         reply = su.api_request(self.api, {
             "execute": "remove_hostfwd", "arguments": {"id": fwd_id}})
