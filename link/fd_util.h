@@ -51,7 +51,7 @@ class UniqueFd {
 // A file's name in its directory, held through an O_PATH fd of the
 // directory, so that the file can still be checked and removed after the
 // process's root has moved: netstackd detaches its mount namespace once it
-// is set up (tools/netstackd/least_privilege.h), and removes its socket
+// is set up (netstack/sandbox/least_privilege.h), and removes its socket
 // files at exit through these.
 class DirEntryRef {
  public:

@@ -1,4 +1,4 @@
-#include "tools/netstackd/least_privilege.h"
+#include "netstack/sandbox/least_privilege.h"
 
 #include <linux/capability.h>
 #include <linux/nsfs.h>
@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 namespace {
 
 // linux/nsfs.h of Linux 6.11 and linux/pidfd.h of 6.13, newer than some
@@ -494,4 +494,4 @@ void AttemptForbiddenCall(const std::string& what) {
   execve("/bin/true", argv, envp);
 }
 
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox

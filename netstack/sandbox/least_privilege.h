@@ -29,8 +29,8 @@
 //      missed names itself.
 // CMD was started before this and is not affected: a child inherits a
 // filter only when forked after it.
-#ifndef TOOLS_NETSTACKD_LEAST_PRIVILEGE_H_
-#define TOOLS_NETSTACKD_LEAST_PRIVILEGE_H_
+#ifndef NETSTACK_NETSTACK_SANDBOX_LEAST_PRIVILEGE_H_
+#define NETSTACK_NETSTACK_SANDBOX_LEAST_PRIVILEGE_H_
 
 #include <functional>
 #include <string>
@@ -39,7 +39,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 
 struct LeastPrivilegeOptions {
   // --forward-api may open a listener on a port below 1024 later.
@@ -113,6 +113,6 @@ absl::Status DropPrivileges(const LeastPrivilegeOptions& options);
 // not CMD. Returns if the call was allowed (it should not be).
 void AttemptForbiddenCall(const std::string& what);
 
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox
 
-#endif  // TOOLS_NETSTACKD_LEAST_PRIVILEGE_H_
+#endif  // NETSTACK_NETSTACK_SANDBOX_LEAST_PRIVILEGE_H_

@@ -1,4 +1,4 @@
-#include "tools/netstackd/least_privilege.h"
+#include "netstack/sandbox/least_privilege.h"
 
 #include <fcntl.h>
 #include <linux/netlink.h>
@@ -22,7 +22,7 @@
 
 #include "gtest/gtest.h"
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 namespace {
 
 TEST(AllowedCalls, EachIsACallOfThisArchitecture) {
@@ -235,4 +235,4 @@ TEST(Filter, TrapsOtherArguments) {
 }
 
 }  // namespace
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox

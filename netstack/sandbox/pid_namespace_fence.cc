@@ -1,4 +1,4 @@
-#include "tools/netstackd/pid_namespace_fence.h"
+#include "netstack/sandbox/pid_namespace_fence.h"
 
 #include <fcntl.h>
 #include <linux/nsfs.h>
@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 namespace {
 
 using link::ErrnoStatus;
@@ -261,4 +261,4 @@ absl::Status PidNamespaceFence::CheckByWalk(pid_t pid) const {
   return Refused("its PID namespaces nest too deep");
 }
 
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox

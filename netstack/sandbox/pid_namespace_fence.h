@@ -31,8 +31,8 @@
 // A peer whose pid has no number in netstackd's PID namespace (SO_PEERCRED
 // gives 0) runs in no namespace below it, so not in CMD's: admitted. A
 // peer that cannot be told is refused.
-#ifndef TOOLS_NETSTACKD_PID_NAMESPACE_FENCE_H_
-#define TOOLS_NETSTACKD_PID_NAMESPACE_FENCE_H_
+#ifndef NETSTACK_NETSTACK_SANDBOX_PID_NAMESPACE_FENCE_H_
+#define NETSTACK_NETSTACK_SANDBOX_PID_NAMESPACE_FENCE_H_
 
 #include <sys/types.h>
 
@@ -43,7 +43,7 @@
 #include "absl/status/statusor.h"
 #include "link/fd_util.h"
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 
 class PidNamespaceFence {
  public:
@@ -92,6 +92,6 @@ class PidNamespaceFence {
   const ino_t ino_;
 };
 
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox
 
-#endif  // TOOLS_NETSTACKD_PID_NAMESPACE_FENCE_H_
+#endif  // NETSTACK_NETSTACK_SANDBOX_PID_NAMESPACE_FENCE_H_

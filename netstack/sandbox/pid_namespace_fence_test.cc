@@ -1,4 +1,4 @@
-#include "tools/netstackd/pid_namespace_fence.h"
+#include "netstack/sandbox/pid_namespace_fence.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "link/fd_util.h"
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 namespace {
 
 using link::UniqueFd;
@@ -267,4 +267,4 @@ TEST(PidNamespaceFenceSetup, SaysWhyItCannotFence) {
 }
 
 }  // namespace
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox

@@ -1,4 +1,4 @@
-#include "tools/netstackd/rtnl.h"
+#include "netstack/sandbox/rtnl.h"
 
 #include <arpa/inet.h>
 #include <libmnl/libmnl.h>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "link/fd_util.h"
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 namespace {
 
 // Large enough for every request here and for any error reply (which
@@ -196,4 +196,4 @@ absl::Status ConfigureGuestInterface(const GuestInterface& guest) {
   return r.AddDefaultRoute(*tap, guest.name, guest.gateway6);
 }
 
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox

@@ -9,8 +9,8 @@
 // Every request asks for an acknowledgement, and an error names what was
 // asked: InvalidArgument/AlreadyExists/... from the kernel's errno, e.g.
 // "add address 10.0.2.100/24 to tap0: File exists".
-#ifndef TOOLS_NETSTACKD_RTNL_H_
-#define TOOLS_NETSTACKD_RTNL_H_
+#ifndef NETSTACK_NETSTACK_SANDBOX_RTNL_H_
+#define NETSTACK_NETSTACK_SANDBOX_RTNL_H_
 
 #include <cstdint>
 #include <memory>
@@ -23,7 +23,7 @@
 
 struct mnl_socket;
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 
 class Rtnl {
  public:
@@ -77,6 +77,6 @@ struct GuestInterface {
 // its MTU, addresses and default routes. Errors name the step.
 absl::Status ConfigureGuestInterface(const GuestInterface& guest);
 
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox
 
-#endif  // TOOLS_NETSTACKD_RTNL_H_
+#endif  // NETSTACK_NETSTACK_SANDBOX_RTNL_H_

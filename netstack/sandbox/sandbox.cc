@@ -1,4 +1,4 @@
-#include "tools/netstackd/sandbox.h"
+#include "netstack/sandbox/sandbox.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -19,9 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "link/netns.h"
-#include "tools/netstackd/sandbox_init.h"
+#include "netstack/sandbox/sandbox_init.h"
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 namespace {
 
 using link::ErrnoStatus;
@@ -114,7 +114,7 @@ absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns,
   int sync[2];
   if (::pipe2(sync, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2");
   const pid_t child =
-      sandbox_init::CloneProcess(CLONE_NEWUSER | CLONE_NEWNET);
+      init::CloneProcess(CLONE_NEWUSER | CLONE_NEWNET);
   if (child == 0) {
     // Dumpable, so that its /proc files are its owner's (ours) even when
     // this process is not; it runs nothing of the guest's.
@@ -223,8 +223,8 @@ absl::StatusOr<UniqueFd> OpenNetnsPath(const std::string& name_or_path,
 
 namespace {
 
-using sandbox_init::ChildReport;
-using sandbox_init::StepName;
+using init::ChildReport;
+using init::StepName;
 
 // Whether `path` names nothing a bind mount could land on: missing, or a
 // symlink that leads nowhere (systemd-resolved's stub, when it is
@@ -302,7 +302,7 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
   std::vector<const char*> cover;
   for (const std::string& c : options.cover) cover.push_back(c.c_str());
   cover.push_back(nullptr);
-  const sandbox_init::InitPlan plan{
+  const init::InitPlan plan{
       .pipe_fd = pipefd[1],
       .netns_fd = options.netns_fd,
       .userns_fd = options.userns_fd,
@@ -316,7 +316,7 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
       .tty_out = !pty ? -1 : ::isatty(1) ? 1 : ::isatty(2) ? 2 : -1,
       .argv = argv.data(),
   };
-  const pid_t pid = sandbox_init::CloneProcess(CLONE_NEWPID);
+  const pid_t pid = init::CloneProcess(CLONE_NEWPID);
   if (pid < 0) {
     const int err = errno;
     ::close(pipefd[0]);
@@ -326,7 +326,7 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
   }
   if (pid == 0) {
     ::close(pipefd[0]);
-    sandbox_init::RunInit(plan);
+    init::RunInit(plan);
   }
   ::close(pipefd[1]);
   absl::StatusOr<SandboxCommand> started =
@@ -349,7 +349,7 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Started(const Options& options,
     n = ::read(start_pipe.get(), &r, sizeof(r));
     if (n < 0 && errno == EINTR) continue;
     if (n != static_cast<ssize_t>(sizeof(r))) break;
-    if (r.step == sandbox_init::kOverlayEtc) {
+    if (r.step == init::kOverlayEtc) {
       notes.push_back(absl::StrCat(
           "/etc/resolv.conf does not exist here (or is a symlink that leads "
           "nowhere), and CMD's could not be made (",
@@ -363,7 +363,7 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Started(const Options& options,
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    if (failure.step == sandbox_init::kExec) {
+    if (failure.step == init::kExec) {
       return absl::Status(
           failure.err == ENOENT ? absl::StatusCode::kNotFound
                                 : absl::StatusCode::kFailedPrecondition,
@@ -373,7 +373,7 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Started(const Options& options,
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot start '", options.argv[0], "': ", StepName(failure.step),
         ": ", std::strerror(failure.err),
-        failure.step == sandbox_init::kBind
+        failure.step == init::kBind
             ? " (--no-dns-config leaves /etc/resolv.conf alone)"
             : ""));
   }
@@ -392,7 +392,7 @@ SandboxCommand::~SandboxCommand() {
   // The init's own way out first, which puts the user's terminal back;
   // SIGKILL if it has not gone within a second. (wait4 and nanosleep: the
   // calls the seccomp filter allows, docs/SECURITY.md.)
-  ::kill(pid_, sandbox_init::kEndSignal);
+  ::kill(pid_, init::kEndSignal);
   int status;
   for (int i = 0; i < 100; ++i) {
     const pid_t r = ::waitpid(pid_, &status, WNOHANG);
@@ -424,4 +424,4 @@ bool SandboxCommand::Reap(int* status) {
   return true;
 }
 
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox

@@ -49,8 +49,8 @@
 // init and our fds; the PID and mount namespaces are the init's; the
 // resolv.conf file (and the overlay's directory) is removed once the
 // init has it mounted.
-#ifndef TOOLS_NETSTACKD_SANDBOX_H_
-#define TOOLS_NETSTACKD_SANDBOX_H_
+#ifndef NETSTACK_NETSTACK_SANDBOX_SANDBOX_H_
+#define NETSTACK_NETSTACK_SANDBOX_SANDBOX_H_
 
 #include <sys/types.h>
 
@@ -62,7 +62,7 @@
 #include "absl/status/statusor.h"
 #include "link/fd_util.h"
 
-namespace netstack::tools {
+namespace netstack::sandbox {
 
 // prctl(PR_SET_DUMPABLE, 0): no process of the guest's may read or write
 // this one's memory (/proc/PID/mem, ptrace) or open its /proc/PID/ns/*,
@@ -182,6 +182,6 @@ class SandboxCommand {
 // A pidfd for `pid` (NotFound when there is no such process).
 absl::StatusOr<link::UniqueFd> OpenPidfd(pid_t pid);
 
-}  // namespace netstack::tools
+}  // namespace netstack::sandbox
 
-#endif  // TOOLS_NETSTACKD_SANDBOX_H_
+#endif  // NETSTACK_NETSTACK_SANDBOX_SANDBOX_H_

@@ -1,4 +1,4 @@
-#include "tools/netstackd/sandbox_init.h"
+#include "netstack/sandbox/sandbox_init.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -20,7 +20,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace netstack::tools::sandbox_init {
+namespace netstack::sandbox::init {
 
 const char* StepName(int step) {
   switch (step) {
@@ -486,4 +486,4 @@ void RunInit(const InitPlan& plan) {
   init.Run();
 }
 
-}  // namespace netstack::tools::sandbox_init
+}  // namespace netstack::sandbox::init

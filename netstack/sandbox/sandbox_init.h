@@ -4,14 +4,14 @@
 // It runs in a clone of a process that may have other threads, without
 // exec: it makes system calls only (no malloc, no locks, no stdio), and
 // everything it needs is built before the clone, in InitPlan.
-#ifndef TOOLS_NETSTACKD_SANDBOX_INIT_H_
-#define TOOLS_NETSTACKD_SANDBOX_INIT_H_
+#ifndef NETSTACK_NETSTACK_SANDBOX_SANDBOX_INIT_H_
+#define NETSTACK_NETSTACK_SANDBOX_SANDBOX_INIT_H_
 
 #include <sys/types.h>
 
 #include <cstddef>
 
-namespace netstack::tools::sandbox_init {
+namespace netstack::sandbox::init {
 
 // What the init and CMD report through the start pipe, one record per
 // write (a pipe write this small is atomic). A failed step ends the start;
@@ -81,6 +81,6 @@ pid_t CloneProcess(unsigned long flags);
 // quitting before CMD): the init puts the user's terminal back first.
 inline constexpr int kEndSignal = 12;  // SIGUSR2
 
-}  // namespace netstack::tools::sandbox_init
+}  // namespace netstack::sandbox::init
 
-#endif  // TOOLS_NETSTACKD_SANDBOX_INIT_H_
+#endif  // NETSTACK_NETSTACK_SANDBOX_SANDBOX_INIT_H_

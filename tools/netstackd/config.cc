@@ -65,10 +65,10 @@
 #include "tools/netstackd/control_api.h"
 #include "tools/netstackd/forward_api.h"
 #include "link/netns_sockets.h"
-#include "tools/netstackd/least_privilege.h"
+#include "netstack/sandbox/least_privilege.h"
 #include "netstack/runtime/port_forwards.h"
-#include "tools/netstackd/rtnl.h"
-#include "tools/netstackd/sandbox.h"
+#include "netstack/sandbox/rtnl.h"
+#include "netstack/sandbox/sandbox.h"
 #include "tools/netstackd/services/discard_service.h"
 #include "tools/netstackd/services/echo_service.h"
 #include "tools/netstackd/services/http_server.h"
@@ -317,6 +317,7 @@ ABSL_FLAG(bool, verbose, false,
 namespace netstack::tools {
 
 using runtime::ParseForwardSpec;
+using sandbox::RunAs;
 
 namespace {
 

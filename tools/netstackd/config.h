@@ -19,7 +19,7 @@
 #include "netstack/runtime/port_forwards.h"
 #include "netstack/stack/route_table.h"
 #include "netstack/wire/address.h"
-#include "tools/netstackd/sandbox.h"
+#include "netstack/sandbox/sandbox.h"
 
 namespace netstack::tools {
 
@@ -53,7 +53,7 @@ struct Config {
   std::string netns_path;            // kNetnsPath: a name or a path
   std::string guest_ifname = "tap0";
   bool dns_config = true;
-  RunAs runas;  // --runas (root only)
+  sandbox::RunAs runas;  // --runas (root only)
   int ready_fd = -1;
   int exit_fd = -1;
   bool quiet = false;  // kRun without --verbose

@@ -31,9 +31,9 @@
 #include "netstack/runtime/runtime.h"
 #include "tools/netstackd/control_api.h"
 #include "tools/netstackd/forward_api.h"
-#include "tools/netstackd/least_privilege.h"
-#include "tools/netstackd/rtnl.h"
-#include "tools/netstackd/sandbox.h"
+#include "netstack/sandbox/least_privilege.h"
+#include "netstack/sandbox/rtnl.h"
+#include "netstack/sandbox/sandbox.h"
 #include "tools/netstackd/services/discard_service.h"
 #include "tools/netstackd/services/echo_service.h"
 #include "tools/netstackd/services/http_server.h"
@@ -47,6 +47,18 @@ using runtime::FdLimits;
 using runtime::PortForwards;
 using runtime::Runtime;
 using runtime::RuntimeOptions;
+using sandbox::AttemptForbiddenCall;
+using sandbox::ConfigureGuestInterface;
+using sandbox::DropPrivileges;
+using sandbox::GuestInterface;
+using sandbox::GuestNamespaces;
+using sandbox::HideFromGuest;
+using sandbox::JoinUserns;
+using sandbox::LeastPrivilegeOptions;
+using sandbox::MakeGuestNamespaces;
+using sandbox::OpenNetnsOfPid;
+using sandbox::OpenNetnsPath;
+using sandbox::SandboxCommand;
 
 // A setup step's failure: the message for stderr ("netstackd: " is added)
 // and the exit status.

@@ -14,6 +14,7 @@ using runtime::ForwardCounters;
 using runtime::ForwardInfo;
 using runtime::ParseForwardSpec;
 using runtime::PortForwards;
+using sandbox::PidNamespaceFence;
 
 namespace {
 

@@ -55,7 +55,7 @@
 #include "netstack/eventloop/event_loop.h"
 #include "netstack/runtime/port_forwards.h"
 #include "tools/netstackd/json_lines_server.h"
-#include "tools/netstackd/pid_namespace_fence.h"
+#include "netstack/sandbox/pid_namespace_fence.h"
 
 namespace netstack::tools {
 
@@ -107,7 +107,7 @@ class ForwardApi {
   std::function<std::string()> counter_text_;
   ForwardApiCounters counters_;  // requests and errors; the server counts
                                  // connections
-  std::unique_ptr<PidNamespaceFence> fence_;  // before server_: it checks
+  std::unique_ptr<sandbox::PidNamespaceFence> fence_;  // before server_: it checks
   std::unique_ptr<JsonLinesServer> server_;
 };
 
