@@ -29,6 +29,7 @@ resolv.conf names dnsmasq and /dev/net/tun is a 0666 node (the machine's
 is 0600 and resolv.conf names a server H cannot reach). Needs root,
 rootlesskit, slirp4netns, uidmap (newuidmap), curl, dnsmasq, dig.
 """
+import hashlib
 import os
 import re
 import shutil
@@ -36,7 +37,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 from tests.backend.backend_topology import H4
@@ -236,7 +236,6 @@ class RootlesskitTest(unittest.TestCase):
         self.assertIn("rc=0", self.read_out("curl.txt"), self.log())
         path = os.path.join(self.out, "dl.bin")
         self.assertEqual(os.path.getsize(path), SIZE, self.log())
-        import hashlib
         h = hashlib.sha256()
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):

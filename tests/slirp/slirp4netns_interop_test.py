@@ -39,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import unittest
 
 from tests.backend.backend_topology import H4, H6

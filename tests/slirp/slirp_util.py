@@ -24,6 +24,7 @@ not only the name).
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -387,7 +388,6 @@ def api_request(path, request, timeout=10):
 def wait_readable_byte(fd, timeout):
     """Reads the ready byte slirp4netns writes to its ready-fd; b"" when
     the pipe closed (the process died) or nothing came in time."""
-    import select
     r, _, _ = select.select([fd], [], [], timeout)
     if not r:
         return b""

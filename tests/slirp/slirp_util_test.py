@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 from tests.slirp import slirp_util as su
