@@ -130,6 +130,7 @@ typedef struct Caller {
   bool revents_under_error;
   bool in_select_error;
   bool revents_bad_index;
+  int revents_calls;
 } Caller;
 
 enum { kPollBase = 7 };
@@ -208,6 +209,7 @@ static int AddPoll(int fd, int events, void *opaque) {
 
 static int GetRevents(int idx, void *opaque) {
   Caller *c = opaque;
+  ++c->revents_calls;
   if (c->in_select_error) c->revents_under_error = true;
   if (idx < kPollBase || idx >= kPollBase + c->added) {
     c->revents_bad_index = true;
@@ -656,6 +658,18 @@ int main(int argc, char **argv) {
     L.poll(s, 0, GetRevents, &c);
     CHECK(!c.revents_bad_index, "get_revents of an index not ours");
     Dhcp(&c, true);
+    /* Idle turns: with select_error the revents are never asked for;
+     * without, they are (the library has nothing due by time then). */
+    for (int i = 0; i < 20; ++i) {
+      Turn(&c, 1);
+      usleep(1000);
+    }
+    c.revents_calls = 0;
+    for (int i = 0; i < 20; ++i) {
+      Turn(&c, 0);
+      usleep(1000);
+    }
+    CHECK(c.revents_calls > 0, "get_revents never called in 20 idle turns");
     CHECK(!c.revents_under_error, "get_revents called with select_error");
     CHECK(!c.revents_bad_index, "get_revents of an index not ours");
     BadFrames(&c);
