@@ -48,7 +48,13 @@
  *
  * ABI: only netstack_* symbols are exported (libnetstack.so.1). Structs
  * the caller fills carry their own size, so fields can be added at the
- * end without breaking callers built against an older header.
+ * end without breaking callers built against an older header. A caller
+ * built against a newer header may pass a larger struct: the library
+ * takes it as long as every field it does not know is zero, and refuses
+ * it otherwise (it cannot do what those fields ask).
+ *
+ * Build: cc app.c $(pkg-config --cflags --libs netstack)
+ * (docs/EMBEDDING.md: the whole example, and how to install).
  */
 #ifndef NETSTACK_CAPI_NETSTACK_H_
 #define NETSTACK_CAPI_NETSTACK_H_
@@ -63,7 +69,15 @@ extern "C" {
 #define NETSTACK_VERSION_MAJOR 1
 #define NETSTACK_VERSION_MINOR 0
 
-typedef struct netstack netstack_t;
+#if defined(__GNUC__)
+#define NETSTACK_API __attribute__((visibility("default")))
+#else
+#define NETSTACK_API
+#endif
+
+/* The handle. (Its tag is not `netstack`, which C++ code of the library
+ * itself uses as a namespace.) */
+typedef struct netstack_instance netstack_t;
 
 enum netstack_link_type {
   /* No fd: frames through netstack_input() and config.send_frame. */
@@ -79,8 +93,11 @@ enum netstack_proto {
   NETSTACK_UDP = 2,
 };
 
-/* A frame to the guest (callback link). `frame` is valid only during the
- * call. Return 0 when sent, or -1 to have it counted as dropped. */
+/* A frame to the guest (callback link): one whole Ethernet frame, at
+ * most mtu + 18 bytes, checksums complete. `frame` is valid only during
+ * the call. Return 0 when sent, or -1 to have it counted as dropped
+ * (link.tx_dropped). It may call netstack_input() (the frame waits for
+ * the next turn) but no other function on this netstack_t. */
 typedef int (*netstack_send_frame_fn)(const void *frame, size_t len,
                                       void *opaque);
 
@@ -96,8 +113,9 @@ typedef struct netstack_config {
                            netstack_free(), and on a failed new). */
   netstack_send_frame_fn send_frame; /* CALLBACK: required */
   void *opaque;         /* passed to send_frame */
-  uint32_t mtu;         /* the guest's IP MTU; 0: 65520 (TAP), 1500
-                           (otherwise). 576..65520. */
+  uint32_t mtu;         /* the guest's IP MTU, announced by DHCP and RA;
+                           0: 65520 (TAP, STREAM), 1500 (CALLBACK).
+                           1280..65520 (IPv6's minimum). */
   const char *mac;      /* the gateway's MAC "52:55:0a:00:02:02"; NULL:
                            derived */
 
@@ -114,8 +132,11 @@ typedef struct netstack_config {
   /* What the guest may reach. */
   int host_loopback;     /* nonzero: the gateway address reaches the
                             host's 127.0.0.1 and ::1 */
-  int disable_dns;       /* nonzero: no DNS forwarder at dns4/dns6 */
-  int disable_dhcp;      /* nonzero: no DHCPv4 server */
+  int disable_dns;       /* nonzero: no DNS forwarder at dns4/dns6.
+                            Not supported yet: netstack_new() refuses
+                            it with a message that says so. */
+  int disable_dhcp;      /* nonzero: no DHCPv4 server. Not supported
+                            yet, as disable_dns. */
   const char *outbound_addr4; /* source address of host sockets */
   const char *outbound_addr6;
   /* DNS upstreams, comma-separated "ADDR[:PORT]" ("[v6]:port" for IPv6);
@@ -129,58 +150,86 @@ typedef struct netstack_config {
 
   /* A pcap of the guest link (the frames as the wire sees them). */
   const char *pcap_path;
+
+  /* Fields added after 1.0 go here, at the end. */
+
+  /* Connections through the forwards at once (the host's clients); past
+   * it a client is reset at once (forward.N.refused_limit). 0: 1024. */
+  uint32_t max_forward_conns;
+  /* A UDP flow with no datagram either way for this long closes.
+   * 0: 180000 (3 minutes). At least 1000. */
+  uint32_t udp_timeout_ms;
+  /* A guest that acknowledges nothing for this long loses its TCP flow.
+   * 0: off (TCP's own retransmission limit, about 15 minutes). At least
+   * 1000. */
+  uint32_t tcp_guest_timeout_ms;
 } netstack_config;
 
 /* Fills `cfg` with the defaults and its size. */
-void netstack_config_init(netstack_config *cfg);
+NETSTACK_API void netstack_config_init(netstack_config *cfg);
 
 /* Builds a backend. NULL on error, with the reason in `err` (always
  * NUL-terminated when errlen > 0). */
-netstack_t *netstack_new(const netstack_config *cfg, char *err,
+NETSTACK_API netstack_t *netstack_new(const netstack_config *cfg, char *err,
                          size_t errlen);
 /* Closes every flow and socket and frees everything. NULL is allowed. */
-void netstack_free(netstack_t *ns);
+NETSTACK_API void netstack_free(netstack_t *ns);
 
-/* Why the last failing call on `ns` failed; "" if none. Valid until the
- * next call on `ns`. */
-const char *netstack_last_error(const netstack_t *ns);
+/* Why the most recent failing call on `ns` failed; "" if none has.
+ * Valid until the next call on `ns`. */
+NETSTACK_API const char *netstack_last_error(const netstack_t *ns);
 
 /* The library's own loop: runs until netstack_stop(). 0, or -errno. */
-int netstack_run(netstack_t *ns);
-/* Makes netstack_run() return (from any thread or a signal handler). */
-void netstack_stop(netstack_t *ns);
+NETSTACK_API int netstack_run(netstack_t *ns);
+/* Makes netstack_run() return after its current turn, or at once if it
+ * is not running yet. Safe from any thread and from a signal handler (it
+ * writes to an eventfd). */
+NETSTACK_API void netstack_stop(netstack_t *ns);
 
 /* The caller's loop. */
-int netstack_fd(const netstack_t *ns);
+NETSTACK_API int netstack_fd(const netstack_t *ns);
 /* CLOCK_MONOTONIC ns of the next timed work; 0: at once; INT64_MAX:
  * none. */
-int64_t netstack_next_deadline_ns(const netstack_t *ns);
-/* One turn, without blocking. 0, or -errno. */
-int netstack_poll(netstack_t *ns);
+NETSTACK_API int64_t netstack_next_deadline_ns(const netstack_t *ns);
+/* One turn, without blocking. 0, or -errno (-EBUSY from inside a
+ * callback of this netstack_t). */
+NETSTACK_API int netstack_poll(netstack_t *ns);
 
-/* Callback link: one Ethernet frame from the guest. 0, or -EINVAL when
- * this is not a callback link. A frame the stack cannot use is dropped
- * and counted, not refused. send_frame may be called from inside. */
-int netstack_input(netstack_t *ns, const void *frame, size_t len);
+/* Callback link: one Ethernet frame from the guest, copied (the buffer
+ * is free again on return). 0, or -EINVAL when this is not a callback
+ * link. A frame the stack cannot use (runt, larger than mtu + 18) is
+ * dropped and counted (link.rx_dropped), not refused.
+ * The frame is handled at the next turn: netstack_next_deadline_ns()
+ * returns 0 while frames wait, so call netstack_poll() after a batch of
+ * input. Once 64 frames wait, netstack_input() runs the turn itself, so
+ * send_frame may be called from inside. */
+NETSTACK_API int netstack_input(netstack_t *ns, const void *frame, size_t len);
 
 /* Host -> guest forwards, as netstackd's -t and -u take them:
  * "[BIND_ADDR/]HOST_PORT[-END][:GUEST_PORT[-END]]", for example "8080",
  * "127.0.0.1/8080:80", "[::1]/2222:22", "5000-5009". Without BIND_ADDR
- * both families listen. On success *id names the forward. */
-int netstack_forward_add(netstack_t *ns, int proto, const char *spec,
+ * both families listen. proto is NETSTACK_TCP or NETSTACK_UDP. On
+ * success *id names the forward (id may be NULL). Errors: -EINVAL (a bad
+ * spec or proto), -EADDRINUSE (a port is taken: none of the spec's
+ * listeners stay open), -EACCES (a port below 1024 without the right).
+ * A forward reaches the guest's DHCP lease (lease4) through the stack.
+ * Removing one closes its listeners; its connections run to their end.
+ * -ENOENT for an unknown id. */
+NETSTACK_API int netstack_forward_add(netstack_t *ns, int proto, const char *spec,
                          uint64_t *id);
-int netstack_forward_remove(netstack_t *ns, uint64_t id);
+NETSTACK_API int netstack_forward_remove(netstack_t *ns, uint64_t id);
 
 /* Every counter, one "name value\n" line each, NUL-terminated. Returns
  * the length the whole text needs (without the NUL); writes at most
  * len bytes. */
-size_t netstack_counters(const netstack_t *ns, char *buf, size_t len);
-/* One counter by name; 0 and -ENOENT if there is none. */
-int netstack_counter(const netstack_t *ns, const char *name,
+NETSTACK_API size_t netstack_counters(const netstack_t *ns, char *buf, size_t len);
+/* One counter by name ("backend.tcp_flows_opened", "link.rx_frames");
+ * 0, or -ENOENT if there is none. */
+NETSTACK_API int netstack_counter(const netstack_t *ns, const char *name,
                      uint64_t *value);
 
 /* "1.0.0" */
-const char *netstack_version(void);
+NETSTACK_API const char *netstack_version(void);
 
 #ifdef __cplusplus
 }
