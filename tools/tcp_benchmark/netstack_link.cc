@@ -6,16 +6,14 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "link/gso_endpoint.h"
+#include "link/fault_injector.h"
 #include "netstack/stack/route_table.h"
-#include "netstack/runtime/link_chain.h"
 #include "tools/tcp_benchmark/flags.h"
 
 namespace netstack::tools::bench {
 
-using runtime::DecorateLink;
 using runtime::HostLinkOptions;
 using runtime::LinkDecorators;
-using runtime::OpenHostLink;
 
 namespace {
 
@@ -71,19 +69,7 @@ const char* GsoModeName(GsoMode mode) {
   return "?";
 }
 
-class NetstackLink::Handler : public eventloop::Handler {
- public:
-  explicit Handler(link::LinkEndpoint& link) : link_(link) {}
-  void OnReadable(Instant now) override { link_.OnReadable(now); }
-
- private:
-  link::LinkEndpoint& link_;
-};
-
-NetstackLink::~NetstackLink() = default;
-
-absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
-    buffer::ChunkPool& chunks, buffer::PacketPool& packets) {
+absl::StatusOr<GsoMode> LinkOptionsFromFlags(runtime::RuntimeOptions& options) {
   const std::string tap = absl::GetFlag(FLAGS_tap);
   const std::string packet = absl::GetFlag(FLAGS_packet);
   if (tap.empty() == packet.empty()) {
@@ -99,9 +85,7 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
   absl::StatusOr<link::FaultProfile> faults = FaultsFromFlags();
   if (!faults.ok()) return faults.status();
 
-  std::unique_ptr<NetstackLink> l(new NetstackLink());
-  l->gso_mode_ = *mode;
-  HostLinkOptions host;
+  HostLinkOptions& host = options.host;
   host.tap_name = tap;
   host.packet_interface = packet;
   host.netns = absl::GetFlag(FLAGS_netns);
@@ -109,9 +93,7 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
   if (*mode == GsoMode::kHost) {
     host.host_gso_max_size = static_cast<uint32_t>(gso_size);
   }
-  auto base = OpenHostLink(host, chunks);
-  if (!base.ok()) return base.status();
-  LinkDecorators decorators;
+  LinkDecorators& decorators = options.decorators;
   decorators.pcap = absl::GetFlag(FLAGS_pcap);
   if (faults->Active()) {
     link::FaultInjectorOptions fo;
@@ -124,26 +106,15 @@ absl::StatusOr<std::unique_ptr<NetstackLink>> NetstackLink::FromFlags(
   if (*mode == GsoMode::kSoftware) {
     decorators.software_gso_max_size = static_cast<uint32_t>(gso_size);
   }
-  auto chain = DecorateLink(*std::move(base), decorators, chunks, packets);
-  if (!chain.ok()) return chain.status();
-  l->outer_ = std::move(chain->outer);
-  l->faults_ = chain->faults;
-  l->gso_ = chain->gso;
-  l->read_fd_ = chain->read_fd;
-  l->nic_name_ = tap.empty() ? packet : tap;
-  return l;
-}
+  options.nic_name = tap.empty() ? packet : tap;
 
-absl::Status NetstackLink::Configure(stack::Stack& stack) {
-  absl::StatusOr<stack::NicId> nic = stack.AddNic(outer_.get(), nic_name_);
-  if (!nic.ok()) return nic.status();
   for (const std::string& a : absl::GetFlag(FLAGS_addr)) {
     auto cidr = stack::ParseIpv4Cidr(a);
     if (!cidr) {
       return Usage(absl::StrCat("--addr: bad IPv4 CIDR '", a,
                                 "' (want e.g. 10.9.0.2/24)"));
     }
-    if (absl::Status s = stack.AddAddress(*nic, *cidr); !s.ok()) return s;
+    options.addrs4.push_back(*cidr);
   }
   for (const std::string& a : absl::GetFlag(FLAGS_addr6)) {
     auto cidr = stack::ParseIpv6Cidr(a);
@@ -151,35 +122,25 @@ absl::Status NetstackLink::Configure(stack::Stack& stack) {
       return Usage(absl::StrCat("--addr6: bad IPv6 CIDR '", a,
                                 "' (want e.g. fd00:9::2/64)"));
     }
-    if (absl::Status s = stack.AddAddress(*nic, *cidr); !s.ok()) return s;
+    options.addrs6.push_back(*cidr);
   }
-  if (absl::GetFlag(FLAGS_addr).empty() && absl::GetFlag(FLAGS_addr6).empty()) {
+  if (options.addrs4.empty() && options.addrs6.empty()) {
     return Usage("--stack=netstack needs --addr or --addr6");
   }
-  return absl::OkStatus();
+  return *mode;
 }
 
-absl::Status NetstackLink::Register(eventloop::EventLoop& loop) {
-  handler_ = std::make_unique<Handler>(*outer_);
-  return loop.Add(read_fd_, eventloop::EventLoop::kReadable, handler_.get());
-}
-
-void NetstackLink::Unregister(eventloop::EventLoop& loop) {
-  if (handler_ != nullptr && loop.IsRegistered(read_fd_)) {
-    (void)loop.Remove(read_fd_);
-  }
-}
-
-std::string NetstackLink::FormatCounters() const {
+std::string FormatLinkCounters(runtime::Runtime& rt, GsoMode mode) {
   // Frames, drops and syscalls are the stack's link.NIC.* lines (the same
   // endpoint); here only what those do not say.
-  const link::LinkStats s = outer_->Stats();
+  const link::LinkEndpoint& outer = rt.link();
+  const link::LinkStats s = outer.Stats();
   std::string text = absl::StrCat(
-      "link.name ", outer_->Name(), "\n", "link.gso_mode ",
-      GsoModeName(gso_mode_), "\n", "link.tx_bytes ", s.tx_bytes, "\n",
-      "link.rx_bytes ", s.rx_bytes, "\n");
-  if (gso_ != nullptr) {
-    const link::GsoStats& g = gso_->gso_stats();
+      "link.name ", outer.Name(), "\n", "link.gso_mode ", GsoModeName(mode),
+      "\n", "link.tx_bytes ", s.tx_bytes, "\n", "link.rx_bytes ", s.rx_bytes,
+      "\n");
+  if (const link::GsoEndpoint* gso = rt.gso(); gso != nullptr) {
+    const link::GsoStats& g = gso->gso_stats();
     absl::StrAppend(&text, "gso.super_segments ", g.super_segments, "\n",
                     "gso.packets_out ", g.packets_out, "\n",
                     "gso.passed_through ", g.passed_through, "\n",
@@ -187,9 +148,9 @@ std::string NetstackLink::FormatCounters() const {
                     g.bad_gso_size, "\n", "gso.no_buffer ", g.no_buffer,
                     "\n", "gso.too_many_views ", g.too_many_views, "\n");
   }
-  if (faults_ != nullptr) {
-    for (auto [dir, f] : {std::pair{"egress", &faults_->egress_stats()},
-                          std::pair{"ingress", &faults_->ingress_stats()}}) {
+  if (const link::FaultInjector* faults = rt.faults(); faults != nullptr) {
+    for (auto [dir, f] : {std::pair{"egress", &faults->egress_stats()},
+                          std::pair{"ingress", &faults->ingress_stats()}}) {
       absl::StrAppend(&text, "fault.", dir, ".in ", f->packets_in, "\n",
                       "fault.", dir, ".dropped ", f->dropped, "\n", "fault.",
                       dir, ".duplicated ", f->duplicated, "\n", "fault.", dir,

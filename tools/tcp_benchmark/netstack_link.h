@@ -6,21 +6,15 @@
 // the GSO splitter sits right under the stack so that the faults and the
 // pcap see wire packets. With --hostgso the base endpoint
 // writes super-segments whole with a virtio-net header instead.
+// The runtime (netstack/runtime/runtime.h) opens and wires it; this file
+// only turns the flags into its options and formats the link's counters.
 #ifndef TOOLS_TCP_BENCHMARK_NETSTACK_LINK_H_
 #define TOOLS_TCP_BENCHMARK_NETSTACK_LINK_H_
 
-#include <memory>
 #include <string>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "link/fault_injector.h"
-#include "link/gso_endpoint.h"
-#include "netstack/buffer/chunk.h"
-#include "netstack/buffer/packet.h"
-#include "netstack/eventloop/event_loop.h"
-#include "netstack/link/link_endpoint.h"
-#include "netstack/stack/stack.h"
+#include "netstack/runtime/runtime.h"
 
 namespace netstack::tools::bench {
 
@@ -29,37 +23,13 @@ enum class GsoMode { kOff, kSoftware, kHost };
 // "off", "sw", "host".
 const char* GsoModeName(GsoMode mode);
 
-class NetstackLink {
- public:
-  // Validates the flags and opens the link. The pools must outlive it.
-  static absl::StatusOr<std::unique_ptr<NetstackLink>> FromFlags(
-      buffer::ChunkPool& chunks, buffer::PacketPool& packets);
-  ~NetstackLink();
+// Validates the link flags and --addr/--addr6 and sets `options`' host
+// link, decorators, NIC name and addresses. Errors name the flag
+// (InvalidArgument).
+absl::StatusOr<GsoMode> LinkOptionsFromFlags(runtime::RuntimeOptions& options);
 
-  // Adds the NIC, --addr and --addr6 to `stack`.
-  absl::Status Configure(stack::Stack& stack);
-  // Watches the base endpoint's fd on `loop`.
-  absl::Status Register(eventloop::EventLoop& loop);
-  void Unregister(eventloop::EventLoop& loop);
-
-  // The outermost endpoint, the one the stack talks to.
-  link::LinkEndpoint& link() { return *outer_; }
-  GsoMode gso_mode() const { return gso_mode_; }
-  // Link, GSO and fault counters as "name value" lines.
-  std::string FormatCounters() const;
-
- private:
-  class Handler;
-  NetstackLink() = default;
-
-  std::unique_ptr<link::LinkEndpoint> outer_;
-  link::FaultInjector* faults_ = nullptr;   // inside outer_, if any
-  link::GsoEndpoint* gso_ = nullptr;        // outer_ itself, with --swgso
-  std::unique_ptr<Handler> handler_;
-  int read_fd_ = -1;
-  GsoMode gso_mode_ = GsoMode::kOff;
-  std::string nic_name_;
-};
+// Link, GSO and fault counters of `rt`'s link as "name value" lines.
+std::string FormatLinkCounters(runtime::Runtime& rt, GsoMode mode);
 
 }  // namespace netstack::tools::bench
 

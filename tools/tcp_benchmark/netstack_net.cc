@@ -10,22 +10,15 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "netstack/buffer/chunk.h"
-#include "netstack/buffer/packet.h"
 #include "netstack/eventloop/timer_wheel.h"
-#include "netstack/stack/route_table.h"
-#include "netstack/stack/stack.h"
+#include "netstack/runtime/runtime.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/tcp/tcp_socket.h"
 #include "netstack/transport/errors.h"
-#include "netstack/transport/notifier.h"
-#include "netstack/runtime/stack_runtime.h"
 #include "tools/tcp_benchmark/flags.h"
 #include "tools/tcp_benchmark/netstack_link.h"
 
 namespace netstack::tools::bench {
-
-using runtime::TransportPoller;
-using runtime::RandomSeed;
 
 namespace {
 
@@ -126,7 +119,7 @@ class NetstackNetImpl final : public Net {
   static absl::StatusOr<std::unique_ptr<NetstackNetImpl>> Create();
   ~NetstackNetImpl() override;
 
-  eventloop::EventLoop& loop() override { return *loop_; }
+  eventloop::EventLoop& loop() override { return rt_->loop(); }
   absl::StatusOr<std::unique_ptr<Listener>> Listen(
       const transport::SocketAddress& local,
       const StreamOptions& options) override;
@@ -134,7 +127,7 @@ class NetstackNetImpl final : public Net {
       const transport::SocketAddress& remote,
       const StreamOptions& options) override;
   std::string Describe() const override {
-    return absl::StrCat("netstack (", link_->link().Name(), ")");
+    return absl::StrCat("netstack (", rt_->link().Name(), ")");
   }
   std::string FormatCounters() const override;
   void Linger(Duration max) override;
@@ -148,17 +141,9 @@ class NetstackNetImpl final : public Net {
   absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> OpenSocket(
       const transport::SocketAddress& a, const StreamOptions& options);
 
-  buffer::ChunkPool chunks_{2048};  // 128 MiB of payload at most
-  buffer::PacketPool packets_{32768};
-  std::unique_ptr<NetstackLink> link_;
-  std::unique_ptr<stack::Stack> stack_;
-  transport::Notifier notifier_;
-  std::unique_ptr<tcp::TcpLayer> tcp_;
-  std::unique_ptr<eventloop::EventLoop> loop_;
-  std::unique_ptr<eventloop::PollerRef<stack::Stack>> stack_poller_;
-  std::unique_ptr<eventloop::PollerRef<link::LinkEndpoint>> link_poller_;
-  std::unique_ptr<TransportPoller> transport_poller_;
-  buffer::PayloadView filler_;
+  std::unique_ptr<runtime::Runtime> rt_;
+  GsoMode gso_mode_ = GsoMode::kOff;
+  buffer::PayloadView filler_;  // a chunk of rt_'s pool: goes first
 };
 
 NetstackStream::NetstackStream(NetstackNetImpl& net,
@@ -261,48 +246,22 @@ absl::StatusOr<std::unique_ptr<NetstackNetImpl>> NetstackNetImpl::Create() {
 }
 
 absl::Status NetstackNetImpl::Start() {
-  absl::StatusOr<std::unique_ptr<NetstackLink>> link =
-      NetstackLink::FromFlags(chunks_, packets_);
-  if (!link.ok()) return link.status();
-  link_ = std::move(*link);
-  stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
-                                          packets_);
-  if (absl::Status s = link_->Configure(*stack_); !s.ok()) return s;
-
-  absl::StatusOr<uint64_t> seed = RandomSeed();
-  if (!seed.ok()) return seed.status();
-  tcp::TcpLayerOptions tcp_options;
-  tcp_options.seed = *seed;
+  runtime::RuntimeOptions o;
+  o.chunks = 2048;  // 128 MiB of payload at most
+  o.packets = 32768;
+  absl::StatusOr<GsoMode> mode = LinkOptionsFromFlags(o);
+  if (!mode.ok()) return mode.status();
+  gso_mode_ = *mode;
   absl::StatusOr<tcp::ConnectionOptions> conn =
-      ConnectionOptionsFromFlags(tcp_options.connection);
+      ConnectionOptionsFromFlags(o.tcp.connection);
   if (!conn.ok()) return conn.status();
-  tcp_options.connection = *conn;
-  tcp_ = std::make_unique<tcp::TcpLayer>(*stack_, chunks_, packets_,
-                                         notifier_, tcp_options);
+  o.tcp.connection = *conn;
+  absl::StatusOr<std::unique_ptr<runtime::Runtime>> rt =
+      runtime::Runtime::Create(std::move(o));
+  if (!rt.ok()) return rt.status();
+  rt_ = *std::move(rt);
 
-  absl::StatusOr<std::unique_ptr<eventloop::EventLoop>> loop =
-      eventloop::EventLoop::Create();
-  if (!loop.ok()) return loop.status();
-  loop_ = std::move(*loop);
-  if (absl::Status s = link_->Register(*loop_); !s.ok()) return s;
-  stack_poller_ =
-      std::make_unique<eventloop::PollerRef<stack::Stack>>(stack_.get());
-  link_poller_ = std::make_unique<eventloop::PollerRef<link::LinkEndpoint>>(
-      &link_->link());
-  transport_poller_ =
-      std::make_unique<TransportPoller>(*tcp_, notifier_);
-  loop_->AddPoller(stack_poller_.get());
-  loop_->AddPoller(link_poller_.get());
-  loop_->AddPoller(transport_poller_.get());
-  // One turn's transport work, after the link's batch and the timers:
-  // the readiness callbacks (the benchmark), then what they made pending.
-  loop_->AddTurnEndHook([this](Instant now) {
-    notifier_.Dispatch();
-    tcp_->Poll(now);
-    stack_->Flush(now);
-  });
-
-  buffer::ChunkRef chunk = chunks_.Allocate();
+  buffer::ChunkRef chunk = rt_->chunks().Allocate();
   if (!chunk) return absl::ResourceExhaustedError("no chunk for the filler");
   std::span<uint8_t> bytes = chunk->mutable_data();
   for (size_t i = 0; i < bytes.size(); ++i) {
@@ -312,22 +271,11 @@ absl::Status NetstackNetImpl::Start() {
   return absl::OkStatus();
 }
 
-NetstackNetImpl::~NetstackNetImpl() {
-  if (loop_ != nullptr) {
-    loop_->RemovePoller(transport_poller_.get());
-    loop_->RemovePoller(link_poller_.get());
-    loop_->RemovePoller(stack_poller_.get());
-  }
-  filler_ = buffer::PayloadView();
-  tcp_.reset();
-  stack_.reset();
-  if (loop_ != nullptr && link_ != nullptr) link_->Unregister(*loop_);
-  link_.reset();
-}
+NetstackNetImpl::~NetstackNetImpl() = default;
 
 absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> NetstackNetImpl::OpenSocket(
     const transport::SocketAddress& a, const StreamOptions& options) {
-  std::unique_ptr<tcp::TcpSocket> s = tcp_->Open(a.ip.family());
+  std::unique_ptr<tcp::TcpSocket> s = rt_->tcp().Open(a.ip.family());
   tcp::ConnectionOptions o = s->options();
   if (options.congestion_control == "reno") {
     o.congestion = tcp::CongestionAlgorithm::kNewReno;
@@ -383,17 +331,19 @@ absl::StatusOr<std::unique_ptr<Stream>> NetstackNetImpl::Connect(
 }
 
 void NetstackNetImpl::Linger(Duration max) {
-  const Instant deadline = loop_->Now() + max;
-  while (tcp_->ConnectionsWithPendingOutput() > 0 && loop_->Now() < deadline) {
-    if (!loop_->RunOnce(absl::Milliseconds(10)).ok()) return;
+  eventloop::EventLoop& loop = rt_->loop();
+  const Instant deadline = loop.Now() + max;
+  while (rt_->tcp().ConnectionsWithPendingOutput() > 0 &&
+         loop.Now() < deadline) {
+    if (!loop.RunOnce(absl::Milliseconds(10)).ok()) return;
   }
 }
 
 std::string NetstackNetImpl::FormatCounters() const {
-  std::string text = stack_->FormatCounters();
-  absl::StrAppend(&text, tcp_->FormatCounters());
+  std::string text = rt_->stack().FormatCounters();
+  absl::StrAppend(&text, rt_->tcp().FormatCounters());
   if (!text.empty() && text.back() != '\n') text.push_back('\n');
-  absl::StrAppend(&text, link_->FormatCounters());
+  absl::StrAppend(&text, FormatLinkCounters(*rt_, gso_mode_));
   return text;
 }
 

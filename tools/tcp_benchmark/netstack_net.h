@@ -1,6 +1,7 @@
-// bench::Net on a netstack Stack: the link from --packet/--tap (with
-// --netns, --addr, --addr6, --mtu, GSO and fault flags), a TCP layer, and
-// the event loop that drives them.
+// bench::Net on a netstack runtime (netstack/runtime/runtime.h): the
+// link from --packet/--tap (with --netns, --addr, --addr6, --mtu, GSO and
+// fault flags), the stack, its TCP layer and the event loop that drives
+// them.
 #ifndef TOOLS_TCP_BENCHMARK_NETSTACK_NET_H_
 #define TOOLS_TCP_BENCHMARK_NETSTACK_NET_H_
 
