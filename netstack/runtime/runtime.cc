@@ -102,7 +102,7 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
                                          *notifier_, *udp_seed);
 
   absl::StatusOr<std::unique_ptr<eventloop::EventLoop>> loop =
-      eventloop::EventLoop::Create({}, std::move(o.clock));
+      eventloop::EventLoop::Create(o.timers, std::move(o.clock));
   if (!loop.ok()) return Prefixed("event loop", loop.status());
   loop_ = *std::move(loop);
 

@@ -106,6 +106,10 @@ struct RuntimeOptions {
   // The loop's clock (event_loop.h); unset: CLOCK_MONOTONIC. Fuzzers and
   // tests drive a runtime on a fake clock.
   eventloop::EventLoop::Clock clock;
+  // The loop's timer wheel (timer_wheel.h). A fuzzer that makes a runtime
+  // per input and schedules no loop timers takes a small one: building and
+  // clearing 512 slots was most of what the runtime added per input.
+  eventloop::TimerWheelOptions timers;
 };
 
 class Runtime {

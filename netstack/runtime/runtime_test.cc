@@ -213,6 +213,24 @@ TEST(RuntimeTest, SoftwareGsoIsReachable) {
   }
 }
 
+TEST(RuntimeTest, TheLoopsTimerWheelIsTheOptions) {
+  for (size_t slots : {size_t{512}, size_t{16}}) {
+    RuntimeOptions o;
+    o.open_link = [](buffer::ChunkPool& chunks, buffer::PacketPool&)
+        -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+      absl::StatusOr<link::ChannelPair> pair =
+          link::CreateChannelPair(chunks, {});
+      if (!pair.ok()) return pair.status();
+      return std::unique_ptr<link::LinkEndpoint>(std::move(pair->a));
+    };
+    o.timers.slots = slots;
+    absl::StatusOr<std::unique_ptr<Runtime>> rt =
+        Runtime::Create(std::move(o));
+    ASSERT_TRUE(rt.ok()) << rt.status();
+    EXPECT_EQ((*rt)->loop().timers().slot_count(), slots);
+  }
+}
+
 TEST(RuntimeTest, ALinkThatFailsToOpenIsNamed) {
   RuntimeOptions o;
   o.open_link = [](buffer::ChunkPool&, buffer::PacketPool&)
