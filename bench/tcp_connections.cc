@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -27,10 +28,7 @@
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "bench/tcp_pair.h"
-#include "link/channel_endpoint.h"
-#include "netstack/stack/stack.h"
 #include "netstack/tcp/tcp_layer.h"
-#include "netstack/transport/notifier.h"
 
 ABSL_FLAG(int, connections, 10000, "concurrent connections to open");
 ABSL_FLAG(int, batch, 500, "Connect() calls per event-loop turn");
@@ -102,21 +100,20 @@ int Run() {
   const int n = absl::GetFlag(FLAGS_connections);
   buffer::ChunkPool chunks(4096);
   buffer::PacketPool packets(65536);
-  link::ChannelOptions co;
-  co.mac_a.bytes = {2, 0, 0, 0, 0, 1};
-  co.mac_b.bytes = {2, 0, 0, 0, 0, 2};
-  co.queue_limit = 65536;
-  auto pair = link::CreateChannelPair(chunks, co);
+  bench::TcpPairOptions po;
+  po.channel.queue_limit = 65536;
+  po.max_backlog = 65535;
+  auto pair = bench::MakeTcpPair(chunks, packets, po);
   if (!pair.ok()) {
-    std::fprintf(stderr, "channel: %s\n", pair.status().ToString().c_str());
+    std::fprintf(stderr, "pair: %s\n", pair.status().ToString().c_str());
     return 1;
   }
-  bench::StackSide client(chunks, packets, *pair->a, 1, 65535);
-  bench::StackSide server(chunks, packets, *pair->b, 2, 65535);
+  runtime::Runtime& client = *pair->a;
+  runtime::Runtime& server = *pair->b;
   const transport::SocketAddress dst{
       transport::IpAddress(wire::Ipv4Address::FromU32(0x0a000002u)), 80};
 
-  auto listener = server.tcp->Open(transport::Family::kIpv4);
+  auto listener = server.tcp().Open(transport::Family::kIpv4);
   if (!listener->Bind(dst).ok() || !listener->Listen(65535).ok()) return 1;
 
   std::vector<std::unique_ptr<tcp::TcpSocket>> clients;
@@ -124,15 +121,9 @@ int Run() {
   clients.reserve(n);
   accepted.reserve(n);
 
-  auto turn = [&](Instant now) {
-    pair->a->Poll(now);
-    pair->b->Poll(now);
-    client.notifier.Dispatch();
-    server.notifier.Dispatch();
-    client.tcp->Poll(now);
-    server.tcp->Poll(now);
-    client.stack.Poll(now);
-    server.stack.Poll(now);
+  // One turn of each runtime, on the monotonic clock, then the accepts.
+  auto turn = [&]() {
+    if (!client.Poll().ok() || !server.Poll().ok()) std::abort();
     while (true) {
       auto s = listener->Accept();
       if (!s.ok()) break;
@@ -143,9 +134,9 @@ int Run() {
   // parked behind an unresolved neighbour past the queue limit would be
   // dropped and retried after the 1 s initial RTO) and warms the tables.
   {
-    auto warm = client.tcp->Open(transport::Family::kIpv4);
+    auto warm = client.tcp().Open(transport::Family::kIpv4);
     if (!warm->Connect(dst).ok()) return 1;
-    for (int i = 0; i < 1000 && accepted.empty(); ++i) turn(absl::Now());
+    for (int i = 0; i < 1000 && accepted.empty(); ++i) turn();
     if (accepted.empty()) {
       std::fprintf(stderr, "warm-up connection failed\n");
       return 1;
@@ -159,7 +150,7 @@ int Run() {
   absl::Time last_report = start;
   while (static_cast<int>(accepted.size()) < n + 1) {
     for (int i = 0; i < absl::GetFlag(FLAGS_batch) && opened < n; ++i) {
-      auto s = client.tcp->Open(transport::Family::kIpv4);
+      auto s = client.tcp().Open(transport::Family::kIpv4);
       if (auto st = s->Connect(dst); !st.ok()) {
         std::fprintf(stderr, "connect %d: %s\n", opened,
                      st.ToString().c_str());
@@ -169,7 +160,7 @@ int Run() {
       ++opened;
     }
     const absl::Time now = absl::Now();
-    turn(now);
+    turn();
     if (now - last_report > absl::Seconds(1)) {
       std::fprintf(stderr, "... %zu accepted\n", accepted.size());
       last_report = now;
@@ -181,7 +172,7 @@ int Run() {
   }
   const absl::Time end = absl::Now();
   // Let the last ACKs and window updates settle, then measure.
-  for (int i = 0; i < 10; ++i) turn(absl::Now());
+  for (int i = 0; i < 10; ++i) turn();
   int established = 0;
   for (auto& s : clients) {
     established += s->state() == tcp::TcpState::kEstablished;
@@ -212,9 +203,9 @@ int Run() {
               static_cast<double>(heap_after - heap_before) / (2.0 * n),
               heap_after - heap_before, 2 * n);
   std::printf("layer connections: client %zu, server %zu\n",
-              client.tcp->connection_count(), server.tcp->connection_count());
-  std::printf("%s\n%s\n", client.tcp->FormatCounters().c_str(),
-              server.tcp->FormatCounters().c_str());
+              client.tcp().connection_count(), server.tcp().connection_count());
+  std::printf("%s\n%s\n", client.tcp().FormatCounters().c_str(),
+              server.tcp().FormatCounters().c_str());
   return established == 2 * n ? 0 : 1;
 }
 

@@ -8,7 +8,8 @@
 // covers everything a byte costs in this process: the sender's TCP, the
 // GSO split and checksums, the channel's copy (the stand-in for the
 // kernel's copy out of a socket), and the receiver's stack and TCP.
-// Virtual time: each turn advances a fake clock by 20 us.
+// Virtual time: each turn advances a fake clock by 20 us, then both
+// runtimes (bench/tcp_pair.h) run one turn each.
 #include <cstdio>
 #include <cstdlib>
 #include <array>
@@ -27,31 +28,23 @@ namespace {
 int Run(bool gso, uint64_t mib) {
   buffer::ChunkPool chunks(4096);
   buffer::PacketPool packets(16384);
-  link::ChannelOptions co;
-  co.mac_a.bytes = {2, 0, 0, 0, 0, 1};
-  co.mac_b.bytes = {2, 0, 0, 0, 0, 2};
-  co.queue_limit = 8192;
-  auto pair = link::CreateChannelPair(chunks, co);
-  if (!pair.ok()) return 1;
-  link::LinkEndpoint* sender_link = pair->a.get();
-  std::unique_ptr<link::GsoEndpoint> gso_link;
-  if (gso) {
-    // The decorator takes ownership of the sender's channel endpoint.
-    auto g = link::GsoEndpoint::Create(std::move(pair->a), packets);
-    if (!g.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(g.status().message()).c_str());
-      return 1;
-    }
-    gso_link = std::move(*g);
-    sender_link = gso_link.get();
+  Instant now = absl::FromUnixSeconds(1'700'000'000);
+  bench::TcpPairOptions po;
+  po.channel.queue_limit = 8192;
+  if (gso) po.a_software_gso = link::kMaxGsoIpLen;
+  po.now = &now;
+  absl::StatusOr<bench::TcpPair> pair = bench::MakeTcpPair(chunks, packets, po);
+  if (!pair.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(pair.status().message()).c_str());
+    return 1;
   }
-  bench::StackSide a(chunks, packets, *sender_link, 1);
-  bench::StackSide b(chunks, packets, *pair->b, 2);
+  runtime::Runtime& a = *pair->a;
+  runtime::Runtime& b = *pair->b;
   const transport::SocketAddress dst{
-      transport::IpAddress(bench::StackSide::Address(2)), 9};
-  auto listener = b.tcp->Open(transport::Family::kIpv4);
+      transport::IpAddress(bench::TcpPair::Address(2)), 9};
+  auto listener = b.tcp().Open(transport::Family::kIpv4);
   if (!listener->Bind(dst).ok() || !listener->Listen(4).ok()) return 1;
-  auto client = a.tcp->Open(transport::Family::kIpv4);
+  auto client = a.tcp().Open(transport::Family::kIpv4);
   if (!client->Connect(dst).ok()) return 1;
 
   buffer::ChunkRef filler = chunks.Allocate();
@@ -62,20 +55,18 @@ int Run(bool gso, uint64_t mib) {
   const uint64_t target = mib << 20;
   uint64_t queued = 0;
   uint64_t received = 0;
-  Instant now = absl::FromUnixSeconds(1'700'000'000);
-  for (long turn = 0; received < target && turn < 100'000'000; ++turn) {
-    now += absl::Microseconds(20);
-    sender_link->Poll(now);
-    pair->b->Poll(now);
-    a.notifier.Dispatch();
-    b.notifier.Dispatch();
-    if (server == nullptr) {
-      auto s = listener->Accept();
-      if (s.ok()) server = std::move(*s);
-    }
+  // The application, in each side's end of turn: after the readiness
+  // callbacks, before TCP sends.
+  a.AddSweep([&](Instant) {
     while (client->state() == tcp::TcpState::kEstablished && queued < target &&
            client->WriteView(view).ok()) {
       queued += view.size();
+    }
+  });
+  b.AddSweep([&](Instant) {
+    if (server == nullptr) {
+      auto s = listener->Accept();
+      if (s.ok()) server = std::move(*s);
     }
     while (server != nullptr) {
       size_t views = 0;
@@ -84,10 +75,10 @@ int Run(bool gso, uint64_t mib) {
       if (!r.ok() || *r == 0) break;
       received += *r;
     }
-    a.tcp->Poll(now);
-    b.tcp->Poll(now);
-    a.stack.Poll(now);
-    b.stack.Poll(now);
+  });
+  for (long turn = 0; received < target && turn < 100'000'000; ++turn) {
+    now += absl::Microseconds(20);
+    if (!a.Poll().ok() || !b.Poll().ok()) return 1;
   }
   const tcp::TcpInfo info = client->Info();
   std::printf("%s: %llu bytes received, %llu wire packets sent, %llu "
