@@ -1,6 +1,6 @@
 // A test-only driver for the backend's UDP flows, ping and DNS forwarder:
-// a Stack on a TAP in the guest's namespace, with a TcpLayer and UdpLayer,
-// and the three services on top. udp_backend_interop_test.py runs it
+// a runtime (netstack/runtime/runtime.h: a Stack on a TAP in the guest's
+// namespace, with TCP and UDP, no Backend) and the three services on top. udp_backend_interop_test.py runs it
 // inside its "host" namespace. Until the backend core lands, the stack
 // is given the host-side addresses the guest talks to as extra addresses
 // (--extra), since the stack accepts packets for its own addresses only.
@@ -18,18 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "link/tap_endpoint.h"
 #include "netstack/backend/dns_config.h"
 #include "netstack/backend/dns_forwarder.h"
 #include "netstack/backend/ping_flows.h"
 #include "netstack/backend/udp_flows.h"
-#include "netstack/buffer/chunk.h"
-#include "netstack/buffer/packet.h"
-#include "netstack/eventloop/event_loop.h"
-#include "netstack/stack/stack.h"
-#include "netstack/tcp/tcp_layer.h"
-#include "netstack/transport/notifier.h"
-#include "netstack/udp/udp_layer.h"
+#include "netstack/runtime/runtime.h"
+#include "netstack/stack/route_table.h"
 
 namespace netstack::backend {
 namespace {
@@ -45,40 +39,31 @@ int Fail(const std::string& what) {
   return 2;
 }
 
-class LinkHandler : public eventloop::Handler {
- public:
-  explicit LinkHandler(link::LinkEndpoint& l) : l_(l) {}
-  void OnReadable(Instant now) override { l_.OnReadable(now); }
-
- private:
-  link::LinkEndpoint& l_;
-};
-
 int Run(const Args& a) {
-  buffer::ChunkPool chunks(2048);
-  buffer::PacketPool packets(16384);
-  link::TapOptions to;
-  to.name = a.tap;
-  to.netns = a.netns;
-  to.mtu = a.mtu;
-  auto tap = link::TapEndpoint::Open(to, chunks);
-  if (!tap.ok()) return Fail(std::string(tap.status().message()));
-  stack::Stack st(stack::StackOptions{}, chunks, packets);
-  auto nic = st.AddNic(tap->get(), a.tap);
-  if (!nic.ok()) return Fail(std::string(nic.status().message()));
+  runtime::RuntimeOptions o;
+  o.chunks = 2048;
+  o.packets = 16384;
+  o.host.tap_name = a.tap;
+  o.host.netns = a.netns;
+  o.host.mtu = a.mtu;
+  o.nic_name = a.tap;
   for (const std::string& s : a.addrs) {
-    absl::Status r = absl::InvalidArgumentError("bad --addr " + s);
-    if (auto c4 = stack::ParseIpv4Cidr(s)) r = st.AddAddress(*nic, *c4);
-    if (auto c6 = stack::ParseIpv6Cidr(s)) r = st.AddAddress(*nic, *c6);
-    if (!r.ok()) return Fail(std::string(r.message()));
+    if (auto c4 = stack::ParseIpv4Cidr(s)) {
+      o.addrs4.push_back(*c4);
+    } else if (auto c6 = stack::ParseIpv6Cidr(s)) {
+      o.addrs6.push_back(*c6);
+    } else {
+      return Fail("bad --addr " + s);
+    }
   }
   for (const std::string& s : a.extras) {
     auto ip = transport::IpAddress::Parse(s);
     if (!ip) return Fail("bad --extra " + s);
-    absl::Status r =
-        ip->is_v4() ? st.AddAddress(*nic, stack::Ipv4Cidr{ip->v4(), 32})
-                    : st.AddAddress(*nic, stack::Ipv6Cidr{ip->v6(), 128});
-    if (!r.ok()) return Fail(std::string(r.message()));
+    if (ip->is_v4()) {
+      o.addrs4.push_back(stack::Ipv4Cidr{ip->v4(), 32});
+    } else {
+      o.addrs6.push_back(stack::Ipv6Cidr{ip->v6(), 128});
+    }
   }
   std::vector<transport::IpAddress> selfs;
   for (const std::string& s : a.selfs) {
@@ -86,30 +71,21 @@ int Run(const Args& a) {
     if (!ip) return Fail("bad --self " + s);
     selfs.push_back(*ip);
   }
-
-  transport::Notifier notifier;
-  tcp::TcpLayerOptions tcp_options;
-  tcp_options.seed = 0x5eed;
-  tcp::TcpLayer tcp(st, chunks, packets, notifier, tcp_options);
-  udp::UdpLayer udp(st, chunks, packets, notifier, 0x5eed1);
-  auto loop_or = eventloop::EventLoop::Create();
-  if (!loop_or.ok()) return Fail(std::string(loop_or.status().message()));
-  eventloop::EventLoop& loop = **loop_or;
-  LinkHandler handler(**tap);
-  if (auto s = loop.Add((*tap)->ReadFd(), eventloop::EventLoop::kReadable,
-                        &handler);
-      !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
-  eventloop::PollerRef<stack::Stack> stack_poller(&st);
-  loop.AddPoller(&stack_poller);
+  o.tcp.seed = 0x5eed;
+  o.udp_seed = 0x5eed1;
+  auto rt_or = runtime::Runtime::Create(std::move(o));
+  if (!rt_or.ok()) return Fail(std::string(rt_or.status().message()));
+  runtime::Runtime& rt = **rt_or;
+  buffer::ChunkPool& chunks = rt.chunks();
+  buffer::PacketPool& packets = rt.packets();
+  eventloop::EventLoop& loop = rt.loop();
 
   UdpFlowOptions uo;
   uo.self_addresses = selfs;
-  UdpFlowTable flows(st, udp, chunks, packets, loop, uo);
+  UdpFlowTable flows(rt.stack(), rt.udp(), chunks, packets, loop, uo);
   PingOptions po;
   po.self_addresses = selfs;
-  PingForwarder ping(st, chunks, packets, loop, po);
+  PingForwarder ping(rt.stack(), chunks, packets, loop, po);
   DnsForwarderOptions dopt;
   for (const std::string& s : a.dns_listen) {
     auto sa = transport::SocketAddress::Parse(s);
@@ -123,49 +99,27 @@ int Run(const Args& a) {
   }
   std::unique_ptr<DnsForwarder> dns;
   if (!dopt.listen.empty()) {
-    auto d = DnsForwarder::Create(udp, &tcp, chunks, loop, dopt);
+    auto d = DnsForwarder::Create(rt.udp(), &rt.tcp(), chunks, loop, dopt);
     if (!d.ok()) return Fail(std::string(d.status().message()));
     dns = *std::move(d);
   }
 
-  // Keep the loop awake while callbacks are pending or TCP has timers.
-  class TransportPoller : public eventloop::Poller {
-   public:
-    TransportPoller(const tcp::TcpLayer& t, const transport::Notifier& n)
-        : t_(t), n_(n) {}
-    Instant NextDeadline() const override {
-      return n_.empty() ? t_.NextDeadline() : absl::InfinitePast();
-    }
-    void Poll(Instant) override {}
-
-   private:
-    const tcp::TcpLayer& t_;
-    const transport::Notifier& n_;
-  } transport_poller(tcp, notifier);
-  loop.AddPoller(&transport_poller);
-  loop.AddTurnEndHook([&](Instant now) {
-    notifier.Dispatch();
-    tcp.Poll(now);
-    st.Flush(now);
-  });
   const int sigs[] = {SIGTERM, SIGINT};
-  if (auto s = loop.HandleSignals(sigs, [&](int, Instant) { loop.Stop(); });
+  if (auto s = loop.HandleSignals(sigs, [&](int, Instant) { rt.Stop(); });
       !s.ok()) {
     return Fail(std::string(s.message()));
   }
   std::printf("ready\n");
   std::fflush(stdout);
-  absl::Status r = loop.Run();
-  std::string text = st.FormatCounters();
+  absl::Status r = rt.Run();
+  std::string text = rt.stack().FormatCounters();
   if (!text.empty() && text.back() != '\n') text.push_back('\n');
-  text += udp.counters().Format();
+  text += rt.udp().counters().Format();
   text += flows.counters().Format();
   text += ping.counters().Format();
   if (dns) text += dns->counters().Format();
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
-  loop.RemovePoller(&transport_poller);
-  loop.RemovePoller(&stack_poller);
   return r.ok() ? 0 : 1;
 }
 
