@@ -192,8 +192,7 @@ class PortForwards::UdpListener : public eventloop::Handler {
  public:
   UdpListener(PortForwards& owner, Forward& f, const ForwardRule& rule,
               UniqueFd fd, int family)
-      : owner_(owner), f_(f), rule_(rule), fd_(std::move(fd)),
-        family_(family) {
+      : owner_(owner), f_(f), rule_(rule), fd_(std::move(fd)), family_(family) {
     if (!owner_.udp_via_socket()) {
       table_ = owner_.options_.backend->udp_flows();
       const backend::AddressPlan& plan = owner_.options_.backend->plan();
@@ -223,15 +222,15 @@ class PortForwards::UdpListener : public eventloop::Handler {
     // does not starve the loop.
     for (int round = 0; round < 4; ++round) {
       b.PrepareReceive(/*named=*/true);
-      const int n = recvmmsg(fd_.get(), b.msgs, UdpBatch::kSize,
-                             MSG_DONTWAIT, nullptr);
+      const int n =
+          recvmmsg(fd_.get(), b.msgs, UdpBatch::kSize, MSG_DONTWAIT, nullptr);
       if (n <= 0) return;
       for (int i = 0; i < n; ++i) {
         std::optional<transport::SocketAddress> client =
             FromSockaddr(b.names[i], b.msgs[i].msg_hdr.msg_namelen);
         if (!client) continue;
-        UdpFlow* flow = FindOrOpen(*client, b.names[i],
-                                   b.msgs[i].msg_hdr.msg_namelen, now);
+        UdpFlow* flow =
+            FindOrOpen(*client, b.names[i], b.msgs[i].msg_hdr.msg_namelen, now);
         if (flow == nullptr) continue;  // counted
         const size_t len = b.msgs[i].msg_len;
         if (send(flow->fd.get(), b.iov[i].iov_base, len, MSG_DONTWAIT) < 0) {
@@ -319,9 +318,8 @@ class PortForwards::UdpListener : public eventloop::Handler {
     sockaddr_storage guest;
     const socklen_t guest_len =
         ToSockaddr({Loopback(family_ == AF_INET), rule_.guest_port}, guest);
-    if (!s.ok() ||
-        connect(fd.get(), reinterpret_cast<const sockaddr*>(&guest),
-                guest_len) != 0) {
+    if (!s.ok() || connect(fd.get(), reinterpret_cast<const sockaddr*>(&guest),
+                           guest_len) != 0) {
       ++f_.counters.udp_dropped;
       ++f_.counters.failed;
       return nullptr;
@@ -331,8 +329,7 @@ class PortForwards::UdpListener : public eventloop::Handler {
     flow->name_len = name_len;
     flow->fd = std::move(fd);
     if (!owner_.options_.loop
-             ->Add(flow->fd.get(), eventloop::EventLoop::kReadable,
-                   flow.get())
+             ->Add(flow->fd.get(), eventloop::EventLoop::kReadable, flow.get())
              .ok()) {
       ++f_.counters.udp_dropped;
       ++f_.counters.failed;
@@ -454,7 +451,7 @@ class PortForwards::Listener : public eventloop::Handler {
   const ForwardRule& rule_;
   UniqueFd fd_;
   link::DirEntryRef socket_file_;  // rule_.unix_path, by its directory
-  eventloop::Timer resume_;  // watches the socket again after an error
+  eventloop::Timer resume_;        // watches the socket again after an error
 };
 
 // The guest side of a spliced connection while its connect() runs.
@@ -531,155 +528,191 @@ ForwardCounters* PortForwards::CountersOf(uint64_t id) {
   return it == forwards_.end() ? nullptr : &it->second->counters;
 }
 
-absl::StatusOr<uint64_t> PortForwards::Add(
-    const std::string& spec, const std::vector<ForwardRule>& rules) {
+namespace {
+
+// Where one rule listens: a UNIX path, BIND_ADDR, or both families' any.
+struct ListenAddress {
+  int family;
+  sockaddr_storage ss;
+  socklen_t len;
+  std::string label;
+};
+
+absl::StatusOr<std::vector<ListenAddress>> ListenAddresses(
+    const std::string& spec, const ForwardRule& rule) {
+  std::vector<ListenAddress> out;
+  if (!rule.unix_path.empty()) {
+    ListenAddress a{AF_UNIX, {}, sizeof(sockaddr_un), rule.unix_path};
+    auto* un = reinterpret_cast<sockaddr_un*>(&a.ss);
+    un->sun_family = AF_UNIX;
+    if (rule.unix_path.size() >= sizeof(un->sun_path)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec, ": UNIX socket path too long"));
+    }
+    std::memcpy(un->sun_path, rule.unix_path.data(), rule.unix_path.size());
+    out.push_back(a);
+    return out;
+  }
+  std::vector<transport::SocketAddress> binds;
+  if (rule.bind) {
+    binds.push_back({*rule.bind, rule.host_port});
+  } else {
+    binds.push_back(
+        {transport::IpAddress(wire::Ipv4Address()), rule.host_port});
+    binds.push_back(
+        {transport::IpAddress(wire::Ipv6Address()), rule.host_port});
+  }
+  for (const transport::SocketAddress& bind : binds) {
+    ListenAddress a{
+        bind.ip.is_v4() ? AF_INET : AF_INET6, {}, 0, bind.ToString()};
+    a.len = ToSockaddr(bind, a.ss);
+    out.push_back(a);
+  }
+  return out;
+}
+
+// A listening socket's fd, before its bind. A TCP listener takes
+// SO_REUSEADDR so that netstackd can listen again while the last run's
+// connections sit in TIME_WAIT; no other socket may listen on the port
+// meanwhile. A UDP socket never does: there the option only lets every
+// socket that sets it share the port, whoever owns it, and the newest one
+// would get the clients' datagrams (review 2026-12-06, finding 6). UDP
+// has no TIME_WAIT to wait out.
+absl::StatusOr<UniqueFd> ListenSocket(const std::string& spec, int family,
+                                      bool udp) {
+  UniqueFd fd(socket(
+      family, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC,
+      0));
+  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat(spec, ": socket"));
+  const int one = 1;
+  if (family != AF_UNIX && !udp) {
+    (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  }
+  if (family == AF_INET6) {
+    (void)setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::Status PortForwards::CanAdd(const std::string& spec,
+                                  const std::vector<ForwardRule>& rules) const {
   if (rules.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(spec, ": no ports"));
   }
   if (options_.path == ForwardPath::kSplice && options_.guest_netns_fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        spec, ": --forward-path=splice needs a guest namespace (-- CMD, "
-              "--netns-pid, --netns); a VM guest is reached through the "
-              "stack"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(spec,
+                     ": --forward-path=splice needs a guest namespace (-- CMD, "
+                     "--netns-pid, --netns); a VM guest is reached through the "
+                     "stack"));
   }
   if (!guest_sockets_error_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        spec, ": ", guest_sockets_error_.message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat(spec, ": ", guest_sockets_error_.message()));
   }
+  if (rules.front().udp && !udp_via_socket() &&
+      (options_.backend == nullptr ||
+       options_.backend->udp_flows() == nullptr)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(spec,
+                     ": UDP through the stack needs the backend's UDP "
+                     "flow table"));
+  }
+  for (const ForwardRule& rule : rules) {
+    if (!rule.unix_path.empty() && filesystem_detached_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          spec,
+          ": a unix: forward can only be given on the command line: "
+          "after setup netstackd has no filesystem (--sandbox=on, "
+          "docs/SECURITY.md)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PortForwards::EnsureUdpClientFlows() {
+  if (udp_batch_) return;
+  udp_batch_ = std::make_unique<UdpBatch>();
+  const backend::BackendLimits* limits =
+      options_.backend != nullptr ? &options_.backend->config().limits
+                                  : nullptr;
+  udp_client_flows_ = std::make_unique<UdpClientFlows>(
+      *options_.loop,
+      options_.max_udp_flows.value_or(limits != nullptr ? limits->max_udp_flows
+                                                        : 1024),
+      options_.udp_idle_timeout.value_or(
+          limits != nullptr ? limits->udp_idle_timeout : absl::Seconds(180)),
+      options_.udp_unreplied_timeout);
+}
+
+absl::Status PortForwards::Listen(Forward& f, const ForwardRule& rule,
+                                  int family, const sockaddr_storage& ss,
+                                  socklen_t len, const std::string& label) {
+  absl::StatusOr<UniqueFd> fd = ListenSocket(f.spec, family, f.udp);
+  if (!fd.ok()) return fd.status();
+  // A unix: forward's socket file, by its directory, opened before the
+  // bind: it can be removed after the root has moved (the filesystem
+  // detached after setup), and is removed if the setup fails later.
+  link::DirEntryRef socket_file;
+  if (family == AF_UNIX) {
+    absl::StatusOr<link::DirEntryRef> e = link::DirEntryRef::Of(rule.unix_path);
+    if (!e.ok()) {
+      return absl::Status(e.status().code(),
+                          absl::StrCat(f.spec, ": ", e.status().message()));
+    }
+    socket_file = *std::move(e);
+  }
+  const char* what = f.udp ? ": bind " : ": listen on ";
+  if (bind(fd->get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
+    return ErrnoStatus(errno, absl::StrCat(f.spec, what, label));
+  }
+  if (!f.udp && listen(fd->get(), 1024) != 0) {
+    const int e = errno;
+    if (socket_file.valid()) (void)socket_file.Unlink();
+    return ErrnoStatus(e, absl::StrCat(f.spec, what, label));
+  }
+  if (f.udp) {
+    auto u =
+        std::make_unique<UdpListener>(*this, f, rule, *std::move(fd), family);
+    if (absl::Status s = options_.loop->Add(
+            u->fd(), eventloop::EventLoop::kReadable, u.get());
+        !s.ok()) {
+      return s;
+    }
+    f.udp_listeners.push_back(std::move(u));
+    return absl::OkStatus();
+  }
+  auto l = std::make_unique<Listener>(*this, f, rule, *std::move(fd),
+                                      std::move(socket_file));
+  if (absl::Status s =
+          options_.loop->Add(l->fd(), eventloop::EventLoop::kReadable, l.get());
+      !s.ok()) {
+    return s;
+  }
+  f.listeners.push_back(std::move(l));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PortForwards::Add(
+    const std::string& spec, const std::vector<ForwardRule>& rules) {
+  if (absl::Status s = CanAdd(spec, rules); !s.ok()) return s;
   auto f = std::make_unique<Forward>();
   f->id = next_id_;
   f->spec = spec;
   f->udp = rules.front().udp;
   f->rules = rules;
-  if (f->udp && !udp_via_socket() &&
-      (options_.backend == nullptr ||
-       options_.backend->udp_flows() == nullptr)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(spec, ": UDP through the stack needs the backend's UDP "
-                           "flow table"));
-  }
-  if (f->udp && udp_via_socket() && !udp_batch_) {
-    udp_batch_ = std::make_unique<UdpBatch>();
-    const backend::BackendLimits* limits =
-        options_.backend != nullptr ? &options_.backend->config().limits
-                                    : nullptr;
-    udp_client_flows_ = std::make_unique<UdpClientFlows>(
-        *options_.loop,
-        options_.max_udp_flows.value_or(
-            limits != nullptr ? limits->max_udp_flows : 1024),
-        options_.udp_idle_timeout.value_or(
-            limits != nullptr ? limits->udp_idle_timeout : absl::Seconds(180)),
-        options_.udp_unreplied_timeout);
-  }
+  if (f->udp && udp_via_socket()) EnsureUdpClientFlows();
   for (const ForwardRule& rule : f->rules) {
-    if (!rule.unix_path.empty() && filesystem_detached_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          spec, ": a unix: forward can only be given on the command line: "
-                "after setup netstackd has no filesystem (--sandbox=on, "
-                "docs/SECURITY.md)"));
-    }
-  }
-  for (const ForwardRule& rule : f->rules) {
-    std::vector<std::pair<int, sockaddr_storage>> addrs;
-    socklen_t lens[2] = {0, 0};
-    std::string labels[2];
-    if (!rule.unix_path.empty()) {
-      sockaddr_storage ss;
-      std::memset(&ss, 0, sizeof(ss));
-      auto* un = reinterpret_cast<sockaddr_un*>(&ss);
-      un->sun_family = AF_UNIX;
-      if (rule.unix_path.size() >= sizeof(un->sun_path)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(spec, ": UNIX socket path too long"));
-      }
-      std::memcpy(un->sun_path, rule.unix_path.data(), rule.unix_path.size());
-      lens[0] = sizeof(sockaddr_un);
-      labels[0] = rule.unix_path;
-      addrs.push_back({AF_UNIX, ss});
-    } else {
-      std::vector<transport::SocketAddress> binds;
-      if (rule.bind) {
-        binds.push_back({*rule.bind, rule.host_port});
-      } else {
-        binds.push_back({transport::IpAddress(wire::Ipv4Address()),
-                         rule.host_port});
-        binds.push_back({transport::IpAddress(wire::Ipv6Address()),
-                         rule.host_port});
-      }
-      for (size_t i = 0; i < binds.size(); ++i) {
-        sockaddr_storage ss;
-        lens[i] = ToSockaddr(binds[i], ss);
-        labels[i] = binds[i].ToString();
-        addrs.push_back({binds[i].ip.is_v4() ? AF_INET : AF_INET6, ss});
-      }
-    }
-    for (size_t i = 0; i < addrs.size(); ++i) {
-      const int family = addrs[i].first;
-      UniqueFd fd(socket(family,
-                         (f->udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_NONBLOCK |
-                             SOCK_CLOEXEC,
-                         0));
-      if (!fd.valid()) {
-        return ErrnoStatus(errno, absl::StrCat(spec, ": socket"));
-      }
-      const int one = 1;
-      // A TCP listener takes SO_REUSEADDR so that netstackd can listen
-      // again while the last run's connections sit in TIME_WAIT; no other
-      // socket may listen on the port meanwhile. A UDP socket never does:
-      // there the option only lets every socket that sets it share the
-      // port, whoever owns it, and the newest one would get the clients'
-      // datagrams (review 2026-12-06, finding 6). UDP has no TIME_WAIT to
-      // wait out.
-      if (family != AF_UNIX && !f->udp) {
-        (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one,
-                         sizeof(one));
-      }
-      if (family == AF_INET6) {
-        (void)setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one,
-                         sizeof(one));
-      }
-      // A unix: forward's socket file, by its directory, opened before the
-      // bind: it can be removed after the root has moved (the filesystem
-      // detached after setup), and is removed if the setup fails later.
-      link::DirEntryRef socket_file;
-      if (family == AF_UNIX) {
-        absl::StatusOr<link::DirEntryRef> e =
-            link::DirEntryRef::Of(rule.unix_path);
-        if (!e.ok()) {
-          return absl::Status(e.status().code(),
-                              absl::StrCat(spec, ": ", e.status().message()));
-        }
-        socket_file = *std::move(e);
-      }
-      const char* what = f->udp ? ": bind " : ": listen on ";
-      if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&addrs[i].second),
-               lens[i]) != 0) {
-        return ErrnoStatus(errno, absl::StrCat(spec, what, labels[i]));
-      }
-      if (!f->udp && listen(fd.get(), 1024) != 0) {
-        const int e = errno;
-        if (socket_file.valid()) (void)socket_file.Unlink();
-        return ErrnoStatus(e, absl::StrCat(spec, what, labels[i]));
-      }
-      if (f->udp) {
-        auto u = std::make_unique<UdpListener>(*this, *f, rule, std::move(fd),
-                                               family);
-        if (absl::Status s = options_.loop->Add(
-                u->fd(), eventloop::EventLoop::kReadable, u.get());
-            !s.ok()) {
-          return s;
-        }
-        f->udp_listeners.push_back(std::move(u));
-        continue;
-      }
-      auto l = std::make_unique<Listener>(*this, *f, rule, std::move(fd),
-                                          std::move(socket_file));
-      if (absl::Status s = options_.loop->Add(
-              l->fd(), eventloop::EventLoop::kReadable, l.get());
+    absl::StatusOr<std::vector<ListenAddress>> addrs =
+        ListenAddresses(spec, rule);
+    if (!addrs.ok()) return addrs.status();
+    for (const ListenAddress& a : *addrs) {
+      if (absl::Status s = Listen(*f, rule, a.family, a.ss, a.len, a.label);
           !s.ok()) {
         return s;
       }
-      f->listeners.push_back(std::move(l));
     }
   }
   ++next_id_;
@@ -703,8 +736,7 @@ void PortForwards::OnAccept(Forward& f, const ForwardRule& rule, int fd,
   // only wait, and hold back the clients behind it. Through the stack a
   // forward's connections are its flows in the backend, and their total
   // is the backend's inbound share (AdoptInboundTcp refuses past it).
-  const uint64_t active =
-      spliced() ? f.counters.active : f.tcp_stack->active;
+  const uint64_t active = spliced() ? f.counters.active : f.tcp_stack->active;
   if (active >= options_.max_conns_per_forward ||
       (spliced() && spliced_conns_ >= options_.max_conns)) {
     ++f.counters.refused_limit;
@@ -871,19 +903,15 @@ std::string PortForwards::FormatCounters() const {
                       "\n");
     }
     if (i.udp) {
-      absl::StrAppend(&out, p, "datagrams_to_guest ",
-                      i.counters.datagrams_to_guest, "\n", p,
-                      "datagrams_from_guest ", i.counters.datagrams_from_guest,
-                      "\n", p, "udp_refused_limit ",
-                      i.counters.udp_refused_limit, "\n", p, "udp_dropped ",
-                      i.counters.udp_dropped, "\n", p, "udp_expired ",
-                      i.counters.udp_expired, "\n", p,
-                      "udp_expired_unreplied ",
-                      i.counters.udp_expired_unreplied, "\n", p,
-                      "udp_evicted_unreplied ",
-                      i.counters.udp_evicted_unreplied, "\n", p,
-                      "udp_evicted_replied ", i.counters.udp_evicted_replied,
-                      "\n");
+      absl::StrAppend(
+          &out, p, "datagrams_to_guest ", i.counters.datagrams_to_guest, "\n",
+          p, "datagrams_from_guest ", i.counters.datagrams_from_guest, "\n", p,
+          "udp_refused_limit ", i.counters.udp_refused_limit, "\n", p,
+          "udp_dropped ", i.counters.udp_dropped, "\n", p, "udp_expired ",
+          i.counters.udp_expired, "\n", p, "udp_expired_unreplied ",
+          i.counters.udp_expired_unreplied, "\n", p, "udp_evicted_unreplied ",
+          i.counters.udp_evicted_unreplied, "\n", p, "udp_evicted_replied ",
+          i.counters.udp_evicted_replied, "\n");
     }
   }
   return out;

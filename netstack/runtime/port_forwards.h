@@ -51,6 +51,8 @@
 #ifndef NETSTACK_RUNTIME_PORT_FORWARDS_H_
 #define NETSTACK_RUNTIME_PORT_FORWARDS_H_
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -65,18 +67,18 @@
 #include "netstack/backend/backend.h"
 #include "netstack/eventloop/event_loop.h"
 #include "netstack/forward/relay.h"
-#include "netstack/transport/address.h"
 #include "netstack/runtime/forward_spec.h"
+#include "netstack/transport/address.h"
 
 namespace netstack::runtime {
 
 enum class ForwardPath { kAuto, kSplice, kStack };
 
 struct ForwardCounters {
-  uint64_t accepted = 0;       // connections (UDP: client flows) taken
-  uint64_t failed = 0;         // the guest side refused or failed
-  uint64_t active = 0;         // running now (spliced; the stack's flows
-                               // are the backend's tcp_flows_open)
+  uint64_t accepted = 0;  // connections (UDP: client flows) taken
+  uint64_t failed = 0;    // the guest side refused or failed
+  uint64_t active = 0;    // running now (spliced; the stack's flows
+                          // are the backend's tcp_flows_open)
   uint64_t bytes_to_guest = 0;
   uint64_t bytes_from_guest = 0;
   uint64_t spliced_bytes = 0;  // of both, moved through pipes
@@ -92,7 +94,7 @@ struct ForwardCounters {
   uint64_t datagrams_from_guest = 0;
   uint64_t udp_refused_limit = 0;
   uint64_t udp_dropped = 0;
-  uint64_t udp_expired = 0;    // client flows closed after the idle timeout
+  uint64_t udp_expired = 0;  // client flows closed after the idle timeout
   // Of those, flows the guest never answered, closed after the shorter
   // unreplied timeout (Options::udp_unreplied_timeout).
   uint64_t udp_expired_unreplied = 0;
@@ -105,9 +107,9 @@ struct ForwardCounters {
 
 struct ForwardInfo {
   uint64_t id = 0;
-  std::string spec;   // as given
+  std::string spec;  // as given
   bool udp = false;
-  std::string path;   // "splice" or "stack"
+  std::string path;  // "splice" or "stack"
   size_t listeners = 0;
   ForwardCounters counters;  // finished connections and the running ones
 };
@@ -174,10 +176,17 @@ class PortForwards {
   bool spliced() const;
   // -u through sockets in the guest's namespace (else the stack).
   bool udp_via_socket() const;
+  // Add's steps: whether the forward can be added at all; the UDP client
+  // table of the spliced path, made with the first -u; one listener.
+  absl::Status CanAdd(const std::string& spec,
+                      const std::vector<ForwardRule>& rules) const;
+  void EnsureUdpClientFlows();
+  absl::Status Listen(Forward& f, const ForwardRule& rule, int family,
+                      const sockaddr_storage& ss, socklen_t len,
+                      const std::string& label);
   void OnAccept(Forward& f, const ForwardRule& rule, int fd,
                 const transport::SocketAddress& client);
-  void StartSplice(Forward& f, const ForwardRule& rule, int fd,
-                   int family);
+  void StartSplice(Forward& f, const ForwardRule& rule, int fd, int family);
   void StartRelay(uint64_t forward_id, int client_fd, int guest_fd);
   void RelayDone(forward::Relay& relay, uint64_t forward_id);
   // A spliced connection of forward `forward_id` (which may be removed by
