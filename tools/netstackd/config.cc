@@ -380,12 +380,10 @@ absl::StatusOr<RunAs> ParseRunAs(const std::string& text) {
   return r;
 }
 
-// -- CMD, --netns-pid, or --netns without a link: netstackd makes the TAP
-// in the guest's namespace and configures it.
-absl::Status ParseGuest(const CommandLine& cl, Config& c) {
-  const bool other_link = !absl::GetFlag(FLAGS_packet).empty() ||
-                          !absl::GetFlag(FLAGS_unix).empty() ||
-                          absl::GetFlag(FLAGS_fd) != -1;
+// Which guest namespace, if any: -- CMD makes one, --netns-pid joins a
+// process's, --netns without a link flag joins a named one.
+absl::Status ParseGuestKind(const CommandLine& cl, bool other_link,
+                            Config& c) {
   const std::string netns = absl::GetFlag(FLAGS_netns);
   const int netns_pid = absl::GetFlag(FLAGS_netns_pid);
   if (cl.have_command) {
@@ -413,6 +411,12 @@ absl::Status ParseGuest(const CommandLine& cl, Config& c) {
     c.guest = Config::Guest::kNetnsPath;
     c.netns_path = netns;
   }
+  return absl::OkStatus();
+}
+
+// --userns and --userns-pid: the user namespace to enter before a guest
+// namespace netstackd attaches to.
+absl::Status ParseUserns(const Config& c) {
   const bool attach = c.guest == Config::Guest::kNetnsPid ||
                       c.guest == Config::Guest::kNetnsPath;
   if ((absl::GetFlag(FLAGS_userns_pid) != 0 ||
@@ -427,9 +431,11 @@ absl::Status ParseGuest(const CommandLine& cl, Config& c) {
     return Usage(absl::StrCat("--userns-pid ", absl::GetFlag(FLAGS_userns_pid),
                               " is not a process id"));
   }
-  if (absl::GetFlag(FLAGS_no_dns_config) && c.guest != Config::Guest::kRun) {
-    return Usage("--no-dns-config goes with -- CMD");
-  }
+  return absl::OkStatus();
+}
+
+// --ready-fd and --exit-fd, our parent's handles on our lifetime.
+absl::Status ParseLifetimeFds(Config& c) {
   if (auto s = InheritedFd("ready-fd", absl::GetFlag(FLAGS_ready_fd));
       !s.ok()) {
     return s;
@@ -439,7 +445,12 @@ absl::Status ParseGuest(const CommandLine& cl, Config& c) {
   }
   c.ready_fd = absl::GetFlag(FLAGS_ready_fd);
   c.exit_fd = absl::GetFlag(FLAGS_exit_fd);
-  if (c.guest == Config::Guest::kNone) return absl::OkStatus();
+  return absl::OkStatus();
+}
+
+// The TAP netstackd makes in a guest namespace, and for -- CMD what CMD
+// sees (resolv.conf, the start lines, who it runs as).
+absl::Status ParseOwnTap(bool other_link, Config& c) {
   if (other_link) {
     return Usage("-- CMD, --netns-pid and --netns (without --tap) make their "
                  "own TAP in the guest's namespace: no --packet, --unix or "
@@ -466,6 +477,22 @@ absl::Status ParseGuest(const CommandLine& cl, Config& c) {
     c.runas = *runas;
   }
   return absl::OkStatus();
+}
+
+// -- CMD, --netns-pid, or --netns without a link: netstackd makes the TAP
+// in the guest's namespace and configures it.
+absl::Status ParseGuest(const CommandLine& cl, Config& c) {
+  const bool other_link = !absl::GetFlag(FLAGS_packet).empty() ||
+                          !absl::GetFlag(FLAGS_unix).empty() ||
+                          absl::GetFlag(FLAGS_fd) != -1;
+  if (absl::Status s = ParseGuestKind(cl, other_link, c); !s.ok()) return s;
+  if (absl::Status s = ParseUserns(c); !s.ok()) return s;
+  if (absl::GetFlag(FLAGS_no_dns_config) && c.guest != Config::Guest::kRun) {
+    return Usage("--no-dns-config goes with -- CMD");
+  }
+  if (absl::Status s = ParseLifetimeFds(c); !s.ok()) return s;
+  if (c.guest == Config::Guest::kNone) return absl::OkStatus();
+  return ParseOwnTap(other_link, c);
 }
 
 // The flags the daemon reads as they are (checked above, where at all).
@@ -499,12 +526,9 @@ void FillLink(Config& c) {
   }
 }
 
-}  // namespace
-
-absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
-  Config c;
-  if (absl::Status s = ParseGuest(cl, c); !s.ok()) return s;
-  const bool own_tap = c.guest != Config::Guest::kNone;
+// The link: exactly one of --tap, --packet, --unix or --fd (or a TAP of
+// our own in the guest's namespace), and the flags that go with each.
+absl::Status ParseLink(bool own_tap, Config& c) {
   const int links = !absl::GetFlag(FLAGS_tap).empty() +
                     !absl::GetFlag(FLAGS_packet).empty() +
                     !absl::GetFlag(FLAGS_unix).empty() +
@@ -548,6 +572,11 @@ absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
     return Usage("--netns does not apply to --unix (a UNIX socket has no "
                  "network namespace)");
   }
+  return absl::OkStatus();
+}
+
+// Host mode's own addresses (--addr, --addr6).
+absl::Status ParseAddresses(Config& c) {
   for (const std::string& a : absl::GetFlag(FLAGS_addr)) {
     auto cidr = stack::ParseIpv4Cidr(a);
     if (!cidr) return Usage(absl::StrCat("--addr: bad IPv4 CIDR '", a, "' (want e.g. 10.0.0.2/24)"));
@@ -558,143 +587,190 @@ absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
     if (!cidr) return Usage(absl::StrCat("--addr6: bad IPv6 CIDR '", a, "' (want e.g. fd00::2/64)"));
     c.addrs6.push_back(*cidr);
   }
-  if (absl::GetFlag(FLAGS_backend) || own_tap) {
-    if (!c.addrs.empty() || !c.addrs6.empty() ||
-        !absl::GetFlag(FLAGS_gateway).empty()) {
-      return Usage("--backend takes its addresses from --net and --net6; "
-                   "no --addr, --addr6 or --gateway");
-    }
-    auto net4 = stack::ParseIpv4Cidr(absl::GetFlag(FLAGS_net));
-    if (!net4) {
-      return Usage(absl::StrCat("--net: bad IPv4 CIDR '",
-                                absl::GetFlag(FLAGS_net), "'"));
-    }
-    auto net6 = stack::ParseIpv6Cidr(absl::GetFlag(FLAGS_net6));
-    if (!net6) {
-      return Usage(absl::StrCat("--net6: bad IPv6 prefix '",
-                                absl::GetFlag(FLAGS_net6), "'"));
-    }
-    // 65520, as slirp4netns and pasta: the largest frame a TAP's 64 KiB
-    // receive chunk takes after its 2-byte alignment pad.
-    const int mtu = absl::GetFlag(FLAGS_mtu) == 0 ? kBackendDefaultMtu
-                                                  : absl::GetFlag(FLAGS_mtu);
-    auto plan = backend::AddressPlan::ForNetworks(*net4, *net6,
-                                                  static_cast<uint32_t>(mtu));
-    if (!plan.ok()) return Usage(std::string(plan.status().message()));
-    backend::BackendConfig b;
-    b.plan = *plan;
-    b.policy.host_loopback = absl::GetFlag(FLAGS_host_loopback);
-    for (const std::string& a : absl::GetFlag(FLAGS_outbound_bind)) {
-      if (auto v4 = wire::Ipv4Address::Parse(a)) {
-        if (b.policy.outbound_bind4) return Usage("--outbound-bind: two IPv4 addresses");
-        b.policy.outbound_bind4 = v4;
-      } else if (auto v6 = wire::Ipv6Address::Parse(a)) {
-        if (b.policy.outbound_bind6) return Usage("--outbound-bind: two IPv6 addresses");
-        b.policy.outbound_bind6 = v6;
-      } else {
-        return Usage(absl::StrCat("--outbound-bind: '", a, "' is not an IP address"));
-      }
-    }
-    const int max_flows = absl::GetFlag(FLAGS_max_tcp_flows);
-    if (max_flows < 1 || max_flows > 1000000) {
-      return Usage(absl::StrCat("--max-tcp-flows ", max_flows,
-                                " out of range [1, 1000000]"));
-    }
-    b.limits.max_tcp_flows = static_cast<uint32_t>(max_flows);
-    b.limits.busy_connect_rate =
-        static_cast<uint32_t>(absl::GetFlag(FLAGS_busy_syn_rate));
-    b.limits.busy_connect_burst =
-        std::max<uint32_t>(1, b.limits.busy_connect_rate / 10);
-    const int max_udp = absl::GetFlag(FLAGS_max_udp_flows);
-    if (max_udp < 1 || max_udp > 1000000) {
-      return Usage(absl::StrCat("--max-udp-flows ", max_udp,
-                                " out of range [1, 1000000]"));
-    }
-    b.limits.max_udp_flows = static_cast<uint32_t>(max_udp);
-    const absl::Duration udp_timeout = absl::GetFlag(FLAGS_udp_timeout);
-    if (udp_timeout < absl::Seconds(1)) {
-      return Usage(absl::StrCat("--udp-timeout ",
-                                absl::FormatDuration(udp_timeout),
-                                " is below 1s"));
-    }
-    b.limits.udp_idle_timeout = udp_timeout;
-    const absl::Duration guest_timeout = absl::GetFlag(FLAGS_tcp_guest_timeout);
-    if (guest_timeout != absl::ZeroDuration() &&
-        guest_timeout < absl::Seconds(1)) {
-      return Usage(absl::StrCat("--tcp-guest-timeout ",
-                                absl::FormatDuration(guest_timeout),
-                                " is below 1s (0 turns it off)"));
-    }
-    b.limits.tcp_guest_timeout = guest_timeout;
-    for (const std::string& u : absl::GetFlag(FLAGS_dns_upstream)) {
-      auto up = backend::ParseDnsUpstream(u);
-      if (!up.ok()) {
-        return Usage(absl::StrCat("--dns-upstream: ", up.status().message()));
-      }
-      b.policy.dns_upstreams.push_back(*up);
-    }
-    c.backend = b;
-    for (const auto& [flag, udp, list] :
-         {std::tuple{"-t", false, &cl.tcp_forwards},
-          std::tuple{"-u", true, &cl.udp_forwards}}) {
-      for (const std::string& spec : *list) {
-        auto rules = ParseForwardSpec(udp, spec);
-        if (!rules.ok()) {
-          return Usage(absl::StrCat(flag, " ", spec, ": ",
-                                    rules.status().message()));
-        }
-        c.forwards.push_back({flag, spec, *std::move(rules)});
-      }
-    }
-    c.forward_api = absl::GetFlag(FLAGS_forward_api);
-    if (!absl::GetFlag(FLAGS_control).empty()) {
-      return Usage("--control drives the stack's own sockets: host mode only "
-                   "(not with --backend)");
-    }
-    const std::string path = absl::GetFlag(FLAGS_forward_path);
-    if (path == "auto") {
-      c.forward_path = ForwardPath::kAuto;
-    } else if (path == "splice") {
-      c.forward_path = ForwardPath::kSplice;
-    } else if (path == "stack") {
-      c.forward_path = ForwardPath::kStack;
+  return absl::OkStatus();
+}
+
+// The backend's address plan: --net, --net6 and the MTU, in place of host
+// mode's addresses.
+absl::StatusOr<backend::AddressPlan> ParseAddressPlan(const Config& c) {
+  if (!c.addrs.empty() || !c.addrs6.empty() ||
+      !absl::GetFlag(FLAGS_gateway).empty()) {
+    return Usage("--backend takes its addresses from --net and --net6; "
+                 "no --addr, --addr6 or --gateway");
+  }
+  auto net4 = stack::ParseIpv4Cidr(absl::GetFlag(FLAGS_net));
+  if (!net4) {
+    return Usage(absl::StrCat("--net: bad IPv4 CIDR '",
+                              absl::GetFlag(FLAGS_net), "'"));
+  }
+  auto net6 = stack::ParseIpv6Cidr(absl::GetFlag(FLAGS_net6));
+  if (!net6) {
+    return Usage(absl::StrCat("--net6: bad IPv6 prefix '",
+                              absl::GetFlag(FLAGS_net6), "'"));
+  }
+  // 65520, as slirp4netns and pasta: the largest frame a TAP's 64 KiB
+  // receive chunk takes after its 2-byte alignment pad.
+  const int mtu = absl::GetFlag(FLAGS_mtu) == 0 ? kBackendDefaultMtu
+                                                : absl::GetFlag(FLAGS_mtu);
+  auto plan = backend::AddressPlan::ForNetworks(*net4, *net6,
+                                                static_cast<uint32_t>(mtu));
+  if (!plan.ok()) return Usage(std::string(plan.status().message()));
+  return *plan;
+}
+
+// The backend's policy for host sockets: loopback and the source address.
+absl::Status ParseOutboundPolicy(backend::BackendPolicy& policy) {
+  policy.host_loopback = absl::GetFlag(FLAGS_host_loopback);
+  for (const std::string& a : absl::GetFlag(FLAGS_outbound_bind)) {
+    if (auto v4 = wire::Ipv4Address::Parse(a)) {
+      if (policy.outbound_bind4) return Usage("--outbound-bind: two IPv4 addresses");
+      policy.outbound_bind4 = v4;
+    } else if (auto v6 = wire::Ipv6Address::Parse(a)) {
+      if (policy.outbound_bind6) return Usage("--outbound-bind: two IPv6 addresses");
+      policy.outbound_bind6 = v6;
     } else {
-      return Usage(absl::StrCat("--forward-path '", path,
-                                "': want auto, splice or stack"));
-    }
-    for (const auto& [name, flag, out] :
-         {std::tuple{"--max-forward-conns", &FLAGS_max_forward_conns,
-                     &c.max_forward_conns},
-          std::tuple{"--max-conns-per-forward", &FLAGS_max_conns_per_forward,
-                     &c.max_conns_per_forward}}) {
-      const int v = absl::GetFlag(*flag);
-      if (v < 1 || v > 1000000) {
-        return Usage(
-            absl::StrCat(name, " ", v, " out of range [1, 1000000]"));
-      }
-      *out = static_cast<uint64_t>(v);
-    }
-    if (c.forward_path == ForwardPath::kSplice && !own_tap) {
-      return Usage("--forward-path=splice needs a namespace guest (-- CMD, "
-                   "--netns-pid or --netns): a VM's connections go through "
-                   "the stack");
-    }
-  } else if (!cl.tcp_forwards.empty() || !cl.udp_forwards.empty() ||
-             !absl::GetFlag(FLAGS_forward_api).empty()) {
-    return Usage("-t, -u and --forward-api forward to a guest: they need "
-                 "--backend (or -- CMD)");
-  } else {
-    c.control = absl::GetFlag(FLAGS_control);
-    if (absl::GetFlag(FLAGS_host_loopback) ||
-        !absl::GetFlag(FLAGS_outbound_bind).empty() ||
-        !absl::GetFlag(FLAGS_dns_upstream).empty()) {
-      return Usage(
-          "--host-loopback, --outbound-bind and --dns-upstream need --backend");
-    }
-    if (c.addrs.empty() && c.addrs6.empty()) {
-      return Usage("at least one --addr or --addr6 is required (or --backend)");
+      return Usage(absl::StrCat("--outbound-bind: '", a, "' is not an IP address"));
     }
   }
+  return absl::OkStatus();
+}
+
+// The backend's limits: flows at once, the busy link's SYN rate, timeouts.
+absl::Status ParseBackendLimits(backend::BackendLimits& limits) {
+  const int max_flows = absl::GetFlag(FLAGS_max_tcp_flows);
+  if (max_flows < 1 || max_flows > 1000000) {
+    return Usage(absl::StrCat("--max-tcp-flows ", max_flows,
+                              " out of range [1, 1000000]"));
+  }
+  limits.max_tcp_flows = static_cast<uint32_t>(max_flows);
+  limits.busy_connect_rate =
+      static_cast<uint32_t>(absl::GetFlag(FLAGS_busy_syn_rate));
+  limits.busy_connect_burst =
+      std::max<uint32_t>(1, limits.busy_connect_rate / 10);
+  const int max_udp = absl::GetFlag(FLAGS_max_udp_flows);
+  if (max_udp < 1 || max_udp > 1000000) {
+    return Usage(absl::StrCat("--max-udp-flows ", max_udp,
+                              " out of range [1, 1000000]"));
+  }
+  limits.max_udp_flows = static_cast<uint32_t>(max_udp);
+  const absl::Duration udp_timeout = absl::GetFlag(FLAGS_udp_timeout);
+  if (udp_timeout < absl::Seconds(1)) {
+    return Usage(absl::StrCat("--udp-timeout ",
+                              absl::FormatDuration(udp_timeout),
+                              " is below 1s"));
+  }
+  limits.udp_idle_timeout = udp_timeout;
+  const absl::Duration guest_timeout = absl::GetFlag(FLAGS_tcp_guest_timeout);
+  if (guest_timeout != absl::ZeroDuration() &&
+      guest_timeout < absl::Seconds(1)) {
+    return Usage(absl::StrCat("--tcp-guest-timeout ",
+                              absl::FormatDuration(guest_timeout),
+                              " is below 1s (0 turns it off)"));
+  }
+  limits.tcp_guest_timeout = guest_timeout;
+  return absl::OkStatus();
+}
+
+// The backend's DNS upstreams (--dns-upstream; none: resolv.conf's).
+absl::Status ParseDnsUpstreams(backend::BackendPolicy& policy) {
+  for (const std::string& u : absl::GetFlag(FLAGS_dns_upstream)) {
+    auto up = backend::ParseDnsUpstream(u);
+    if (!up.ok()) {
+      return Usage(absl::StrCat("--dns-upstream: ", up.status().message()));
+    }
+    policy.dns_upstreams.push_back(*up);
+  }
+  return absl::OkStatus();
+}
+
+// -t and -u, the forward API, the forwards' path and their limits.
+absl::Status ParseForwards(const CommandLine& cl, bool own_tap, Config& c) {
+  for (const auto& [flag, udp, list] :
+       {std::tuple{"-t", false, &cl.tcp_forwards},
+        std::tuple{"-u", true, &cl.udp_forwards}}) {
+    for (const std::string& spec : *list) {
+      auto rules = ParseForwardSpec(udp, spec);
+      if (!rules.ok()) {
+        return Usage(absl::StrCat(flag, " ", spec, ": ",
+                                  rules.status().message()));
+      }
+      c.forwards.push_back({flag, spec, *std::move(rules)});
+    }
+  }
+  c.forward_api = absl::GetFlag(FLAGS_forward_api);
+  if (!absl::GetFlag(FLAGS_control).empty()) {
+    return Usage("--control drives the stack's own sockets: host mode only "
+                 "(not with --backend)");
+  }
+  const std::string path = absl::GetFlag(FLAGS_forward_path);
+  if (path == "auto") {
+    c.forward_path = ForwardPath::kAuto;
+  } else if (path == "splice") {
+    c.forward_path = ForwardPath::kSplice;
+  } else if (path == "stack") {
+    c.forward_path = ForwardPath::kStack;
+  } else {
+    return Usage(absl::StrCat("--forward-path '", path,
+                              "': want auto, splice or stack"));
+  }
+  for (const auto& [name, flag, out] :
+       {std::tuple{"--max-forward-conns", &FLAGS_max_forward_conns,
+                   &c.max_forward_conns},
+        std::tuple{"--max-conns-per-forward", &FLAGS_max_conns_per_forward,
+                   &c.max_conns_per_forward}}) {
+    const int v = absl::GetFlag(*flag);
+    if (v < 1 || v > 1000000) {
+      return Usage(
+          absl::StrCat(name, " ", v, " out of range [1, 1000000]"));
+    }
+    *out = static_cast<uint64_t>(v);
+  }
+  if (c.forward_path == ForwardPath::kSplice && !own_tap) {
+    return Usage("--forward-path=splice needs a namespace guest (-- CMD, "
+                 "--netns-pid or --netns): a VM's connections go through "
+                 "the stack");
+  }
+  return absl::OkStatus();
+}
+
+// --backend (or a guest namespace, which implies it): the address plan,
+// the policy and limits, then the forwards.
+absl::Status ParseBackend(const CommandLine& cl, bool own_tap, Config& c) {
+  absl::StatusOr<backend::AddressPlan> plan = ParseAddressPlan(c);
+  if (!plan.ok()) return plan.status();
+  backend::BackendConfig b;
+  b.plan = *plan;
+  if (absl::Status s = ParseOutboundPolicy(b.policy); !s.ok()) return s;
+  if (absl::Status s = ParseBackendLimits(b.limits); !s.ok()) return s;
+  if (absl::Status s = ParseDnsUpstreams(b.policy); !s.ok()) return s;
+  c.backend = b;
+  return ParseForwards(cl, own_tap, c);
+}
+
+// Host mode: the stack's own addresses and --control; none of the
+// backend's flags.
+absl::Status ParseHostMode(const CommandLine& cl, Config& c) {
+  if (!cl.tcp_forwards.empty() || !cl.udp_forwards.empty() ||
+      !absl::GetFlag(FLAGS_forward_api).empty()) {
+    return Usage("-t, -u and --forward-api forward to a guest: they need "
+                 "--backend (or -- CMD)");
+  }
+  c.control = absl::GetFlag(FLAGS_control);
+  if (absl::GetFlag(FLAGS_host_loopback) ||
+      !absl::GetFlag(FLAGS_outbound_bind).empty() ||
+      !absl::GetFlag(FLAGS_dns_upstream).empty()) {
+    return Usage(
+        "--host-loopback, --outbound-bind and --dns-upstream need --backend");
+  }
+  if (c.addrs.empty() && c.addrs6.empty()) {
+    return Usage("at least one --addr or --addr6 is required (or --backend)");
+  }
+  return absl::OkStatus();
+}
+
+// The link's details in either mode: the gateway, MTU, TAP queues, the
+// busy link's SYN rate and our MAC.
+absl::Status ParseLinkDetails(Config& c) {
   const std::string gw = absl::GetFlag(FLAGS_gateway);
   if (!gw.empty()) {
     if (auto v4 = wire::Ipv4Address::Parse(gw)) {
@@ -724,13 +800,11 @@ absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
       return Usage(absl::StrCat("--mac: '", mac, "' is not a unicast MAC"));
     }
   }
-  auto fraction = [&](const char* name, double v) -> absl::Status {
-    if (!(v >= 0 && v <= 1)) {
-      return Usage(absl::StrCat("--", name, " ", v,
-                                " is not a fraction in [0, 1] (0.01 = 1%)"));
-    }
-    return absl::OkStatus();
-  };
+  return absl::OkStatus();
+}
+
+// The fault injector's flags (--loss ... --fault_queue_limit).
+absl::Status ParseFaults(Config& c) {
   c.faults.loss = absl::GetFlag(FLAGS_loss);
   c.faults.duplicate = absl::GetFlag(FLAGS_duplicate);
   c.faults.reorder = absl::GetFlag(FLAGS_reorder);
@@ -741,7 +815,10 @@ absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
                          std::pair{"duplicate", c.faults.duplicate},
                          std::pair{"reorder", c.faults.reorder},
                          std::pair{"corrupt", c.faults.corrupt}}) {
-    if (auto s = fraction(name, v); !s.ok()) return s;
+    if (!(v >= 0 && v <= 1)) {
+      return Usage(absl::StrCat("--", name, " ", v,
+                                " is not a fraction in [0, 1] (0.01 = 1%)"));
+    }
   }
   if (c.faults.delay < absl::ZeroDuration() ||
       c.faults.jitter < absl::ZeroDuration()) {
@@ -756,7 +833,12 @@ absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
     return Usage(absl::StrCat("--fault_queue_limit ", queue_limit,
                               " out of range [1, 1000000]"));
   }
+  return absl::OkStatus();
+}
 
+// GSO: --gso sizes the super-segments of --swgso or --hostgso, and a
+// guest's TAP in backend mode gets host GSO by default.
+absl::Status ParseGso(const CommandLine& cl, bool own_tap, Config& c) {
   const int gso = absl::GetFlag(FLAGS_gso);
   if (gso < 0 || gso > 65535) {
     return Usage(absl::StrCat("--gso ", gso, " out of range [0, 65535]"));
@@ -789,16 +871,11 @@ absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
   if (c.backend && tap_link && !absl::GetFlag(FLAGS_swgso) && gso > 0) {
     c.hostgso = static_cast<uint32_t>(gso);
   }
+  return absl::OkStatus();
+}
 
-  // Services. 0 is "off" for echo and discard, "the default" for HTTP.
-  auto port = [&](const char* name, int v, uint16_t* out) -> absl::Status {
-    if (v < 0 || v > 65535) {
-      return Usage(
-          absl::StrCat("--", name, " ", v, " out of range [1, 65535]"));
-    }
-    *out = static_cast<uint16_t>(v);
-    return absl::OkStatus();
-  };
+// --sandbox and --sandbox-test: netstackd's own confinement after setup.
+absl::Status ParseSandbox(Config& c) {
   const std::string sandbox = absl::GetFlag(FLAGS_sandbox);
   if (sandbox != "on" && sandbox != "off" && sandbox != "log") {
     return Usage(
@@ -812,6 +889,10 @@ absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
     return Usage(absl::StrCat("--sandbox-test '", c.sandbox_test,
                               "': want execve or kill"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ParseReassemblyTimeout(Config& c) {
   c.reassembly_timeout = absl::GetFlag(FLAGS_reassembly_timeout);
   if (c.reassembly_timeout != absl::ZeroDuration() &&
       (c.reassembly_timeout < absl::Seconds(1) ||
@@ -820,8 +901,24 @@ absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
                               absl::FormatDuration(c.reassembly_timeout),
                               " out of range [1s, 2m] (0: the defaults)"));
   }
+  return absl::OkStatus();
+}
+
+// A service's port flag into *out. 0 is "off" for echo and discard, "the
+// default" for HTTP.
+absl::Status ParsePort(const char* name, int v, uint16_t* out) {
+  if (v < 0 || v > 65535) {
+    return Usage(absl::StrCat("--", name, " ", v, " out of range [1, 65535]"));
+  }
+  *out = static_cast<uint16_t>(v);
+  return absl::OkStatus();
+}
+
+// The stack's own services (host mode's demos and tests).
+absl::Status ParseServices(Config& c) {
   c.http_root = absl::GetFlag(FLAGS_http_root);
-  if (auto s = port("http-port", absl::GetFlag(FLAGS_http_port), &c.http_port);
+  if (auto s = ParsePort("http-port", absl::GetFlag(FLAGS_http_port),
+                         &c.http_port);
       !s.ok()) {
     return s;
   }
@@ -829,15 +926,36 @@ absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
     return Usage("--http-port needs --http-root DIR");
   }
   if (!c.http_root.empty() && c.http_port == 0) c.http_port = 80;
-  if (auto s = port("echo-port", absl::GetFlag(FLAGS_echo_port), &c.echo_port);
+  if (auto s = ParsePort("echo-port", absl::GetFlag(FLAGS_echo_port),
+                         &c.echo_port);
       !s.ok()) {
     return s;
   }
-  if (auto s = port("discard-port", absl::GetFlag(FLAGS_discard_port),
-                    &c.discard_port);
-      !s.ok()) {
+  return ParsePort("discard-port", absl::GetFlag(FLAGS_discard_port),
+                   &c.discard_port);
+}
+
+}  // namespace
+
+// By topic, in the order the checks have always run (the first error is
+// the one reported, and tests compare it).
+absl::StatusOr<Config> ParseConfig(const CommandLine& cl) {
+  Config c;
+  if (absl::Status s = ParseGuest(cl, c); !s.ok()) return s;
+  const bool own_tap = c.guest != Config::Guest::kNone;
+  if (absl::Status s = ParseLink(own_tap, c); !s.ok()) return s;
+  if (absl::Status s = ParseAddresses(c); !s.ok()) return s;
+  if (absl::GetFlag(FLAGS_backend) || own_tap) {
+    if (absl::Status s = ParseBackend(cl, own_tap, c); !s.ok()) return s;
+  } else if (absl::Status s = ParseHostMode(cl, c); !s.ok()) {
     return s;
   }
+  if (absl::Status s = ParseLinkDetails(c); !s.ok()) return s;
+  if (absl::Status s = ParseFaults(c); !s.ok()) return s;
+  if (absl::Status s = ParseGso(cl, own_tap, c); !s.ok()) return s;
+  if (absl::Status s = ParseSandbox(c); !s.ok()) return s;
+  if (absl::Status s = ParseReassemblyTimeout(c); !s.ok()) return s;
+  if (absl::Status s = ParseServices(c); !s.ok()) return s;
   FillLink(c);
   return c;
 }
