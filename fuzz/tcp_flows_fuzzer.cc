@@ -66,14 +66,13 @@
 #include "netstack/base/time.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
-#include "netstack/eventloop/event_loop.h"
+#include "netstack/runtime/runtime.h"
 #include "netstack/stack/fake_link.h"
 #include "netstack/stack/stack.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/tcp/tcp_socket.h"
 #include "netstack/transport/address.h"
 #include "netstack/transport/errors.h"
-#include "netstack/transport/notifier.h"
 #include "netstack/wire/bytes.h"
 
 namespace netstack::backend {
@@ -230,50 +229,67 @@ struct Flow {
 };
 
 struct Fuzz {
+  // Two runtimes on the harness's clock and pools: the guest's (its own
+  // Stack and TCP on a FakeLink, routed to the gateway) and the
+  // backend's (its TCP flow table on another FakeLink).
   Fuzz(const BackendConfig& config, buffer::ChunkPool& guest_chunks,
        buffer::PacketPool& guest_packets, buffer::ChunkPool& backend_chunks,
-       buffer::PacketPool& backend_packets)
-      : guest_link(guest_chunks, Caps(guest_mac)),
-        backend_link(backend_chunks, Caps(backend_mac)) {
-    auto loop_or = eventloop::EventLoop::Create({}, [this] { return now; });
-    FUZZ_CHECK(loop_or.ok());
-    loop = *std::move(loop_or);
-    guest = std::make_unique<stack::Stack>(SmallCache(), guest_chunks,
-                                           guest_packets);
-    const stack::NicId gnic = *guest->AddNic(&guest_link, "g");
-    FUZZ_CHECK(guest->AddAddress(gnic, *stack::ParseIpv4Cidr("10.0.2.100/24")).ok());
-    FUZZ_CHECK(guest->AddAddress(gnic, *stack::ParseIpv6Cidr("fd00::100/64")).ok());
-    FUZZ_CHECK(guest->AddRoute(stack::Route<wire::Ipv4Address>{
-                   *stack::ParseIpv4Cidr("0.0.0.0/0"), gateway4, gnic}).ok());
-    FUZZ_CHECK(guest->AddRoute(stack::Route<wire::Ipv6Address>{
-                   *stack::ParseIpv6Cidr("::/0"), gateway6, gnic}).ok());
-    tcp::TcpLayerOptions go;
-    go.seed = 7;
-    guest_tcp = std::make_unique<tcp::TcpLayer>(*guest, guest_chunks,
-                                                guest_packets, guest_notifier, go);
-    stack = std::make_unique<stack::Stack>(SmallCache(), backend_chunks,
-                                           backend_packets);
-    const stack::NicId nic = *stack->AddNic(&backend_link, "b");
-    tcp::TcpLayerOptions bo;
-    bo.seed = 9;
-    tcp = std::make_unique<tcp::TcpLayer>(*stack, backend_chunks,
-                                          backend_packets, notifier, bo);
-    auto b = Backend::Create(config, *stack, nic, *tcp, *loop, backend_chunks);
+       buffer::PacketPool& backend_packets) {
+    runtime::RuntimeOptions go = Options(guest_chunks, guest_packets,
+                                         guest_mac, &guest_link);
+    go.nic_name = "g";
+    go.addrs4 = {*stack::ParseIpv4Cidr("10.0.2.100/24")};
+    go.addrs6 = {*stack::ParseIpv6Cidr("fd00::100/64")};
+    go.gateway4 = gateway4;
+    go.gateway6 = gateway6;
+    go.tcp.seed = 7;
+    go.timers.slots = 16;  // the guest's loop schedules no timers
+    auto g = runtime::Runtime::Create(std::move(go));
+    FUZZ_CHECK(g.ok());
+    guest_rt = *std::move(g);
+    guest = &guest_rt->stack();
+    guest_tcp = &guest_rt->tcp();
+
+    runtime::RuntimeOptions bo = Options(backend_chunks, backend_packets,
+                                         backend_mac, &backend_link);
+    bo.nic_name = "b";
+    bo.tcp.seed = 9;
+    bo.backend = config;
+    bo.backend_tcp_only = true;
+    auto b = runtime::Runtime::Create(std::move(bo));
     FUZZ_CHECK(b.ok());
-    backend = *std::move(b);
+    backend_rt = *std::move(b);
+    stack = &backend_rt->stack();
+    backend = backend_rt->backend();
   }
-  // Users first: the sockets, the backend, the layers, the stacks.
+  // Users first: the sockets, then the runtimes (the backend's flows
+  // first in it), then the host's ends.
   ~Fuzz() {
     for (Flow& f : flows) f.guest.reset();
-    backend.reset();
-    tcp.reset();
-    guest_tcp.reset();
-    stack.reset();
-    guest.reset();
+    backend_rt.reset();
+    guest_rt.reset();
     for (Flow& f : flows) {
       if (f.host_fd >= 0) CloseAbortively(f.host_fd);
     }
     for (int fd : forged_fds) CloseAbortively(fd);
+  }
+  runtime::RuntimeOptions Options(buffer::ChunkPool& chunks,
+                                  buffer::PacketPool& packets,
+                                  const wire::MacAddress& mac,
+                                  stack::FakeLink** link) {
+    runtime::RuntimeOptions o;
+    o.chunk_pool = &chunks;
+    o.packet_pool = &packets;
+    o.open_link = [mac, link](buffer::ChunkPool& c, buffer::PacketPool&)
+        -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+      auto l = std::make_unique<stack::FakeLink>(c, Caps(mac));
+      *link = l.get();
+      return std::unique_ptr<link::LinkEndpoint>(std::move(l));
+    };
+    o.stack = SmallCache();
+    o.udp_seed = 1;
+    o.clock = [this] { return now; };
+    return o;
   }
   static link::LinkCapabilities Caps(const wire::MacAddress& mac) {
     link::LinkCapabilities caps;
@@ -291,19 +307,19 @@ struct Fuzz {
   // sequence numbers; true if any moved.
   bool MoveFrames() {
     bool moved = false;
-    std::vector<std::vector<uint8_t>> frames = std::move(guest_link.sent);
-    guest_link.sent.clear();
+    std::vector<std::vector<uint8_t>> frames = std::move(guest_link->sent);
+    guest_link->sent.clear();
     for (const auto& f : frames) NoteGuestSegment(f);
     std::erase_if(frames, [&](const auto&) { return lose_from_guest > 0 && lose_from_guest--; });
     if (!frames.empty()) {
-      backend_link.Inject(frames, now);
+      backend_link->Inject(frames, now);
       moved = true;
     }
-    frames = std::move(backend_link.sent);
-    backend_link.sent.clear();
+    frames = std::move(backend_link->sent);
+    backend_link->sent.clear();
     std::erase_if(frames, [&](const auto&) { return lose_to_guest > 0 && lose_to_guest--; });
     if (!frames.empty()) {
-      guest_link.Inject(frames, now);
+      guest_link->Inject(frames, now);
       moved = true;
     }
     return moved;
@@ -334,18 +350,14 @@ struct Fuzz {
   // One turn of everything; true if anything moved.
   bool Turn() {
     bool moved = MoveFrames();
-    FUZZ_CHECK(loop->RunOnce(absl::ZeroDuration()).ok());
-    guest_notifier.Dispatch();
-    notifier.Dispatch();
-    backend->Sweep(now);
-    guest_tcp->Poll(now);
-    tcp->Poll(now);
-    guest->Poll(now);
-    stack->Poll(now);
+    // A turn of each runtime: its ready fds, timers and pollers, then its
+    // end of turn (callbacks, the backend's Sweep, TCP, Flush).
+    FUZZ_CHECK(backend_rt->Poll().ok());
+    FUZZ_CHECK(guest_rt->Poll().ok());
     moved |= HostIo();
     moved |= GuestIo();
     // Frames the turn made move in the next one.
-    return moved || !guest_link.sent.empty() || !backend_link.sent.empty();
+    return moved || !guest_link->sent.empty() || !backend_link->sent.empty();
   }
 
   // Turns until a turn moves nothing (and one more for the Sweep).
@@ -353,7 +365,7 @@ struct Fuzz {
     for (int i = 0; i < kMaxTurns; ++i) {
       if (Verbose()) {
         std::fprintf(stderr, "  turn %d: frames %zu from the guest, %zu to it\n", i,
-                     guest_link.sent.size(), backend_link.sent.size());
+                     guest_link->sent.size(), backend_link->sent.size());
       }
       if (!Turn()) {
         quiet = true;
@@ -633,7 +645,7 @@ struct Fuzz {
     wire::StoreBe16(&l4[14], window);
     std::copy_n(options.begin(), opt_len, l4.begin() + 20);
     l4.insert(l4.end(), payload.begin(), payload.end());
-    backend_link.Inject(
+    backend_link->Inject(
         v6 ? fuzz::Ipv6Frame(guest_mac, backend_mac, guest6, gateway6, 6, 64,
                              std::move(l4), ident++)
            : fuzz::Ipv4Frame(guest_mac, backend_mac, guest4, gateway4, 6,
@@ -650,12 +662,14 @@ struct Fuzz {
   const wire::Ipv6Address gateway6 = *wire::Ipv6Address::Parse("fd00::2");
   const wire::Ipv4Address guest4 = *wire::Ipv4Address::Parse("10.0.2.100");
   const wire::Ipv6Address guest6 = *wire::Ipv6Address::Parse("fd00::100");
-  std::unique_ptr<eventloop::EventLoop> loop;
-  stack::FakeLink guest_link, backend_link;
-  std::unique_ptr<stack::Stack> guest, stack;
-  transport::Notifier guest_notifier, notifier;
-  std::unique_ptr<tcp::TcpLayer> guest_tcp, tcp;
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<runtime::Runtime> guest_rt, backend_rt;
+  // Parts of the runtimes.
+  stack::FakeLink* guest_link = nullptr;
+  stack::FakeLink* backend_link = nullptr;
+  stack::Stack* guest = nullptr;
+  stack::Stack* stack = nullptr;
+  tcp::TcpLayer* guest_tcp = nullptr;
+  Backend* backend = nullptr;
   std::vector<Flow> flows;
   std::vector<int> forged_fds;
   int lose_from_guest = 0, lose_to_guest = 0;

@@ -123,8 +123,11 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
 
   if (o.backend) {
     absl::StatusOr<std::unique_ptr<backend::Backend>> b =
-        backend::Backend::Create(*o.backend, *stack_, nic_, *tcp_, *udp_,
-                                 *loop_, *chunks_, *packets_);
+        o.backend_tcp_only
+            ? backend::Backend::Create(*o.backend, *stack_, nic_, *tcp_,
+                                       *loop_, *chunks_)
+            : backend::Backend::Create(*o.backend, *stack_, nic_, *tcp_,
+                                       *udp_, *loop_, *chunks_, *packets_);
     if (!b.ok()) return Prefixed("backend", b.status());
     backend_ = *std::move(b);
     PortForwards::Options fo = o.forwards;

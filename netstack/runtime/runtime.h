@@ -99,6 +99,10 @@ struct RuntimeOptions {
 
   // A network backend: the NIC is the guest's gateway (backend.h).
   std::optional<backend::BackendConfig> backend;
+  // With a backend: its TCP flows only (the first Backend::Create), no
+  // UDP flows, ping, DNS forwarder or guest configuration. For harnesses
+  // of the TCP flow table (fuzz/tcp_flows_fuzzer.cc).
+  bool backend_tcp_only = false;
   // With a backend: host -> guest forwards (port_forwards.h). Its `loop`
   // and `backend` are the runtime's, whatever is set here.
   PortForwards::Options forwards;

@@ -231,6 +231,29 @@ TEST(RuntimeTest, TheLoopsTimerWheelIsTheOptions) {
   }
 }
 
+TEST(RuntimeTest, ATcpOnlyBackendHasNoUdpServices) {
+  for (bool tcp_only : {false, true}) {
+    RuntimeOptions o;
+    o.open_link = [](buffer::ChunkPool& chunks, buffer::PacketPool&)
+        -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+      absl::StatusOr<link::ChannelPair> pair =
+          link::CreateChannelPair(chunks, {});
+      if (!pair.ok()) return pair.status();
+      return std::unique_ptr<link::LinkEndpoint>(std::move(pair->a));
+    };
+    o.backend = backend::BackendConfig{};
+    o.backend->policy.dns_upstreams = {
+        *transport::SocketAddress::Parse("127.0.0.1:53")};
+    o.backend_tcp_only = tcp_only;
+    absl::StatusOr<std::unique_ptr<Runtime>> rt =
+        Runtime::Create(std::move(o));
+    ASSERT_TRUE(rt.ok()) << rt.status();
+    ASSERT_NE((*rt)->backend(), nullptr);
+    EXPECT_EQ((*rt)->backend()->dns() == nullptr, tcp_only);
+    EXPECT_EQ((*rt)->backend()->ping() == nullptr, tcp_only);
+  }
+}
+
 TEST(RuntimeTest, ALinkThatFailsToOpenIsNamed) {
   RuntimeOptions o;
   o.open_link = [](buffer::ChunkPool&, buffer::PacketPool&)
