@@ -11,7 +11,9 @@
 //                  plus fuzzer-chosen deltas, flags, window and payload):
 //                  this is how a script gets past a handshake and into a
 //                  transfer;
-//   time step      the clock moves on, and every layer is polled.
+//   time step      the clock moves on.
+// Every step ends with one turn of the runtime (netstack/runtime) on the
+// script's clock: what is due polled, then its end of turn.
 // The stack has a TCP listener on port 80 (both families) whose accepted
 // connections echo what they read and sometimes close, a UDP echo socket
 // on port 7, and nothing on other ports.
@@ -35,13 +37,13 @@
 #include "netstack/base/time.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
+#include "netstack/runtime/runtime.h"
 #include "netstack/stack/fake_link.h"
 #include "netstack/stack/stack.h"
 #include "netstack/stack/test_frames.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/tcp/tcp_socket.h"
 #include "netstack/transport/address.h"
-#include "netstack/transport/notifier.h"
 #include "netstack/udp/udp_layer.h"
 #include "netstack/udp/udp_socket.h"
 #include "netstack/wire/bytes.h"
@@ -129,10 +131,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   buffer::ChunkPool chunks(256);
   buffer::PacketPool packets(1024);
   {
+    Instant now = absl::FromUnixSeconds(1'700'000'000);
     link::LinkCapabilities caps;
     caps.mtu = 1500;
     caps.mac = ids.our_mac;
-    FakeLink link(chunks, caps);
     StackOptions options;
     options.reassembly.memory_limit_bytes = size_t{4} * buffer::kChunkSize;
     // One peer on the link: 16 neighbours are plenty, and a table that
@@ -140,20 +142,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // reserving and destroying two 1,024-entry hash tables: 14% of this
     // target's time, measured with perf.)
     options.neighbor.capacity = 16;
-    Stack stack(options, chunks, packets);
-    const NicId nic = *stack.AddNic(&link, "fuzz0");
-    FUZZ_CHECK(stack.AddAddress(nic, Ipv4Cidr{ids.our4, 24}).ok());
-    FUZZ_CHECK(stack.AddAddress(nic, Ipv6Cidr{ids.our6, 64}).ok());
-    transport::Notifier notifier;
     tcp::TcpLayerOptions tcpo;
     tcpo.seed = 1;
     tcpo.max_connections = 16;
     tcpo.max_half_open = 8;
     tcpo.max_time_wait = 8;
-    tcp::TcpLayer tcp(stack, chunks, packets, notifier, tcpo);
-    udp::UdpLayer udp(stack, chunks, packets, notifier, 1);
+    // The runtime on the caller's pools (checked below once it is gone)
+    // and on the script's clock: each step ends with one turn.
+    runtime::RuntimeOptions ro;
+    ro.chunk_pool = &chunks;
+    ro.packet_pool = &packets;
+    FakeLink* fake = nullptr;
+    ro.open_link = [&](buffer::ChunkPool& c, buffer::PacketPool&)
+        -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+      auto l = std::make_unique<FakeLink>(c, caps);
+      fake = l.get();
+      return std::unique_ptr<link::LinkEndpoint>(std::move(l));
+    };
+    ro.nic_name = "fuzz0";
+    ro.addrs4 = {Ipv4Cidr{ids.our4, 24}};
+    ro.addrs6 = {Ipv6Cidr{ids.our6, 64}};
+    ro.stack = options;
+    ro.tcp = tcpo;
+    ro.udp_seed = 1;
+    ro.clock = [&now] { return now; };
+    ro.timers.slots = 16;  // nothing here schedules loop timers
+    absl::StatusOr<std::unique_ptr<runtime::Runtime>> rt_or =
+        runtime::Runtime::Create(std::move(ro));
+    FUZZ_CHECK(rt_or.ok());
+    runtime::Runtime& rt = **rt_or;
+    FakeLink& link = *fake;
+    const Stack& stack = rt.stack();
+    tcp::TcpLayer& tcp = rt.tcp();
+    udp::UdpLayer& udp = rt.udp();
 
-    Instant now = absl::FromUnixSeconds(1'700'000'000);
     std::vector<std::unique_ptr<tcp::TcpSocket>> listeners;
     for (const transport::IpAddress ip :
          {transport::IpAddress(ids.our4), transport::IpAddress(ids.our6)}) {
@@ -249,9 +271,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)echo4->SendTo(std::span<const uint8_t>(buf, d->bytes), d->from,
                             now);
       }
-      notifier.Dispatch();
-      tcp.Poll(now);
-      stack.Poll(now);
+      FUZZ_CHECK(rt.Poll().ok());
       CheckStack(stack, options, tcp, tcpo);
     }
     // FUZZ_VERBOSE=1: what the script reached, to judge a seed.
@@ -265,12 +285,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     conns.clear();
     listeners.clear();
     echo4.reset();
-    notifier.Dispatch();
     now += absl::Seconds(600);
-    tcp.Poll(now);
-    stack.Poll(now);
+    FUZZ_CHECK(rt.Poll().ok());
     CheckStack(stack, options, tcp, tcpo);
     FUZZ_CHECK(stack.reassembly_stats().bytes_held == 0);
+    rt_or->reset();
   }
   FUZZ_CHECK(packets.stats().in_use == 0);
   FUZZ_CHECK(chunks.stats().in_use == 0);
