@@ -50,120 +50,143 @@ void CloseInheritedOnExec() {
   closedir(d);
 }
 
-}  // namespace
-}  // namespace netstack::tools
+constexpr char kUsage[] =
+    "Runs a netstack userspace TCP/IP stack on one link.\n"
+    "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH | --fd N "
+    "--fd-type tap|stream) [--netns NS] "
+    "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
+    "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
+    "--seed N --fault_queue_limit N --fault_ingress] "
+    "[--swgso | --hostgso] [--gso N] "
+    "[--http-root DIR [--http-port N]] [--echo-port N] [--discard-port N]\n"
+    "       netstackd [BACKEND FLAGS] [--no-dns-config] [--verbose] -- CMD "
+    "[ARGS...]\n"
+    "       netstackd [BACKEND FLAGS] (--netns-pid PID | --netns NS|PATH) "
+    "[--userns-pid PID | --userns PATH] [--tap NAME]\n"
+    "       netstackd --backend (--tap NAME --netns NS | --unix PATH | "
+    "--fd N --fd-type tap|stream) "
+    "[--net CIDR] [--net6 PREFIX] [--mtu N] [--host-loopback] "
+    "[--outbound-bind IP] [--max-tcp-flows N] [--max-udp-flows N] "
+    "[--udp-timeout D] [--tcp-guest-timeout D] "
+    "[--dns-upstream ADDR[:PORT]]... [--swgso | --gso N] [--pcap FILE]\n"
+    "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
+    "reassembly) and runs TCP and UDP; the services (HTTP static files, "
+    "echo, discard) listen on every address of both families. With "
+    "--backend it is instead a guest's gateway: the guest (10.0.2.100 by "
+    "DHCP and SLAAC in fd00::/64 by default) reaches this host's network "
+    "through it; each TCP and UDP flow and ping becomes a host socket, "
+    "and DNS to 10.0.2.3 / fd00::3 goes to --dns-upstream. With -- CMD it "
+    "runs CMD in a new network namespace and a user namespace of its own "
+    "(root there is the caller, with no capability outside them) whose "
+    "only way out is the backend: tap0 there gets 10.0.2.100/24 and fd00::100/64 with "
+    "default routes, CMD sees a resolv.conf naming the DNS address, "
+    "SIGINT/SIGTERM/SIGHUP go on to CMD, and netstackd exits with CMD's "
+    "status (128+N if signal N killed it; 127 if CMD cannot be found). "
+    "CMD runs as pid 2 of a new PID namespace (with its own /proc) under "
+    "an init of netstackd's: when CMD exits, whatever it left running "
+    "is killed. CMD has a session of its own: a pty of its own when "
+    "netstackd runs in the foreground of a terminal, else no "
+    "controlling terminal. "
+    "--netns-pid and --netns do the same for a namespace that exists. "
+    "Flag names "
+    "take '-' or '_' (--http-root or --http_root). Counters (stack, TCP, "
+    "UDP, services, faults) go to stderr on SIGUSR1 and at exit; SIGINT or "
+    "SIGTERM stop it. Exit status: 0 after a clean stop, 1 if the link or "
+    "a resource (the HTTP root, a port already in use) could not be set "
+    "up, 2 for bad flags.";
 
-int main(int argc, char** argv) {
-  // No fd this process inherited goes on to CMD (the caller's sockets of
-  // the host's network namespace among them): each is close-on-exec from
-  // here. netstackd itself keeps what its flags name (--fd, --ready-fd,
-  // --exit-fd).
-  netstack::tools::CloseInheritedOnExec();
-  absl::SetProgramUsageMessage(
-      "Runs a netstack userspace TCP/IP stack on one link.\n"
-      "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH | --fd N "
-      "--fd-type tap|stream) [--netns NS] "
-      "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
-      "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
-      "--seed N --fault_queue_limit N --fault_ingress] "
-      "[--swgso | --hostgso] [--gso N] "
-      "[--http-root DIR [--http-port N]] [--echo-port N] [--discard-port N]\n"
-      "       netstackd [BACKEND FLAGS] [--no-dns-config] [--verbose] -- CMD "
-      "[ARGS...]\n"
-      "       netstackd [BACKEND FLAGS] (--netns-pid PID | --netns NS|PATH) "
-      "[--userns-pid PID | --userns PATH] [--tap NAME]\n"
-      "       netstackd --backend (--tap NAME --netns NS | --unix PATH | "
-      "--fd N --fd-type tap|stream) "
-      "[--net CIDR] [--net6 PREFIX] [--mtu N] [--host-loopback] "
-      "[--outbound-bind IP] [--max-tcp-flows N] [--max-udp-flows N] "
-      "[--udp-timeout D] [--tcp-guest-timeout D] "
-      "[--dns-upstream ADDR[:PORT]]... [--swgso | --gso N] [--pcap FILE]\n"
-      "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
-      "reassembly) and runs TCP and UDP; the services (HTTP static files, "
-      "echo, discard) listen on every address of both families. With "
-      "--backend it is instead a guest's gateway: the guest (10.0.2.100 by "
-      "DHCP and SLAAC in fd00::/64 by default) reaches this host's network "
-      "through it; each TCP and UDP flow and ping becomes a host socket, "
-      "and DNS to 10.0.2.3 / fd00::3 goes to --dns-upstream. With -- CMD it "
-      "runs CMD in a new network namespace and a user namespace of its own "
-      "(root there is the caller, with no capability outside them) whose "
-      "only way out is the backend: tap0 there gets 10.0.2.100/24 and fd00::100/64 with "
-      "default routes, CMD sees a resolv.conf naming the DNS address, "
-      "SIGINT/SIGTERM/SIGHUP go on to CMD, and netstackd exits with CMD's "
-      "status (128+N if signal N killed it; 127 if CMD cannot be found). "
-      "CMD runs as pid 2 of a new PID namespace (with its own /proc) under "
-      "an init of netstackd's: when CMD exits, whatever it left running "
-      "is killed. CMD has a session of its own: a pty of its own when "
-      "netstackd runs in the foreground of a terminal, else no "
-      "controlling terminal. "
-      "--netns-pid and --netns do the same for a namespace that exists. "
-      "Flag names "
-      "take '-' or '_' (--http-root or --http_root). Counters (stack, TCP, "
-      "UDP, services, faults) go to stderr on SIGUSR1 and at exit; SIGINT or "
-      "SIGTERM stop it. Exit status: 0 after a clean stop, 1 if the link or "
-      "a resource (the HTTP root, a port already in use) could not be set "
-      "up, 2 for bad flags.");
-  netstack::tools::HelpListsFlagsUnder("tools/netstackd/");
-  netstack::tools::CommandLine cl;
-  // "-- CMD [ARGS...]": everything after the first "--" is CMD's.
+// "-- CMD [ARGS...]": everything after the first "--" is CMD's; argc ends
+// before it.
+void TakeCommand(int& argc, char** argv, CommandLine& cl) {
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) != "--") continue;
     cl.have_command = true;
     cl.command.assign(argv + i + 1, argv + argc);
     argc = i;
-    break;
+    return;
   }
-  // -t/--tcp-forward and -u/--udp-forward, each "FLAG SPEC" or "FLAG=SPEC".
-  {
-    int out = 1;
-    for (int i = 1; i < argc; ++i) {
-      const std::string_view a = argv[i];
-      std::vector<std::string>* to = nullptr;
-      std::string_view rest;
-      for (auto [name, list] :
-           {std::pair{std::string_view("-t"), &cl.tcp_forwards},
-            std::pair{std::string_view("--tcp-forward"),
-                      &cl.tcp_forwards},
-            std::pair{std::string_view("--tcp_forward"),
-                      &cl.tcp_forwards},
-            std::pair{std::string_view("-u"), &cl.udp_forwards},
-            std::pair{std::string_view("--udp-forward"),
-                      &cl.udp_forwards},
-            std::pair{std::string_view("--udp_forward"),
-                      &cl.udp_forwards}}) {
-        if (a == name) {
-          to = list;
-        } else if (a.size() > name.size() && a.starts_with(name) &&
-                   a[name.size()] == '=') {
-          to = list;
-          rest = a.substr(name.size() + 1);
-        }
-      }
-      if (to == nullptr) {
-        argv[out++] = argv[i];
-        continue;
-      }
-      if (rest.empty()) {
-        if (i + 1 >= argc) {
-          std::fprintf(stderr, "netstackd: %.*s needs a SPEC (see --help)\n",
-                       static_cast<int>(a.size()), a.data());
-          return 2;
-        }
-        rest = argv[++i];
-      }
-      to->emplace_back(rest);
+}
+
+// The forward list `a` names (-t, --tcp-forward, -u, ...), alone or as
+// "FLAG=SPEC" (then *inline_spec is SPEC); nullptr if `a` is no such flag.
+std::vector<std::string>* ForwardFlag(std::string_view a, CommandLine& cl,
+                                      std::string_view* inline_spec) {
+  std::vector<std::string>* to = nullptr;
+  for (auto [name, list] :
+       {std::pair{std::string_view("-t"), &cl.tcp_forwards},
+        std::pair{std::string_view("--tcp-forward"), &cl.tcp_forwards},
+        std::pair{std::string_view("--tcp_forward"), &cl.tcp_forwards},
+        std::pair{std::string_view("-u"), &cl.udp_forwards},
+        std::pair{std::string_view("--udp-forward"), &cl.udp_forwards},
+        std::pair{std::string_view("--udp_forward"), &cl.udp_forwards}}) {
+    if (a == name) {
+      to = list;
+    } else if (a.size() > name.size() && a.starts_with(name) &&
+               a[name.size()] == '=') {
+      to = list;
+      *inline_spec = a.substr(name.size() + 1);
     }
-    argc = out;
   }
-  netstack::tools::DashesToUnderscores(argc, argv);
+  return to;
+}
+
+// -t/--tcp-forward and -u/--udp-forward, each "FLAG SPEC" or "FLAG=SPEC",
+// taken out of argv (Abseil would keep only the last of a repeated flag).
+// False, after the message, when a flag has no SPEC.
+bool TakeForwards(int& argc, char** argv, CommandLine& cl) {
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    std::string_view rest;
+    std::vector<std::string>* to = ForwardFlag(a, cl, &rest);
+    if (to == nullptr) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    if (rest.empty()) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "netstackd: %.*s needs a SPEC (see --help)\n",
+                     static_cast<int>(a.size()), a.data());
+        return false;
+      }
+      rest = argv[++i];
+    }
+    to->emplace_back(rest);
+  }
+  argc = out;
+  return true;
+}
+
+// Whether --gso was given at all (its default alone does not ask for GSO).
+bool GsoGiven(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--") break;
     if (a == "--gso" || a == "-gso" || a.starts_with("--gso=") ||
         a.starts_with("-gso=")) {
-      cl.gso_given = true;
+      return true;
     }
   }
+  return false;
+}
+
+}  // namespace
+}  // namespace netstack::tools
+
+int main(int argc, char** argv) {
+  using netstack::tools::CommandLine;
+  // No fd this process inherited goes on to CMD (the caller's sockets of
+  // the host's network namespace among them): each is close-on-exec from
+  // here. netstackd itself keeps what its flags name (--fd, --ready-fd,
+  // --exit-fd).
+  netstack::tools::CloseInheritedOnExec();
+  absl::SetProgramUsageMessage(netstack::tools::kUsage);
+  netstack::tools::HelpListsFlagsUnder("tools/netstackd/");
+  CommandLine cl;
+  netstack::tools::TakeCommand(argc, argv, cl);
+  if (!netstack::tools::TakeForwards(argc, argv, cl)) return 2;
+  netstack::tools::DashesToUnderscores(argc, argv);
+  cl.gso_given = netstack::tools::GsoGiven(argc, argv);
   netstack::tools::ParseCommandLineOrExit("netstackd", argc, argv);
   auto config = netstack::tools::ParseConfig(cl);
   if (!config.ok()) {
