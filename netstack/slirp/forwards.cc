@@ -36,6 +36,11 @@ std::string BindText(const HostForward& f) {
   return absl::StrCat("[", buf, "]");
 }
 
+// netstack's -t/-u spec for one forward.
+std::string Spec(const HostForward& f) {
+  return absl::StrCat(BindText(f), "/", f.host_port, ":", f.guest_port);
+}
+
 }  // namespace
 
 int AddForward(Slirp& s, const HostForward& f) {
@@ -54,11 +59,11 @@ int AddForward(Slirp& s, const HostForward& f) {
   if (f.guest_port <= 0 || f.guest_port > 65535) {
     return refuse("guest port must be 1..65535");
   }
-  if (f.guest4.s_addr != INADDR_ANY &&
-      f.guest4.s_addr != s.settings.lease4.s_addr) {
-    return refuse(absl::StrCat("forwards go to the guest's DHCP lease ",
+  if (f.guest4.s_addr != INADDR_ANY && !PinGuest4(s, f.guest4)) {
+    return refuse(absl::StrCat("forwards go to the guest's address ",
                                s.settings.lease4_text, " only"));
   }
+  if (s.ns == nullptr) return refuse("the network is down");
   const void* addr =
       f.family == AF_INET ? static_cast<const void*>(&f.addr4) : &f.addr6;
   for (const HostForward& old : s.forwards) {
@@ -66,15 +71,26 @@ int AddForward(Slirp& s, const HostForward& f) {
       return refuse("already forwarded");
     }
   }
-  const std::string spec =
-      absl::StrCat(BindText(f), "/", f.host_port, ":", f.guest_port);
   HostForward added = f;
   if (netstack_forward_add(s.ns, f.udp ? NETSTACK_UDP : NETSTACK_TCP,
-                           spec.c_str(), &added.id) < 0) {
+                           Spec(f).c_str(), &added.id) < 0) {
     return refuse(netstack_last_error(s.ns));
   }
   s.forwards.push_back(added);
   return 0;
+}
+
+void ReaddForwards(Slirp& s) {
+  for (auto it = s.forwards.begin(); it != s.forwards.end();) {
+    if (netstack_forward_add(s.ns, it->udp ? NETSTACK_UDP : NETSTACK_TCP,
+                             Spec(*it).c_str(), &it->id) < 0) {
+      ReportError(s, absl::StrCat("hostfwd ", Spec(*it), " lost: ",
+                                  netstack_last_error(s.ns)));
+      it = s.forwards.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 int RemoveForward(Slirp& s, bool udp, int family, const void* addr,
@@ -83,7 +99,7 @@ int RemoveForward(Slirp& s, bool udp, int family, const void* addr,
     if (!SameBind(*it, udp, family, addr, host_port)) continue;
     const uint64_t id = it->id;
     s.forwards.erase(it);
-    if (netstack_forward_remove(s.ns, id) < 0) {
+    if (s.ns != nullptr && netstack_forward_remove(s.ns, id) < 0) {
       ReportError(s, absl::StrCat("remove hostfwd: ",
                                   netstack_last_error(s.ns)));
       return -1;

@@ -35,7 +35,7 @@ std::string AddrText(const HostForward& f) {
 
 uint64_t Counter(const Slirp& s, const char* name) {
   uint64_t v = 0;
-  netstack_counter(s.ns, name, &v);
+  if (s.ns != nullptr) netstack_counter(s.ns, name, &v);
   return v;
 }
 

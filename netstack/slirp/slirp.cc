@@ -41,12 +41,14 @@ namespace {
 
 constexpr size_t kDefaultMtu = 1500;  // libslirp's IF_MTU_DEFAULT
 // libslirp takes if_mtu / if_mru from 68 to 65521. netstack needs IPv6's
-// 1280 at least and sends at most 65520: 65521 (slirp4netns's --mtu
-// maximum) is taken as 65520, since the guest may still send 65521-byte
-// packets (netstack takes frames up to mtu + 18); below 1280 is refused.
+// 1280 at least and its callback link at most 65518 (a frame, mtu + 18,
+// must fit one 64 KiB chunk): 65519..65521 (slirp4netns's --mtu maximum;
+// rootlesskit's default is 65520) are taken as 65518, since the guest may
+// still send 65521-byte packets (netstack takes frames up to mtu + 18);
+// below 1280 is refused.
 constexpr size_t kMinMtu = 1280;
 constexpr size_t kMaxMtu = 65521;
-constexpr size_t kMaxNetstackMtu = 65520;
+constexpr size_t kMaxNetstackMtu = 65518;
 
 std::string Ipv4String(struct in_addr a) {
   char buf[INET_ADDRSTRLEN];
@@ -77,7 +79,11 @@ int64_t MonotonicNs() {
 int SendFrame(const void* frame, size_t len, void* opaque) {
   Slirp* s = static_cast<Slirp*>(opaque);
   if (s->cb.send_packet == nullptr) return -1;
-  return s->cb.send_packet(frame, len, s->opaque) < 0 ? -1 : 0;
+  const bool nested = s->in_netstack;
+  s->in_netstack = true;
+  const ssize_t rc = s->cb.send_packet(frame, len, s->opaque);
+  s->in_netstack = nested;
+  return rc < 0 ? -1 : 0;
 }
 
 // The caller's config, read only as far as its version goes, as the
@@ -95,6 +101,8 @@ std::string ReadConfig(const SlirpConfig& cfg, Slirp& s) {
   }
   struct in_addr net = cfg.vnetwork;
   net.s_addr &= cfg.vnetmask.s_addr;
+  o.network4 = net;
+  o.mask4 = cfg.vnetmask;
   o.net4 = absl::StrCat(Ipv4String(net), "/", mask_len);
   o.gateway4 = Ipv4String(cfg.vhost);
   o.gateway4_addr = cfg.vhost;
@@ -155,6 +163,46 @@ std::string ReadConfig(const SlirpConfig& cfg, Slirp& s) {
   return "";
 }
 
+// A netstack for the settings as they are now (the guest's address may
+// have moved: PinGuest4).
+netstack_t* BuildNetstack(Slirp& s, std::string& error) {
+  const SlirpSettings& o = s.settings;
+  netstack_config nc;
+  netstack_config_init(&nc);
+  nc.link_type = NETSTACK_LINK_CALLBACK;
+  nc.send_frame = SendFrame;
+  nc.opaque = &s;
+  // netstack has one MTU for both ways: if_mru is checked, not used
+  // (docs/SLIRP.md).
+  nc.mtu = static_cast<uint32_t>(std::min(o.mtu, kMaxNetstackMtu));
+  nc.net4 = o.net4.c_str();
+  nc.gateway4 = o.gateway4.c_str();
+  nc.dns4 = o.dns4.c_str();
+  nc.lease4 = o.lease4_text.c_str();
+  nc.net6 = o.net6.c_str();
+  nc.gateway6 = o.gateway6.c_str();
+  nc.dns6 = o.dns6.c_str();
+  nc.host_loopback = o.host_loopback;
+  // disable_dns and disable_dhcp are this library's input filter
+  // (FilterInput): libnetstack 1.0 serves both always.
+  if (o.restricted) {
+    // An outbound address that is no host's: every connect() and send of
+    // the guest's own flows fails (bind: EADDRNOTAVAIL), and is counted.
+    nc.outbound_addr4 = kRestrictedOutbound4;
+    nc.outbound_addr6 = kRestrictedOutbound6;
+  } else {
+    if (!o.outbound4.empty()) nc.outbound_addr4 = o.outbound4.c_str();
+    if (!o.outbound6.empty()) nc.outbound_addr6 = o.outbound6.c_str();
+  }
+  if (const char* pcap = getenv("NETSTACK_SLIRP_PCAP"); pcap && *pcap) {
+    nc.pcap_path = pcap;
+  }
+  char err[256] = "";
+  netstack_t* ns = netstack_new(&nc, err, sizeof err);
+  if (ns == nullptr) error = err;
+  return ns;
+}
+
 }  // namespace
 
 void ReportError(const Slirp& s, const std::string& message) {
@@ -192,40 +240,13 @@ Slirp* NewSlirp(const SlirpConfig* cfg, const SlirpCb* callbacks,
     ReportError(*s, absl::StrCat("slirp_new: ", err));
     return nullptr;
   }
-  const SlirpSettings& o = s->settings;
-  netstack_config nc;
-  netstack_config_init(&nc);
-  nc.link_type = NETSTACK_LINK_CALLBACK;
-  nc.send_frame = SendFrame;
-  nc.opaque = s.get();
-  // netstack has one MTU for both ways: if_mru is checked, not used
-  // (docs/SLIRP.md).
-  nc.mtu = static_cast<uint32_t>(std::min(o.mtu, kMaxNetstackMtu));
-  nc.net4 = o.net4.c_str();
-  nc.gateway4 = o.gateway4.c_str();
-  nc.dns4 = o.dns4.c_str();
-  nc.lease4 = o.lease4_text.c_str();
-  nc.net6 = o.net6.c_str();
-  nc.gateway6 = o.gateway6.c_str();
-  nc.dns6 = o.dns6.c_str();
-  nc.host_loopback = o.host_loopback;
-  // disable_dns and disable_dhcp are this library's input filter
-  // (FilterInput): libnetstack 1.0 serves both always.
-  if (o.restricted) {
-    // An outbound address that is no host's: every connect() and send of
-    // the guest's own flows fails (bind: EADDRNOTAVAIL), and is counted.
-    nc.outbound_addr4 = kRestrictedOutbound4;
-    nc.outbound_addr6 = kRestrictedOutbound6;
-  } else {
-    if (!o.outbound4.empty()) nc.outbound_addr4 = o.outbound4.c_str();
-    if (!o.outbound6.empty()) nc.outbound_addr6 = o.outbound6.c_str();
-  }
-  char err[256] = "";
-  s->ns = netstack_new(&nc, err, sizeof err);
+  std::string err;
+  s->ns = BuildNetstack(*s, err);
   if (s->ns == nullptr) {
     ReportError(*s, absl::StrCat("slirp_new: ", err));
     return nullptr;
   }
+  const SlirpSettings& o = s->settings;
   for (const std::string& field : o.ignored) {
     ReportError(*s, absl::StrCat("slirp_new: ignored: ", field,
                                  " (docs/SLIRP.md)"));
@@ -240,6 +261,7 @@ Slirp* NewSlirp(const SlirpConfig* cfg, const SlirpCb* callbacks,
 void FillPoll(Slirp& s, uint32_t* timeout, SlirpAddPollCb add_poll,
               void* opaque) {
   s.poll_index = -1;
+  if (s.ns == nullptr) return;  // a rebuild failed (reported then)
   if (add_poll != nullptr) {
     s.poll_index = add_poll(netstack_fd(s.ns), SLIRP_POLL_IN, opaque);
   }
@@ -259,6 +281,7 @@ void FillPoll(Slirp& s, uint32_t* timeout, SlirpAddPollCb add_poll,
 
 void RunPoll(Slirp& s, int select_error, SlirpGetREventsCb get_revents,
              void* opaque) {
+  if (s.ns == nullptr) return;
   bool due = s.input_since_turn;
   if (!due) {
     const int64_t deadline = netstack_next_deadline_ns(s.ns);
@@ -288,7 +311,31 @@ constexpr uint16_t kEtherQinQ = 0x88a8;
 constexpr uint8_t kProtoUdp = 17;
 constexpr uint16_t kDhcpServerPort = 67;
 
+constexpr uint16_t kEtherArp = 0x0806;
+
 uint16_t Load16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+
+// The guest's own IPv4 address in a frame: an IPv4 source, or an ARP
+// sender; 0.0.0.0 (a DHCP client, an ARP probe) and short frames say
+// nothing.
+struct in_addr GuestSource4(const uint8_t* f, size_t len) {
+  struct in_addr a = {};
+  if (len < kEthLen) return a;
+  const uint16_t type = Load16(f + 12);
+  if (type == kEtherIpv4 && len >= kEthLen + 20) {
+    memcpy(&a, f + kEthLen + 12, 4);
+  } else if (type == kEtherArp && len >= kEthLen + 28) {
+    memcpy(&a, f + kEthLen + 14, 4);
+  }
+  return a;
+}
+
+bool UsableGuest4(const SlirpSettings& o, struct in_addr a) {
+  const uint32_t host_bits = a.s_addr & ~o.mask4.s_addr;
+  return (a.s_addr & o.mask4.s_addr) == o.network4.s_addr &&
+         host_bits != 0 && host_bits != ~o.mask4.s_addr &&
+         a.s_addr != o.gateway4_addr.s_addr && a.s_addr != o.dns4_addr.s_addr;
+}
 
 // Whether a guest frame must not reach netstack: what disable_dns and
 // disable_dhcp (and restricted) turn off, which libnetstack serves
@@ -343,8 +390,44 @@ void Input(Slirp& s, const uint8_t* pkt, int len) {
       FilterInput(s, pkt, static_cast<size_t>(len))) {
     return;
   }
+  if (!s.guest4_pinned) {
+    const struct in_addr src = GuestSource4(pkt, static_cast<size_t>(len));
+    if (src.s_addr != INADDR_ANY) PinGuest4(s, src);
+  }
+  if (s.ns == nullptr) return;
   netstack_input(s.ns, pkt, static_cast<size_t>(len));
   s.input_since_turn = true;
+}
+
+bool PinGuest4(Slirp& s, struct in_addr guest) {
+  SlirpSettings& o = s.settings;
+  if (s.guest4_pinned || s.in_netstack || !UsableGuest4(o, guest)) {
+    return guest.s_addr == o.lease4.s_addr;
+  }
+  s.guest4_pinned = true;
+  if (guest.s_addr == o.lease4.s_addr) return true;
+  const struct in_addr old = o.lease4;
+  // The old netstack goes first: the new one binds the same forwards.
+  netstack_free(s.ns);
+  o.lease4 = guest;
+  o.lease4_text = Ipv4String(guest);
+  std::string err;
+  s.ns = BuildNetstack(s, err);
+  if (s.ns == nullptr) {
+    ReportError(s, absl::StrCat("guest address ", o.lease4_text, ": ", err));
+    o.lease4 = old;
+    o.lease4_text = Ipv4String(old);
+    s.ns = BuildNetstack(s, err);
+    if (s.ns == nullptr) {
+      ReportError(s, absl::StrCat("rebuild: ", err, "; the network is down"));
+      return false;
+    }
+  } else {
+    ++s.counters.guest4_moves;
+  }
+  s.input_since_turn = true;
+  ReaddForwards(s);
+  return guest.s_addr == o.lease4.s_addr;
 }
 
 }  // namespace netstack::slirp

@@ -131,6 +131,10 @@ typedef struct Caller {
   bool in_select_error;
   bool revents_bad_index;
   int revents_calls;
+  bool arp_reply_seen;
+  uint8_t gateway_mac[6];
+  bool echo_reply_seen;
+  uint32_t echo_reply_dst;
 } Caller;
 
 enum { kPollBase = 7 };
@@ -140,6 +144,15 @@ static ssize_t SendPacket(const void *buf, size_t len, void *opaque) {
   const uint8_t *p = buf;
   ++c->frames;
   CHECK(len >= 14, "frame of %zu bytes", len);
+  if (len >= 42 && p[12] == 0x08 && p[13] == 0x06 && p[21] == 2) {
+    c->arp_reply_seen = true;
+    memcpy(c->gateway_mac, p + 22, 6);
+  }
+  if (len >= 14 + 28 && p[12] == 0x08 && p[13] == 0x00 && p[14 + 9] == 1 &&
+      p[14 + (p[14] & 0x0f) * 4] == 0) {
+    c->echo_reply_seen = true;
+    memcpy(&c->echo_reply_dst, p + 14 + 16, 4);
+  }
   /* A DHCP reply: IPv4, UDP 67 -> 68, BOOTP op 2, option 53 = 2. */
   if (len < 14 + 20 + 8 + 240 || p[12] != 0x08 || p[13] != 0x00) return len;
   const uint8_t *ip = p + 14;
@@ -363,6 +376,49 @@ static size_t UdpToPort53(uint8_t *f, const char *dst) {
   ip[21] = 0x39;
   ip[23] = 53;
   ip[25] = 8;
+  return 14 + 28;
+}
+
+/* An ARP request from `src` for 10.0.2.2. */
+static size_t ArpRequest(uint8_t *f, const char *src) {
+  static const uint8_t mac[6] = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
+  memset(f, 0, 42);
+  memset(f, 0xff, 6);
+  memcpy(f + 6, mac, 6);
+  f[12] = 0x08;
+  f[13] = 0x06;
+  const uint8_t arp[8] = {0, 1, 8, 0, 6, 4, 0, 1};
+  memcpy(f + 14, arp, 8);
+  memcpy(f + 22, mac, 6);
+  inet_pton(AF_INET, src, f + 28);
+  inet_pton(AF_INET, "10.0.2.2", f + 38);
+  return 42;
+}
+
+/* An ICMP echo request from `src` to 10.0.2.2, to `dst_mac`. */
+static size_t EchoRequest(uint8_t *f, const char *src, const uint8_t *dst_mac) {
+  static const uint8_t mac[6] = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
+  memset(f, 0, 14 + 28);
+  memcpy(f, dst_mac, 6);
+  memcpy(f + 6, mac, 6);
+  f[12] = 0x08;
+  uint8_t *ip = f + 14;
+  ip[0] = 0x45;
+  ip[3] = 28;
+  ip[8] = 64;
+  ip[9] = 1;
+  inet_pton(AF_INET, src, ip + 12);
+  inet_pton(AF_INET, "10.0.2.2", ip + 16);
+  uint16_t sum = IpChecksum(ip, 20);
+  ip[10] = (uint8_t)(sum >> 8);
+  ip[11] = (uint8_t)sum;
+  uint8_t *icmp = ip + 20;
+  icmp[0] = 8;
+  icmp[5] = 1;
+  icmp[7] = 1;
+  sum = IpChecksum(icmp, 8);
+  icmp[2] = (uint8_t)(sum >> 8);
+  icmp[3] = (uint8_t)sum;
   return 14 + 28;
 }
 
@@ -716,6 +772,52 @@ int main(int argc, char **argv) {
             "a datagram to 10.0.2.3:53 went through (restricted %d)",
             restricted);
       Dhcp(&c, true);
+    }
+    Release(c.slirp, cfg, cb);
+  }
+
+  /* slirp4netns: vdhcp_start is .15, but --configure puts the guest at
+   * .100 and its API forwards to .100. The guest's first address is
+   * taken, whether a forward or a frame names it first. */
+  for (int forward_first = 0; forward_first <= 1; ++forward_first) {
+    Caller c;
+    memset(&c, 0, sizeof c);
+    c.version = 1;
+    SlirpConfig *cfg = QemuConfig(1);
+    SlirpCb *cb = Callbacks(1);
+    c.slirp = L.new_(cfg, cb, &c);
+    CHECK(c.slirp != NULL, "version 1: %s", c.last_error);
+    if (c.slirp != NULL) {
+      struct in_addr lo, g100, g15;
+      inet_pton(AF_INET, "127.0.0.1", &lo);
+      inet_pton(AF_INET, "10.0.2.100", &g100);
+      inet_pton(AF_INET, "10.0.2.15", &g15);
+      const int port = FreePort(SOCK_STREAM);
+      if (forward_first) {
+        CHECK(L.add_hostfwd(c.slirp, 0, lo, port, g100, 80) == 0,
+              "a forward to 10.0.2.100: %s", c.last_error);
+      }
+      uint8_t f[64];
+      L.input(c.slirp, f, (int)ArpRequest(f, "10.0.2.100"));
+      TurnUntil(&c, &c.arp_reply_seen);
+      CHECK(c.arp_reply_seen, "no ARP reply for 10.0.2.100");
+      L.input(c.slirp, f, (int)EchoRequest(f, "10.0.2.100", c.gateway_mac));
+      TurnUntil(&c, &c.echo_reply_seen);
+      CHECK(c.echo_reply_seen, "no echo reply to 10.0.2.100 (forward "
+            "first: %d)", forward_first);
+      char dst[INET_ADDRSTRLEN] = "";
+      inet_ntop(AF_INET, &c.echo_reply_dst, dst, sizeof dst);
+      CHECK(!c.echo_reply_seen || strcmp(dst, "10.0.2.100") == 0,
+            "echo reply to %s", dst);
+      if (!forward_first) {
+        CHECK(L.add_hostfwd(c.slirp, 0, lo, port, g100, 80) == 0,
+              "a forward to 10.0.2.100 after its frames: %s", c.last_error);
+      }
+      CHECK(InfoHas(c.slirp, "10.0.2.100"), "the forward goes elsewhere");
+      CHECK(L.add_hostfwd(c.slirp, 0, lo, FreePort(SOCK_STREAM), g15, 80) ==
+                -1, "a forward to .15 once the guest is .100");
+      CHECK(L.remove_hostfwd(c.slirp, 0, lo, port) == 0,
+            "remove the forward to .100");
     }
     Release(c.slirp, cfg, cb);
   }

@@ -30,6 +30,8 @@ struct SlirpSettings {
   bool in6_enabled = true;
   std::string net4, gateway4, dns4, lease4_text;
   struct in_addr lease4 = {};
+  struct in_addr network4 = {};
+  struct in_addr mask4 = {};
   struct in_addr gateway4_addr = {};
   struct in_addr dns4_addr = {};
   std::string net6, gateway6, dns6;
@@ -68,6 +70,9 @@ struct SlirpCounters {
   uint64_t input_dhcp_disabled = 0;
   uint64_t input_tagged = 0;
   uint64_t forwards_refused = 0;  // hostfwd adds refused
+  // The guest's IPv4 address was not vdhcp_start (PinGuest4): netstack
+  // was rebuilt for it.
+  uint64_t guest4_moves = 0;
 };
 
 }  // namespace netstack::slirp
@@ -83,6 +88,11 @@ struct Slirp {
   // A frame went in since netstack's last turn: the next fill's timeout is
   // 0, so what it made pending (TCP's sends) leaves without waiting.
   bool input_since_turn = false;
+  // Whether the guest's IPv4 address is known (PinGuest4), and whether a
+  // call into netstack is on the stack (send_packet): netstack is not
+  // rebuilt from inside itself.
+  bool guest4_pinned = false;
+  bool in_netstack = false;
   std::vector<netstack::slirp::HostForward> forwards;
   netstack::slirp::SlirpCounters counters;
 };
@@ -100,10 +110,25 @@ void RunPoll(Slirp& s, int select_error, SlirpGetREventsCb get_revents,
              void* opaque);
 void Input(Slirp& s, const uint8_t* pkt, int len);
 
+// netstack takes IPv4 from one guest address only (its lease; the stack
+// drops other sources as spoofed). libslirp's DHCP leases from
+// vdhcp_start, but a guest configured by hand uses any address:
+// slirp4netns --configure puts it at .100 while vdhcp_start is .15. So
+// the first address the guest uses (an IPv4 source or an ARP sender other
+// than 0.0.0.0), or the first forward that names one, pins it: when it
+// is not the lease, netstack is built anew for it (before any flow can
+// exist, since every flow needs that address) and the forwards are added
+// again. Later, another address is refused. True when `guest` is the
+// guest's address now.
+bool PinGuest4(Slirp& s, struct in_addr guest);
+
 // forwards.cc. 0 or -1, as libslirp.
 int AddForward(Slirp& s, const HostForward& f);
 int RemoveForward(Slirp& s, bool udp, int family, const void* addr,
                   int host_port);
+// Adds every forward again to a netstack built anew; one that fails is
+// dropped and reported.
+void ReaddForwards(Slirp& s);
 
 // info.cc.
 std::string ConnectionInfo(const Slirp& s);
