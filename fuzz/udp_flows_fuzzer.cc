@@ -2,8 +2,8 @@
 // Stack on a FakeLink, relaying a guest's datagrams to host peers that
 // are UDP sockets of this process on 127.0.0.1 and ::1 (loopback only:
 // every destination is one the harness picks, never one from the input).
-// The table's event loop runs on the harness's fake clock
-// (EventLoop::Create's clock), as in dns_forwarder_fuzzer.cc.
+// The stack, its layers and the table's event loop are a runtime's
+// (netstack/runtime), on the harness's fake clock and pools.
 //
 // An input is two bytes of options (max_flows 1..8, idle timeout 1..8 s),
 // then a script of steps, each one of:
@@ -57,6 +57,7 @@
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/runtime/runtime.h"
 #include "netstack/stack/fake_link.h"
 #include "netstack/stack/stack.h"
 #include "netstack/stack/test_frames.h"
@@ -169,15 +170,37 @@ std::vector<ToGuest> UdpToGuest(const std::vector<std::vector<uint8_t>>& frames)
 
 struct Fuzz {
   Fuzz(buffer::ChunkPool& chunks, buffer::PacketPool& packets)
-      : link(chunks, Caps()), stack(Options(), chunks, packets) {
-    const stack::NicId nic = *stack.AddNic(&link, "fuzz0");
-    FUZZ_CHECK(stack.AddAddress(nic, stack::Ipv4Cidr{our4, 24}).ok());
-    FUZZ_CHECK(stack.AddAddress(nic, stack::Ipv6Cidr{our6, 64}).ok());
+      : rt(MakeRuntime(chunks, packets)),
+        link(*fake_link),
+        stack(rt->stack()),
+        udp(rt->udp()),
+        loop(rt->loop()) {}
+  // A runtime on the harness's pools and clock; its loop is the table's.
+  std::unique_ptr<runtime::Runtime> MakeRuntime(buffer::ChunkPool& chunks,
+                                                buffer::PacketPool& packets) {
+    runtime::RuntimeOptions o;
+    o.chunk_pool = &chunks;
+    o.packet_pool = &packets;
+    o.open_link = [this](buffer::ChunkPool& c, buffer::PacketPool&)
+        -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+      auto l = std::make_unique<stack::FakeLink>(c, Caps());
+      fake_link = l.get();
+      return std::unique_ptr<link::LinkEndpoint>(std::move(l));
+    };
+    o.nic_name = "fuzz0";
     // The backend's "any destination" is the stack's business: here the
     // loopback addresses are ours, as in udp_flows_test.cc.
-    FUZZ_CHECK(stack.AddAddress(nic, stack::Ipv4Cidr{Loopback(false).v4(), 32}).ok());
-    FUZZ_CHECK(stack.AddAddress(nic, stack::Ipv6Cidr{Loopback(true).v6(), 128}).ok());
-    udp = std::make_unique<udp::UdpLayer>(stack, chunks, packets, notifier, 1);
+    o.addrs4 = {stack::Ipv4Cidr{our4, 24},
+                stack::Ipv4Cidr{Loopback(false).v4(), 32}};
+    o.addrs6 = {stack::Ipv6Cidr{our6, 64},
+                stack::Ipv6Cidr{Loopback(true).v6(), 128}};
+    o.stack = Options();
+    o.tcp.seed = 1;
+    o.udp_seed = 1;
+    o.clock = [this] { return now; };
+    auto rt_or = runtime::Runtime::Create(std::move(o));
+    FUZZ_CHECK(rt_or.ok());
+    return *std::move(rt_or);
   }
   static link::LinkCapabilities Caps() {
     link::LinkCapabilities caps;
@@ -194,7 +217,7 @@ struct Fuzz {
   // One turn of the table's loop at `now`; the model closes what the
   // table's Poll closes in it.
   void Turn(Duration wait) {
-    FUZZ_CHECK(loop->RunOnce(wait).ok());
+    FUZZ_CHECK(loop.RunOnce(wait).ok());
     uint64_t idle = 0;
     for (auto it = flows.begin(); it != flows.end();) {
       if (it->second.last_active + options.idle_timeout <= now) {
@@ -358,11 +381,13 @@ struct Fuzz {
   const wire::Ipv6Address our6 = *wire::Ipv6Address::Parse("fd00::2");
   const wire::Ipv4Address guest4 = *wire::Ipv4Address::Parse("10.0.2.15");
   const wire::Ipv6Address guest6 = *wire::Ipv6Address::Parse("fd00::15");
-  stack::FakeLink link;
-  stack::Stack stack;
-  transport::Notifier notifier;
-  std::unique_ptr<udp::UdpLayer> udp;
-  std::unique_ptr<eventloop::EventLoop> loop;
+  stack::FakeLink* fake_link = nullptr;  // the runtime's link, once made
+  std::unique_ptr<runtime::Runtime> rt;
+  // Parts of the runtime.
+  stack::FakeLink& link;
+  stack::Stack& stack;
+  udp::UdpLayer& udp;
+  eventloop::EventLoop& loop;
   std::unique_ptr<UdpFlowTable> table;
   uint16_t ident = 1;
   // In opening order, so the script's n-th flow is the same in every run.
@@ -389,11 +414,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     f.options.max_flows = 1 + in.U8() % 8;
     f.options.idle_timeout = absl::Seconds(1 + in.U8() % 8);
     f.options.self_addresses = {IpAddress(f.our4), IpAddress(f.our6)};
-    auto loop = eventloop::EventLoop::Create({}, [&f] { return f.now; });
-    FUZZ_CHECK(loop.ok());
-    f.loop = *std::move(loop);
-    f.table = std::make_unique<UdpFlowTable>(f.stack, *f.udp, chunks, packets,
-                                             *f.loop, f.options);
+    f.table = std::make_unique<UdpFlowTable>(f.stack, f.udp, chunks, packets,
+                                             f.loop, f.options);
     // The guest resolves us, and we learn its link-layer address.
     const stack::testing::Peer guest{f.guest_mac, f.guest4, f.guest6};
     f.link.Inject(stack::testing::ArpRequest(guest, f.our4), f.now);
@@ -447,7 +469,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       f.Check();
     }
     f.table.reset();
-    f.udp.reset();
   }
   FUZZ_CHECK(chunks.stats().in_use == 0);
   FUZZ_CHECK(packets.stats().in_use == 0);
