@@ -154,251 +154,293 @@ int ControlApi::AddSocket(Socket s) {
   return fd;
 }
 
+std::string ControlApi::Fail(int err, std::string_view why) {
+  ++errors_;
+  return ErrorReply(err, why);
+}
+
+std::string ControlApi::Fail(const absl::Status& s) {
+  ++errors_;
+  return ErrorReply(s);
+}
+
 std::string ControlApi::Handle(std::string_view line, Instant now) {
   ++requests_;
-  auto fail = [&](int err, std::string_view why) {
-    ++errors_;
-    return ErrorReply(err, why);
-  };
-  auto fail_status = [&](const absl::Status& s) {
-    ++errors_;
-    return ErrorReply(s);
-  };
   absl::StatusOr<JsonValue> parsed = bench::ParseJson(line);
   if (!parsed.ok() || !parsed->is_object()) {
-    return fail(EINVAL, "a request is one JSON object");
+    return Fail(EINVAL, "a request is one JSON object");
   }
   const JsonValue& req = *parsed;
   const std::optional<std::string> op = req.GetString("op");
-  if (!op) return fail(EINVAL, "no \"op\"");
-
-  if (*op == "socket") {
-    const std::optional<int64_t> family = req.GetInt("family");
-    const std::optional<std::string> proto = req.GetString("proto");
-    if (!family || (*family != 4 && *family != 6)) {
-      return fail(EAFNOSUPPORT, "family is 4 or 6");
-    }
-    if (sockets_.size() >= kMaxSockets) return fail(EMFILE, "too many sockets");
-    const transport::Family f =
-        *family == 4 ? transport::Family::kIpv4 : transport::Family::kIpv6;
-    Socket s;
-    if (proto && *proto == "tcp") {
-      s.tcp = tcp_.Open(f);
-    } else if (proto && *proto == "udp") {
-      s.udp = udp_.Open(f);
-    } else {
-      return fail(EPROTONOSUPPORT, "proto is tcp or udp");
-    }
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true).Key("fd").Int(AddSocket(std::move(s)));
-    w.EndObject();
-    return w.text();
-  }
-  if (*op == "reset") {
-    for (auto& [fd, s] : sockets_) {
-      if (s.tcp) s.tcp->Abort();
-    }
-    sockets_.clear();
-    return OkReply();
-  }
-  if (*op == "counters") {
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true).Key("counters").BeginObject();
-    const std::string text = counter_text_ ? counter_text_() : std::string();
-    WriteCounterText(w, text, /*keep_text=*/false);
-    w.EndObject().EndObject();
-    return w.text();
-  }
+  if (!op) return Fail(EINVAL, "no \"op\"");
+  if (*op == "socket") return OpenSocket(req);
+  if (*op == "reset") return Reset();
+  if (*op == "counters") return Counters();
 
   // Everything else names a socket (an unknown op is said so, whether or
   // not it names one).
-  static constexpr std::string_view kSocketOps[] = {
-      "close", "bind",     "connect", "listen", "accept",
-      "send",  "sendto",   "recv",    "shutdown", "poll",
-      "info",  "getsockopt", "setsockopt"};
-  if (std::find(std::begin(kSocketOps), std::end(kSocketOps), *op) ==
-      std::end(kSocketOps)) {
-    return fail(EINVAL, absl::StrCat("unknown op '", *op, "'"));
+  struct SocketOp {
+    std::string_view name;
+    std::string (ControlApi::*handle)(const SocketRequest& r);
+  };
+  static constexpr SocketOp kSocketOps[] = {
+      {"close", &ControlApi::CloseSocket},
+      {"bind", &ControlApi::BindOrConnect},
+      {"connect", &ControlApi::BindOrConnect},
+      {"listen", &ControlApi::Listen},
+      {"accept", &ControlApi::Accept},
+      {"send", &ControlApi::Send},
+      {"sendto", &ControlApi::Send},
+      {"recv", &ControlApi::Recv},
+      {"shutdown", &ControlApi::Shutdown},
+      {"poll", &ControlApi::Poll},
+      {"info", &ControlApi::Info},
+      {"getsockopt", &ControlApi::GetSockOpt},
+      {"setsockopt", &ControlApi::SetSockOpt}};
+  const SocketOp* found = std::find_if(
+      std::begin(kSocketOps), std::end(kSocketOps),
+      [&](const SocketOp& o) { return o.name == *op; });
+  if (found == std::end(kSocketOps)) {
+    return Fail(EINVAL, absl::StrCat("unknown op '", *op, "'"));
   }
   const std::optional<int64_t> fd = req.GetInt("fd");
   auto it = fd ? sockets_.find(static_cast<int>(*fd)) : sockets_.end();
-  if (it == sockets_.end()) return fail(EBADF, "no such fd");
-  Socket& s = it->second;
+  if (it == sockets_.end()) return Fail(EBADF, "no such fd");
+  return (this->*found->handle)(SocketRequest{*op, req, it, now});
+}
 
-  if (*op == "close") {
-    if (s.tcp && s.linger_zero) s.tcp->Abort();
-    if (s.tcp) s.tcp->Close();
-    if (s.udp) s.udp->Close();
-    sockets_.erase(it);
-    return OkReply();
+std::string ControlApi::OpenSocket(const JsonValue& req) {
+  const std::optional<int64_t> family = req.GetInt("family");
+  const std::optional<std::string> proto = req.GetString("proto");
+  if (!family || (*family != 4 && *family != 6)) {
+    return Fail(EAFNOSUPPORT, "family is 4 or 6");
   }
-  if (*op == "bind" || *op == "connect") {
-    std::optional<transport::SocketAddress> a = Address(req);
-    if (!a) return fail(EINVAL, "addr and port");
+  if (sockets_.size() >= kMaxSockets) return Fail(EMFILE, "too many sockets");
+  const transport::Family f =
+      *family == 4 ? transport::Family::kIpv4 : transport::Family::kIpv6;
+  Socket s;
+  if (proto && *proto == "tcp") {
+    s.tcp = tcp_.Open(f);
+  } else if (proto && *proto == "udp") {
+    s.udp = udp_.Open(f);
+  } else {
+    return Fail(EPROTONOSUPPORT, "proto is tcp or udp");
+  }
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true).Key("fd").Int(AddSocket(std::move(s)));
+  w.EndObject();
+  return w.text();
+}
+
+std::string ControlApi::Reset() {
+  for (auto& [fd, s] : sockets_) {
+    if (s.tcp) s.tcp->Abort();
+  }
+  sockets_.clear();
+  return OkReply();
+}
+
+std::string ControlApi::Counters() {
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true).Key("counters").BeginObject();
+  const std::string text = counter_text_ ? counter_text_() : std::string();
+  WriteCounterText(w, text, /*keep_text=*/false);
+  w.EndObject().EndObject();
+  return w.text();
+}
+
+std::string ControlApi::CloseSocket(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  if (s.tcp && s.linger_zero) s.tcp->Abort();
+  if (s.tcp) s.tcp->Close();
+  if (s.udp) s.udp->Close();
+  sockets_.erase(r.it);
+  return OkReply();
+}
+
+std::string ControlApi::BindOrConnect(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  std::optional<transport::SocketAddress> a = Address(r.req);
+  if (!a) return Fail(EINVAL, "addr and port");
+  absl::Status st;
+  if (r.op == "bind") {
+    st = s.tcp ? s.tcp->Bind(*a) : s.udp->Bind(*a);
+  } else {
+    st = s.tcp ? s.tcp->Connect(*a) : s.udp->Connect(*a);
+  }
+  return st.ok() ? OkReply() : Fail(st);
+}
+
+std::string ControlApi::Listen(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  if (!s.tcp) return Fail(EOPNOTSUPP, "listen on UDP");
+  const int64_t backlog = r.req.GetInt("backlog").value_or(16);
+  if (backlog < 0) return Fail(EINVAL, "backlog");
+  absl::Status st = s.tcp->Listen(static_cast<uint32_t>(backlog));
+  return st.ok() ? OkReply() : Fail(st);
+}
+
+std::string ControlApi::Accept(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  if (!s.tcp) return Fail(EOPNOTSUPP, "accept on UDP");
+  absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> c = s.tcp->Accept();
+  if (!c.ok()) return Fail(c.status());
+  const transport::SocketAddress remote = (*c)->remote_address();
+  Socket child;
+  child.tcp = std::move(*c);
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true);
+  w.Key("fd").Int(AddSocket(std::move(child)));
+  WriteAddress(w, remote);
+  w.EndObject();
+  return w.text();
+}
+
+std::string ControlApi::Send(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  std::optional<std::vector<uint8_t>> data = Payload(r.req);
+  if (!data) return Fail(EINVAL, "data (hex) or size");
+  size_t n = 0;
+  if (s.tcp) {
+    if (data->empty()) return Fail(EINVAL, "empty send");
+    absl::StatusOr<size_t> written = s.tcp->Write(*data);
+    if (!written.ok()) return Fail(written.status());
+    n = *written;
+  } else {
     absl::Status st;
-    if (*op == "bind") {
-      st = s.tcp ? s.tcp->Bind(*a) : s.udp->Bind(*a);
+    if (r.op == "sendto") {
+      std::optional<transport::SocketAddress> a = Address(r.req);
+      if (!a) return Fail(EINVAL, "addr and port");
+      st = s.udp->SendTo(*data, *a, r.now);
     } else {
-      st = s.tcp ? s.tcp->Connect(*a) : s.udp->Connect(*a);
+      st = s.udp->Send(*data, r.now);
     }
-    return st.ok() ? OkReply() : fail_status(st);
+    if (!st.ok()) return Fail(st);
+    n = data->size();
   }
-  if (*op == "listen") {
-    if (!s.tcp) return fail(EOPNOTSUPP, "listen on UDP");
-    const int64_t backlog = req.GetInt("backlog").value_or(16);
-    if (backlog < 0) return fail(EINVAL, "backlog");
-    absl::Status st = s.tcp->Listen(static_cast<uint32_t>(backlog));
-    return st.ok() ? OkReply() : fail_status(st);
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true).Key("n").Uint(n).EndObject();
+  return w.text();
+}
+
+std::string ControlApi::Recv(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  const int64_t len = r.req.GetInt("len").value_or(65536);
+  if (len < 0 || len > static_cast<int64_t>(kMaxIo)) {
+    return Fail(EINVAL, "len");
   }
-  if (*op == "accept") {
-    if (!s.tcp) return fail(EOPNOTSUPP, "accept on UDP");
-    absl::StatusOr<std::unique_ptr<tcp::TcpSocket>> c = s.tcp->Accept();
-    if (!c.ok()) return fail_status(c.status());
-    const transport::SocketAddress remote = (*c)->remote_address();
-    Socket child;
-    child.tcp = std::move(*c);
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true);
-    w.Key("fd").Int(AddSocket(std::move(child)));
-    WriteAddress(w, remote);
-    w.EndObject();
-    return w.text();
+  std::vector<uint8_t> buf(static_cast<size_t>(len));
+  JsonWriter w;
+  if (s.tcp) {
+    absl::StatusOr<size_t> read = s.tcp->Read(buf);
+    if (!read.ok()) return Fail(read.status());
+    w.BeginObject().Key("ok").Bool(true).Key("n").Uint(*read);
+    w.Key("data").String(ToHex(std::span<const uint8_t>(buf.data(), *read)));
+  } else {
+    absl::StatusOr<udp::RecvResult> got = s.udp->RecvFrom(buf);
+    if (!got.ok()) return Fail(got.status());
+    w.BeginObject().Key("ok").Bool(true).Key("n").Uint(got->bytes);
+    w.Key("data").String(
+        ToHex(std::span<const uint8_t>(buf.data(), got->bytes)));
+    WriteAddress(w, got->from);
   }
-  if (*op == "send" || *op == "sendto") {
-    std::optional<std::vector<uint8_t>> data = Payload(req);
-    if (!data) return fail(EINVAL, "data (hex) or size");
-    size_t n = 0;
-    if (s.tcp) {
-      if (data->empty()) return fail(EINVAL, "empty send");
-      absl::StatusOr<size_t> r = s.tcp->Write(*data);
-      if (!r.ok()) return fail_status(r.status());
-      n = *r;
-    } else {
-      absl::Status st;
-      if (*op == "sendto") {
-        std::optional<transport::SocketAddress> a = Address(req);
-        if (!a) return fail(EINVAL, "addr and port");
-        st = s.udp->SendTo(*data, *a, now);
-      } else {
-        st = s.udp->Send(*data, now);
-      }
-      if (!st.ok()) return fail_status(st);
-      n = data->size();
+  w.EndObject();
+  return w.text();
+}
+
+std::string ControlApi::Shutdown(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  if (!s.tcp) return Fail(EOPNOTSUPP, "shutdown on UDP");
+  const std::string how = r.req.GetString("how").value_or("");
+  const bool rd = how == "rd" || how == "rdwr";
+  const bool wr = how == "wr" || how == "rdwr";
+  if (!rd && !wr) return Fail(EINVAL, "how is rd, wr or rdwr");
+  absl::Status st = s.tcp->Shutdown(rd, wr);
+  return st.ok() ? OkReply() : Fail(st);
+}
+
+std::string ControlApi::Poll(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  const uint32_t ev = s.tcp ? s.tcp->Events() : s.udp->Events();
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true);
+  w.Key("readable").Bool(ev & transport::event::kReadable);
+  w.Key("writable").Bool(ev & transport::event::kWritable);
+  w.Key("error").Bool(ev & transport::event::kError);
+  w.Key("hup").Bool(ev & transport::event::kHangup);
+  w.EndObject();
+  return w.text();
+}
+
+std::string ControlApi::Info(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  if (!s.tcp) return Fail(EOPNOTSUPP, "info on UDP");
+  const tcp::TcpInfo i = s.tcp->Info();
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true);
+  w.Key("state").String(LinuxStateName(s.tcp->state()));
+  w.Key("rto_ms").Int(absl::ToInt64Milliseconds(i.rto));
+  w.Key("snd_mss").Uint(i.mss);
+  w.Key("rcv_wnd").Uint(i.rcv_wnd);
+  w.Key("snd_wnd").Uint(i.snd_wnd);
+  w.Key("retransmits").Uint(i.retransmits);
+  w.Key("timeouts").Uint(i.timeouts);
+  w.Key("sack").Bool(i.sack).Key("timestamps").Bool(i.timestamps);
+  w.Key("snd_wscale").Uint(i.snd_wscale).Key("rcv_wscale").Uint(i.rcv_wscale);
+  w.EndObject();
+  return w.text();
+}
+
+std::string ControlApi::GetSockOpt(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  const std::string opt = r.req.GetString("opt").value_or("");
+  if (opt != "error") return Fail(ENOPROTOOPT, "getsockopt: error only");
+  const absl::Status e = s.tcp ? s.tcp->TakeError() : s.udp->TakeError();
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true);
+  w.Key("value").Int(e.ok() ? 0 : transport::ErrnoOf(e)).EndObject();
+  return w.text();
+}
+
+std::string ControlApi::SetSockOpt(const SocketRequest& r) {
+  Socket& s = r.it->second;
+  const std::string opt = r.req.GetString("opt").value_or("");
+  const int64_t value = r.req.GetInt("value").value_or(0);
+  if (!s.tcp) return Fail(ENOPROTOOPT, "setsockopt: TCP only");
+  if (opt == "nodelay") {
+    s.tcp->SetNoDelay(value != 0);
+  } else if (opt == "cork") {
+    s.tcp->SetCork(value != 0);
+  } else if (opt == "user_timeout") {
+    if (value < 0) return Fail(EINVAL, "user_timeout");
+    s.tcp->SetUserTimeout(absl::Milliseconds(value));
+  } else if (opt == "keepalive") {
+    const int64_t idle = r.req.GetInt("idle").value_or(7200);
+    const int64_t interval = r.req.GetInt("interval").value_or(75);
+    const int64_t count = r.req.GetInt("count").value_or(9);
+    if (idle <= 0 || interval <= 0 || count <= 0) {
+      return Fail(EINVAL, "keepalive idle, interval and count");
     }
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true).Key("n").Uint(n).EndObject();
-    return w.text();
-  }
-  if (*op == "recv") {
-    const int64_t len = req.GetInt("len").value_or(65536);
-    if (len < 0 || len > static_cast<int64_t>(kMaxIo)) {
-      return fail(EINVAL, "len");
+    s.tcp->SetKeepalive(value != 0, absl::Seconds(idle),
+                        absl::Seconds(interval), static_cast<uint32_t>(count));
+  } else if (opt == "linger") {
+    const int64_t seconds = r.req.GetInt("seconds").value_or(0);
+    if (value != 0 && seconds != 0) {
+      return Fail(ENOPROTOOPT, "linger: only 0 seconds (abort on close)");
     }
-    std::vector<uint8_t> buf(static_cast<size_t>(len));
-    JsonWriter w;
-    if (s.tcp) {
-      absl::StatusOr<size_t> r = s.tcp->Read(buf);
-      if (!r.ok()) return fail_status(r.status());
-      w.BeginObject().Key("ok").Bool(true).Key("n").Uint(*r);
-      w.Key("data").String(ToHex(std::span<const uint8_t>(buf.data(), *r)));
-    } else {
-      absl::StatusOr<udp::RecvResult> r = s.udp->RecvFrom(buf);
-      if (!r.ok()) return fail_status(r.status());
-      w.BeginObject().Key("ok").Bool(true).Key("n").Uint(r->bytes);
-      w.Key("data").String(
-          ToHex(std::span<const uint8_t>(buf.data(), r->bytes)));
-      WriteAddress(w, r->from);
-    }
-    w.EndObject();
-    return w.text();
+    s.linger_zero = value != 0;
+  } else if (opt == "rcvbuf" || opt == "window_clamp") {
+    if (value <= 0 || value > (1 << 30)) return Fail(EINVAL, opt);
+    tcp::ConnectionOptions o = s.tcp->options();
+    o.receive_buffer = static_cast<uint32_t>(value);
+    o.max_receive_buffer = static_cast<uint32_t>(value);
+    o.receive_autotuning = false;
+    absl::Status st = s.tcp->SetOptions(o);
+    if (!st.ok()) return Fail(st);
+  } else {
+    return Fail(ENOPROTOOPT, absl::StrCat("setsockopt: unknown '", opt, "'"));
   }
-  if (*op == "shutdown") {
-    if (!s.tcp) return fail(EOPNOTSUPP, "shutdown on UDP");
-    const std::string how = req.GetString("how").value_or("");
-    const bool rd = how == "rd" || how == "rdwr";
-    const bool wr = how == "wr" || how == "rdwr";
-    if (!rd && !wr) return fail(EINVAL, "how is rd, wr or rdwr");
-    absl::Status st = s.tcp->Shutdown(rd, wr);
-    return st.ok() ? OkReply() : fail_status(st);
-  }
-  if (*op == "poll") {
-    const uint32_t ev = s.tcp ? s.tcp->Events() : s.udp->Events();
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true);
-    w.Key("readable").Bool(ev & transport::event::kReadable);
-    w.Key("writable").Bool(ev & transport::event::kWritable);
-    w.Key("error").Bool(ev & transport::event::kError);
-    w.Key("hup").Bool(ev & transport::event::kHangup);
-    w.EndObject();
-    return w.text();
-  }
-  if (*op == "info") {
-    if (!s.tcp) return fail(EOPNOTSUPP, "info on UDP");
-    const tcp::TcpInfo i = s.tcp->Info();
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true);
-    w.Key("state").String(LinuxStateName(s.tcp->state()));
-    w.Key("rto_ms").Int(absl::ToInt64Milliseconds(i.rto));
-    w.Key("snd_mss").Uint(i.mss);
-    w.Key("rcv_wnd").Uint(i.rcv_wnd);
-    w.Key("snd_wnd").Uint(i.snd_wnd);
-    w.Key("retransmits").Uint(i.retransmits);
-    w.Key("timeouts").Uint(i.timeouts);
-    w.Key("sack").Bool(i.sack).Key("timestamps").Bool(i.timestamps);
-    w.Key("snd_wscale").Uint(i.snd_wscale).Key("rcv_wscale").Uint(i.rcv_wscale);
-    w.EndObject();
-    return w.text();
-  }
-  if (*op == "getsockopt") {
-    const std::string opt = req.GetString("opt").value_or("");
-    if (opt != "error") return fail(ENOPROTOOPT, "getsockopt: error only");
-    const absl::Status e = s.tcp ? s.tcp->TakeError() : s.udp->TakeError();
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true);
-    w.Key("value").Int(e.ok() ? 0 : transport::ErrnoOf(e)).EndObject();
-    return w.text();
-  }
-  if (*op == "setsockopt") {
-    const std::string opt = req.GetString("opt").value_or("");
-    const int64_t value = req.GetInt("value").value_or(0);
-    if (!s.tcp) return fail(ENOPROTOOPT, "setsockopt: TCP only");
-    if (opt == "nodelay") {
-      s.tcp->SetNoDelay(value != 0);
-    } else if (opt == "cork") {
-      s.tcp->SetCork(value != 0);
-    } else if (opt == "user_timeout") {
-      if (value < 0) return fail(EINVAL, "user_timeout");
-      s.tcp->SetUserTimeout(absl::Milliseconds(value));
-    } else if (opt == "keepalive") {
-      const int64_t idle = req.GetInt("idle").value_or(7200);
-      const int64_t interval = req.GetInt("interval").value_or(75);
-      const int64_t count = req.GetInt("count").value_or(9);
-      if (idle <= 0 || interval <= 0 || count <= 0) {
-        return fail(EINVAL, "keepalive idle, interval and count");
-      }
-      s.tcp->SetKeepalive(value != 0, absl::Seconds(idle),
-                          absl::Seconds(interval),
-                          static_cast<uint32_t>(count));
-    } else if (opt == "linger") {
-      const int64_t seconds = req.GetInt("seconds").value_or(0);
-      if (value != 0 && seconds != 0) {
-        return fail(ENOPROTOOPT, "linger: only 0 seconds (abort on close)");
-      }
-      s.linger_zero = value != 0;
-    } else if (opt == "rcvbuf" || opt == "window_clamp") {
-      if (value <= 0 || value > (1 << 30)) return fail(EINVAL, opt);
-      tcp::ConnectionOptions o = s.tcp->options();
-      o.receive_buffer = static_cast<uint32_t>(value);
-      o.max_receive_buffer = static_cast<uint32_t>(value);
-      o.receive_autotuning = false;
-      absl::Status st = s.tcp->SetOptions(o);
-      if (!st.ok()) return fail_status(st);
-    } else {
-      return fail(ENOPROTOOPT, absl::StrCat("setsockopt: unknown '", opt, "'"));
-    }
-    return OkReply();
-  }
-  return fail(EINVAL, absl::StrCat("unknown op '", *op, "'"));
+  return OkReply();
 }
 
 std::string ControlApi::FormatCounters() const {

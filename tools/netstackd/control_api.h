@@ -56,6 +56,7 @@
 #include "netstack/udp/udp_layer.h"
 #include "netstack/udp/udp_socket.h"
 #include "tools/netstackd/json_lines_server.h"
+#include "tools/tcp_benchmark/json.h"
 
 namespace netstack::tools {
 
@@ -89,9 +90,38 @@ class ControlApi {
     std::unique_ptr<udp::UdpSocket> udp;
     bool linger_zero = false;
   };
+  using SocketMap = std::map<int, Socket>;
+  // A request that names a socket: its op, the whole request, the socket.
+  struct SocketRequest {
+    std::string_view op;
+    const bench::JsonValue& req;
+    SocketMap::iterator it;
+    Instant now;
+  };
+
   ControlApi(tcp::TcpLayer& tcp, udp::UdpLayer& udp,
              std::function<std::string()> counters);
   int AddSocket(Socket s);
+  // An error answer, counted in errors().
+  std::string Fail(int err, std::string_view why);
+  std::string Fail(const absl::Status& s);
+
+  // The ops, each to its answer: the table's own, then one per socket op
+  // (Handle has found the socket).
+  std::string OpenSocket(const bench::JsonValue& req);
+  std::string Reset();
+  std::string Counters();
+  std::string CloseSocket(const SocketRequest& r);
+  std::string BindOrConnect(const SocketRequest& r);
+  std::string Listen(const SocketRequest& r);
+  std::string Accept(const SocketRequest& r);
+  std::string Send(const SocketRequest& r);  // send and sendto
+  std::string Recv(const SocketRequest& r);
+  std::string Shutdown(const SocketRequest& r);
+  std::string Poll(const SocketRequest& r);
+  std::string Info(const SocketRequest& r);
+  std::string GetSockOpt(const SocketRequest& r);
+  std::string SetSockOpt(const SocketRequest& r);
 
   tcp::TcpLayer& tcp_;
   udp::UdpLayer& udp_;
@@ -99,7 +129,7 @@ class ControlApi {
   uint64_t requests_ = 0;
   uint64_t errors_ = 0;
   int next_fd_ = 3;
-  std::map<int, Socket> sockets_;
+  SocketMap sockets_;
   // Last: its clients call Handle, so it goes before the sockets.
   std::unique_ptr<JsonLinesServer> server_;
 };
