@@ -6,6 +6,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -169,6 +170,175 @@ class FromJson(unittest.TestCase):
                       out)
         self.assertIn("MET    netstackd -- true under 100 ms (median 40 ms)",
                       out)
+
+
+class Measured(unittest.TestCase):
+    def test_a_client_that_does_not_finish_is_an_error_not_the_end(self):
+        def stalls(ctx):
+            return bb.run("sleep", "5", timeout=0.2)
+        m = bb.measured(stalls, None)
+        self.assertEqual(m.error, "did not finish within 0.2 s: sleep 5")
+        def stalls_in_a_namespace(ctx):
+            raise subprocess.TimeoutExpired(
+                bb.in_ns("nstbb-1-g", "iperf3", "-c", "x"), 42)
+        m = bb.measured(stalls_in_a_namespace, None)
+        self.assertEqual(m.error, "did not finish within 42 s: iperf3 -c x")
+        self.assertEqual(bb.fmt(m), "error")
+
+    def test_a_figure_passes_through(self):
+        self.assertEqual(bb.measured(lambda ctx: gbps(ctx), 3).value, 3)
+
+
+class SlirpOnNetstack(unittest.TestCase):
+    """slirp4netns+netstack: its goals, its table column, where its library
+    comes from."""
+
+    def results(self, slirp, slirp_ns):
+        out = {}
+        for tool, values in (("slirp4netns", slirp), (bb.SLIRP_NS, slirp_ns)):
+            for name, v in values.items():
+                out[(tool, name)] = v
+        return out
+
+    def test_goals_are_ratios_to_slirp4netns(self):
+        slirp = {"tcp-g2h-65520": gbps(2), "tcp-h2g-65520": gbps(2),
+                 "tcp-g2h-1500": gbps(1), "tcp-h2g-1500": gbps(1),
+                 "rr": rr(10000), "crr": rr(3000), "nginx": req(40)}
+        ours = {"tcp-g2h-65520": gbps(4), "tcp-h2g-65520": gbps(3.9),  # 2x, 1.95x
+                "tcp-g2h-1500": gbps(2.5), "tcp-h2g-1500": gbps(1),    # 2.5x, 1x
+                "rr": rr(10000), "crr": rr(2900), "nginx": req(60)}   # 1x, 0.97x, 1.5x
+        r = self.results(slirp, ours)
+        # netstackd's own figures are no part of these goals.
+        r[("netstackd", "tcp-g2h-65520")] = gbps(100)
+        g = bb.slirp_ns_goals(r)
+        self.assertEqual([ok for _, ok in g],
+                         [True, False, True, False, True, False, True])
+        self.assertIn("tcp-h2g-65520: >= 2x slirp4netns (got 1.95x in "
+                      "Gbit/s)", g[1][0])
+        self.assertIn("crr: no worse than slirp4netns (got 0.97x", g[5][0])
+        self.assertIn("nginx: >= 1.5x slirp4netns (got 1.50x in req/s)",
+                      g[6][0])
+
+    def test_unmeasured_goals_say_why(self):
+        r = self.results({"rr": rr(100)},
+                         {"rr": M(error="slirp4netns loaded the system's "
+                                  "libslirp")})
+        g = bb.slirp_ns_goals(r)
+        self.assertEqual([ok for _, ok in g], [None] * 7)
+        self.assertIn("loaded the system's libslirp", g[4][0])
+        g = bb.slirp_ns_goals({}, "left out: no libslirp.so.0 in /x")
+        self.assertTrue(all("left out: no libslirp.so.0" in t for t, _ in g))
+
+    def test_table_has_its_ratio_to_slirp4netns(self):
+        r = self.results({"rr": rr(10000)}, {"rr": rr(12500)})
+        ws = [w for w in bb.WORKLOADS if w[0] == "rr"]
+        lines = bb.table(r, ws, bb.TOOLS).splitlines()
+        self.assertTrue(lines[0].endswith("| +netstack/slirp4netns |"),
+                        lines[0])
+        self.assertIn("| 10,000 (100 us) | 12,500 (80 us)       |", lines[2])
+        self.assertTrue(lines[2].endswith("| 1.25x                 |"),
+                        lines[2])
+        # Without the tool, no such column.
+        tools = [t for t in bb.TOOLS if t != bb.SLIRP_NS]
+        self.assertNotIn("+netstack", bb.table(r, ws, tools))
+
+    def test_library_directory(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assertIsNone(bb.libslirp_dir("")[0])
+            self.assertIn("was not built", bb.libslirp_dir("")[1])
+            path, why = bb.libslirp_dir(d)
+            self.assertIsNone(path)
+            self.assertIn(f"no libslirp.so.0 in {d} (bazel build "
+                          "--config=opt //netstack/slirp:libslirp.so.0)", why)
+            lib = os.path.join(d, "libslirp.so.0")
+            open(lib, "w").close()
+            self.assertEqual(bb.libslirp_dir(d), (d, None))
+            self.assertEqual(bb.libslirp_dir(lib), (d, None))
+
+    def test_default_tools_leave_it_out_only_without_its_library(self):
+        self.assertEqual(bb.default_tools(None), (list(bb.TOOLS), None))
+        tools, why = bb.default_tools("no libslirp.so.0 in /x")
+        self.assertEqual(tools, ["veth", "netstackd", "pasta", "slirp4netns"])
+        self.assertEqual(why, "left out: no libslirp.so.0 in /x")
+
+
+def system_libslirp_or_skip(test):
+    path = bb.system_libslirp()
+    if path is None:
+        test.skipTest("no libslirp.so.0 in ld.so.cache (libslirp0)")
+    return path
+
+
+class LoadedLibslirp(unittest.TestCase):
+    """libslirp_check against a real process that loads a libslirp.so.0
+    (python's ctypes, with LD_LIBRARY_PATH as slirp4netns+netstack gets
+    it): the one mapped file must be the wanted one and not the system's."""
+
+    def setUp(self):
+        self.system = system_libslirp_or_skip(self)
+        self.tmp = tempfile.mkdtemp(prefix="bb-test-")
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            p.kill()
+            p.communicate()
+        subprocess.run(["rm", "-rf", self.tmp], check=True)
+
+    def loader(self, libdir, load=True):
+        """A process with LD_LIBRARY_PATH=libdir that (if `load`) dlopens
+        libslirp.so.0 and then waits; its pid once it has."""
+        env = dict(os.environ)
+        env.pop("LD_LIBRARY_PATH", None)
+        if libdir:
+            env["LD_LIBRARY_PATH"] = libdir
+        code = ("import ctypes, sys\n"
+                + ("ctypes.CDLL('libslirp.so.0')\n" if load else "")
+                + "print('ready', flush=True)\nsys.stdin.read()\n")
+        p = subprocess.Popen([sys.executable, "-c", code], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+        self.procs.append(p)
+        self.assertEqual(p.stdout.readline().strip(), "ready")
+        return p.pid
+
+    def dir_with(self, name, make):
+        d = os.path.join(self.tmp, name)
+        os.mkdir(d)
+        make(os.path.realpath(self.system), os.path.join(d, "libslirp.so.0"))
+        return d
+
+    def test_a_symlink_to_the_system_library_fails(self):
+        d = self.dir_with("symlink", os.symlink)
+        pid = self.loader(d)
+        why = bb.libslirp_check(pid, os.path.join(d, "libslirp.so.0"),
+                                self.system)
+        self.assertIsNotNone(why)
+        self.assertIn("loaded the system's libslirp", why)
+
+    def test_another_file_is_accepted(self):
+        # A copy: another inode, so not the system's file, and the one
+        # LD_LIBRARY_PATH led to (as netstack's would be).
+        d = self.dir_with("copy", shutil.copy)
+        pid = self.loader(d)
+        self.assertIsNone(bb.libslirp_check(
+            pid, os.path.join(d, "libslirp.so.0"), self.system))
+
+    def test_the_system_library_despite_the_wanted_one_fails(self):
+        d = self.dir_with("copy", shutil.copy)
+        pid = self.loader(None)  # the loader takes ld.so.cache's
+        why = bb.libslirp_check(pid, os.path.join(d, "libslirp.so.0"),
+                                self.system)
+        self.assertIn("loaded the system's libslirp", why)
+        # Even when the system's is not known, it is not the wanted file.
+        why = bb.libslirp_check(pid, os.path.join(d, "libslirp.so.0"), None)
+        self.assertIn(f"not {os.path.realpath(d)}/libslirp.so.0", why)
+
+    def test_no_libslirp_at_all_fails(self):
+        d = self.dir_with("copy", shutil.copy)
+        pid = self.loader(d, load=False)
+        self.assertIn("maps no libslirp", bb.libslirp_check(
+            pid, os.path.join(d, "libslirp.so.0"), self.system))
 
 
 if __name__ == "__main__":
