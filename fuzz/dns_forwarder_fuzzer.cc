@@ -93,6 +93,7 @@
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/runtime/runtime.h"
 #include "netstack/stack/fake_link.h"
 #include "netstack/stack/stack.h"
 #include "netstack/tcp/tcp_layer.h"
@@ -232,23 +233,42 @@ using fuzz::Datagram;
 using fuzz::OpenFdCount;
 using fuzz::RecvDatagram;
 
-// One end of the wire: a Stack on a FakeLink with TCP and UDP.
+// One end of the wire: a runtime (a Stack on a FakeLink with TCP and
+// UDP) on the harness's pools and clock. The harness dispatches and polls
+// its parts at the model's checkpoints; only the server's loop turns.
 struct Host {
   Host(buffer::ChunkPool& chunks, buffer::PacketPool& packets, uint8_t mac,
-       const char* v4, const char* v6)
-      : link(chunks, Caps(mac)),
-        stack(Options(), chunks, packets) {
-    const stack::NicId nic = *stack.AddNic(&link, "fuzz0");
-    FUZZ_CHECK(
-        stack.AddAddress(nic, stack::Ipv4Cidr{*wire::Ipv4Address::Parse(v4), 24})
-            .ok());
-    FUZZ_CHECK(
-        stack.AddAddress(nic, stack::Ipv6Cidr{*wire::Ipv6Address::Parse(v6), 64})
-            .ok());
-    tcp::TcpLayerOptions to;
-    to.seed = mac;
-    tcp = std::make_unique<tcp::TcpLayer>(stack, chunks, packets, notifier, to);
-    udp = std::make_unique<udp::UdpLayer>(stack, chunks, packets, notifier, mac);
+       const char* v4, const char* v6, const Instant* now, bool loop_timers)
+      : rt(Make(chunks, packets, mac, v4, v6, now, loop_timers, &fake)),
+        link(*fake),
+        stack(rt->stack()),
+        notifier(rt->notifier()),
+        tcp(&rt->tcp()),
+        udp(&rt->udp()) {}
+  static std::unique_ptr<runtime::Runtime> Make(
+      buffer::ChunkPool& chunks, buffer::PacketPool& packets, uint8_t mac,
+      const char* v4, const char* v6, const Instant* now, bool loop_timers,
+      stack::FakeLink** fake) {
+    runtime::RuntimeOptions o;
+    o.chunk_pool = &chunks;
+    o.packet_pool = &packets;
+    o.open_link = [mac, fake](buffer::ChunkPool& c, buffer::PacketPool&)
+        -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+      auto l = std::make_unique<stack::FakeLink>(c, Caps(mac));
+      *fake = l.get();
+      return std::unique_ptr<link::LinkEndpoint>(std::move(l));
+    };
+    o.nic_name = "fuzz0";
+    o.addrs4 = {stack::Ipv4Cidr{*wire::Ipv4Address::Parse(v4), 24}};
+    o.addrs6 = {stack::Ipv6Cidr{*wire::Ipv6Address::Parse(v6), 64}};
+    o.stack = Options();
+    o.tcp.seed = mac;
+    o.udp_seed = mac;
+    o.clock = [now] { return *now; };
+    if (!loop_timers) o.timers.slots = 16;
+    auto rt = runtime::Runtime::Create(std::move(o));
+    FUZZ_CHECK(rt.ok());
+    return *std::move(rt);
   }
   static link::LinkCapabilities Caps(uint8_t mac) {
     link::LinkCapabilities caps;
@@ -274,11 +294,14 @@ struct Host {
     FUZZ_CHECK(c.RxDrops() == c.rx_dropped_frames);
   }
 
-  stack::FakeLink link;
-  stack::Stack stack;
-  transport::Notifier notifier;
-  std::unique_ptr<tcp::TcpLayer> tcp;
-  std::unique_ptr<udp::UdpLayer> udp;
+  stack::FakeLink* fake = nullptr;  // the runtime's link, once made
+  std::unique_ptr<runtime::Runtime> rt;
+  // Parts of the runtime.
+  stack::FakeLink& link;
+  stack::Stack& stack;
+  transport::Notifier& notifier;
+  tcp::TcpLayer* tcp;
+  udp::UdpLayer* udp;
 };
 
 enum class Via { kUdp, kTcp };
@@ -351,8 +374,11 @@ struct Conn {
 struct Fuzz {
   Fuzz(buffer::ChunkPool& guest_chunks, buffer::PacketPool& guest_packets,
        buffer::ChunkPool& fwd_chunks, buffer::PacketPool& fwd_packets)
-      : guest(guest_chunks, guest_packets, 0x15, "10.0.2.15", "fd00::15"),
-        server(fwd_chunks, fwd_packets, 0x03, "10.0.2.3", "fd00::3") {}
+      : guest(guest_chunks, guest_packets, 0x15, "10.0.2.15", "fd00::15",
+              &now, /*loop_timers=*/false),
+        server(fwd_chunks, fwd_packets, 0x03, "10.0.2.3", "fd00::3", &now,
+               /*loop_timers=*/true),
+        loop(&server.rt->loop()) {}
 
   // --- the wire ---------------------------------------------------------
 
@@ -897,7 +923,7 @@ struct Fuzz {
   Instant now = absl::FromUnixSeconds(1'700'000'000);
   Host guest;
   Host server;
-  std::unique_ptr<eventloop::EventLoop> loop;
+  eventloop::EventLoop* loop;  // the server runtime's: the forwarder's
   std::unique_ptr<DnsForwarder> fwd;
   std::vector<size_t> upstreams;  // 0: 127.0.0.1, 1: ::1
   size_t current = 0;
@@ -944,10 +970,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     f.options.max_tcp_clients = 1 + in.U8() % 4;
     f.options.timeout =
         absl::Seconds(1) + absl::Milliseconds(500) * (in.U8() % 8);
-    auto loop = eventloop::EventLoop::Create({}, [&f] { return f.now; });
-    FUZZ_CHECK(loop.ok());
-    f.loop = *std::move(loop);
-    auto fwd = DnsForwarder::Create(*f.server.udp, f.server.tcp.get(),
+    auto fwd = DnsForwarder::Create(*f.server.udp, f.server.tcp,
                                     fwd_chunks, *f.loop, f.options);
     FUZZ_CHECK(fwd.ok());
     f.fwd = *std::move(fwd);
@@ -1043,10 +1066,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (auto& [key, p] : f.pending) f.Retire(p);
     for (GuestUdp& g : f.udp_sockets) g.socket.reset();
     f.conns.clear();
-    f.guest.tcp.reset();
-    f.server.tcp.reset();
-    f.guest.udp.reset();
-    f.server.udp.reset();
+    f.guest.rt.reset();
+    f.server.rt.reset();
   }
   FUZZ_CHECK(guest_chunks.stats().in_use == 0);
   FUZZ_CHECK(fwd_chunks.stats().in_use == 0);
