@@ -15,7 +15,9 @@
  *   cc example.c $(pkg-config --cflags --libs netstack) -o example
  *
  * Needs CAP_SYS_ADMIN (setns) and CAP_NET_ADMIN in the guest's namespace
- * (the TAP). */
+ * (the TAP). docs/EMBEDDING.md shows the part between the [example]
+ * lines. */
+// [example]
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -135,3 +137,4 @@ int main(int argc, char **argv) {
   netstack_free(ns);
   return rc == 0 ? 0 : 1;
 }
+// [example]
