@@ -189,6 +189,41 @@ class Measured(unittest.TestCase):
         self.assertEqual(bb.measured(lambda ctx: gbps(ctx), 3).value, 3)
 
 
+class Syscalls(unittest.TestCase):
+    PERF = """# started on Sun Dec  6 12:00:00 2026
+
+60000,,raw_syscalls:sys_enter,2000000,100.00,,
+20000,,syscalls:sys_enter_read,2000000,100.00,,
+30000,,syscalls:sys_enter_write,2000000,100.00,,
+0,,syscalls:sys_enter_readv,2000000,100.00,,
+<not counted>,,syscalls:sys_enter_splice,0,0.00,,
+10000,,syscalls:sys_enter_poll,2000000,100.00,,
+"""
+
+    def test_perf_stat_counts(self):
+        self.assertEqual(bb.parse_perf_stat(self.PERF),
+                         {"total": 60000, "read": 20000, "write": 30000,
+                          "poll": 10000})
+        self.assertEqual(bb.parse_perf_stat(""), {})
+
+    def test_per_mb_and_per_transaction(self):
+        calls = bb.parse_perf_stat(self.PERF)
+        r = {("slirp4netns", "tcp-g2h-65520"): M(2, "Gbit/s", bytes=100e6,
+                                                 syscalls=calls),
+             ("slirp4netns", "rr"): M(100, "trans/s", mean_us=1e4,
+                                      transactions=20000, syscalls=calls),
+             ("netstackd", "rr"): rr(200)}  # no counts: no row
+        ws = [w for w in bb.WORKLOADS if w[0] in ("tcp-g2h-65520", "rr")]
+        lines = bb.syscall_table(r, ws, bb.TOOLS).splitlines()
+        self.assertEqual(len(lines), 4)
+        self.assertIn("| slirp4netns | 600.0 per MB        | write 300.0, "
+                      "read 200.0, poll 100.0 |", lines[2])
+        self.assertIn("| 3.0 per transaction | write 1.5, read 1.0, "
+                      "poll 0.5", lines[3])
+        self.assertEqual(bb.syscall_table({("netstackd", "rr"): rr(1)}, ws,
+                                          bb.TOOLS), "")
+
+
 class SlirpOnNetstack(unittest.TestCase):
     """slirp4netns+netstack: its goals, its table column, where its library
     comes from."""
