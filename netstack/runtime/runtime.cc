@@ -20,6 +20,23 @@ class Runtime::LinkReadable : public eventloop::Handler {
 
 namespace {
 
+// Runs nothing itself: it keeps the loop awake for the TCP layer's next
+// deadline and, while readiness callbacks are pending, for an immediate
+// turn. The work is done at the end of every turn (EndTurn).
+class TransportPoller : public eventloop::Poller {
+ public:
+  TransportPoller(const tcp::TcpLayer& tcp, const transport::Notifier& notifier)
+      : tcp_(tcp), notifier_(notifier) {}
+  Instant NextDeadline() const override {
+    return notifier_.empty() ? tcp_.NextDeadline() : absl::InfinitePast();
+  }
+  void Poll(Instant) override {}
+
+ private:
+  const tcp::TcpLayer& tcp_;
+  const transport::Notifier& notifier_;
+};
+
 absl::Status Prefixed(absl::string_view what, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
