@@ -17,6 +17,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -137,7 +140,19 @@ absl::Status DropCapabilities(const LeastPrivilegeOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
+absl::Status SeccompError(const std::string& what, int rc) {
+  return absl::InternalError(
+      absl::StrCat("seccomp: ", what, ": ", std::strerror(-rc)));
+}
+
+// The filter's context, released however InstallFilter returns.
+struct ReleaseFilter {
+  void operator()(void* ctx) const { seccomp_release(ctx); }
+};
+using FilterCtx = std::unique_ptr<void, ReleaseFilter>;
+
+// A forbidden call's SIGSYS says which call it was and stops netstackd.
+absl::Status InstallSigsysHandler() {
   struct sigaction sa {};
   sa.sa_sigaction = OnSigsys;
   sa.sa_flags = SA_SIGINFO;
@@ -146,79 +161,83 @@ absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
     return absl::InternalError(
         absl::StrCat("sigaction(SIGSYS): ", std::strerror(errno)));
   }
-  scmp_filter_ctx ctx =
-      seccomp_init(options.log_only ? SCMP_ACT_LOG : SCMP_ACT_TRAP);
-  if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
-  auto fail = [&](const std::string& what, int rc) {
-    seccomp_release(ctx);
-    return absl::InternalError(
-        absl::StrCat("seccomp: ", what, ": ", std::strerror(-rc)));
-  };
-  // Every thread: the guest-socket thread must not escape the filter.
-  if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1); rc != 0) {
-    return fail("TSYNC", rc);
+  return absl::OkStatus();
+}
+
+// ioctl with the requests of AllowedIoctls() only. Whole 64-bit equality:
+// a request with high bits set that the kernel would truncate to an
+// allowed one does not match.
+int AllowIoctlRequests(scmp_filter_ctx ctx, int nr) {
+  for (const AllowedIoctl& io : AllowedIoctls()) {
+    const int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+                                    SCMP_A1(SCMP_CMP_EQ, io.request));
+    if (rc != 0) return rc;
   }
-  auto allow = [&](const AllowedCall& c) -> absl::Status {
-    const int nr = seccomp_syscall_resolve_name(c.name);
-    if (nr == __NR_SCMP_ERROR) {
-      return absl::OkStatus();  // not a call of this architecture
+  return 0;
+}
+
+// socket: AF_INET and AF_INET6, stream and datagram. SOCK_NONBLOCK and
+// SOCK_CLOEXEC sit above the type's bits.
+int AllowInetSockets(scmp_filter_ctx ctx, int nr) {
+  for (int family : {AF_INET, AF_INET6}) {
+    for (int type : {SOCK_STREAM, SOCK_DGRAM}) {
+      const int rc = seccomp_rule_add(
+          ctx, SCMP_ACT_ALLOW, nr, 2,
+          SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(family)),
+          SCMP_A1(SCMP_CMP_MASKED_EQ, kSockTypeMask,
+                  static_cast<scmp_datum_t>(type)));
+      if (rc != 0) return rc;
     }
-    int rc = 0;
-    switch (c.args) {
-      case AllowedCall::Args::kAny:
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
-        break;
-      case AllowedCall::Args::kCmdPid:
-        if (options.cmd_pid <= 0) return absl::OkStatus();  // never
-        rc = seccomp_rule_add(
-            ctx, SCMP_ACT_ALLOW, nr, 1,
-            SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(options.cmd_pid)));
-        break;
-      case AllowedCall::Args::kOwnPid:
-        rc = seccomp_rule_add(
-            ctx, SCMP_ACT_ALLOW, nr, 1,
-            SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(getpid())));
-        break;
-      case AllowedCall::Args::kIoctlRequests:
-        // Whole 64-bit equality: a request with high bits set that the
-        // kernel would truncate to an allowed one does not match.
-        for (const AllowedIoctl& io : AllowedIoctls()) {
-          rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
-                                SCMP_A1(SCMP_CMP_EQ, io.request));
-          if (rc != 0) break;
-        }
-        break;
-      case AllowedCall::Args::kInetSocket:
-        // SOCK_NONBLOCK and SOCK_CLOEXEC sit above the type's bits.
-        for (int family : {AF_INET, AF_INET6}) {
-          for (int type : {SOCK_STREAM, SOCK_DGRAM}) {
-            if (rc == 0) {
-              rc = seccomp_rule_add(
-                  ctx, SCMP_ACT_ALLOW, nr, 2,
-                  SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(family)),
-                  SCMP_A1(SCMP_CMP_MASKED_EQ, kSockTypeMask,
-                          static_cast<scmp_datum_t>(type)));
-            }
-          }
-        }
-        break;
-      case AllowedCall::Args::kNoFlags:
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+  }
+  return 0;
+}
+
+// The rule (or rules) for call `nr` with the arguments `args` allows; a
+// libseccomp error code, 0 when added.
+int AddRule(scmp_filter_ctx ctx, int nr, AllowedCall::Args args,
+            const LeastPrivilegeOptions& options) {
+  switch (args) {
+    case AllowedCall::Args::kAny:
+      return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
+    case AllowedCall::Args::kCmdPid:
+      if (options.cmd_pid <= 0) return 0;  // never
+      return seccomp_rule_add(
+          ctx, SCMP_ACT_ALLOW, nr, 1,
+          SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(options.cmd_pid)));
+    case AllowedCall::Args::kOwnPid:
+      return seccomp_rule_add(
+          ctx, SCMP_ACT_ALLOW, nr, 1,
+          SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(getpid())));
+    case AllowedCall::Args::kIoctlRequests:
+      return AllowIoctlRequests(ctx, nr);
+    case AllowedCall::Args::kInetSocket:
+      return AllowInetSockets(ctx, nr);
+    case AllowedCall::Args::kNoFlags:
+      return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
                               SCMP_A2(SCMP_CMP_EQ, 0));
-        break;
-    }
-    if (rc != 0) {
+  }
+  return 0;
+}
+
+// Each call of `calls` this architecture has.
+absl::Status AllowCalls(scmp_filter_ctx ctx,
+                        const std::vector<AllowedCall>& calls,
+                        const LeastPrivilegeOptions& options) {
+  for (const AllowedCall& c : calls) {
+    const int nr = seccomp_syscall_resolve_name(c.name);
+    if (nr == __NR_SCMP_ERROR) continue;  // not a call of this architecture
+    if (int rc = AddRule(ctx, nr, c.args, options); rc != 0) {
       return absl::InternalError(absl::StrCat("seccomp: allow ", c.name,
                                               ": ", std::strerror(-rc)));
     }
-    return absl::OkStatus();
-  };
-  for (const AllowedCall& c : AllowedCalls()) {
-    if (absl::Status s = allow(c); !s.ok()) {
-      seccomp_release(ctx);
-      return s;
-    }
   }
+  return absl::OkStatus();
+}
+
+// The only files opened after setup: the HTTP service's (read-only, never
+// creating), and /proc's under options.proc_dir_fd.
+absl::Status AllowFileReads(scmp_filter_ctx ctx,
+                            const LeastPrivilegeOptions& options) {
   if (options.serve_files) {
     int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat2), 0);
     // openat: read-only, never creating.
@@ -229,7 +248,7 @@ absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
                   O_RDONLY));
     }
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(pread64), 0);
-    if (rc != 0) return fail("the HTTP service's calls", rc);
+    if (rc != 0) return SeccompError("the HTTP service's calls", rc);
   }
   if (options.proc_dir_fd >= 0) {
     // Read-only, and only under that fd. The path is beyond a filter: it
@@ -243,19 +262,35 @@ absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
             SCMP_A2(SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC | O_PATH,
                     O_RDONLY));
         rc != 0) {
-      return fail("openat under /proc", rc);
+      return SeccompError("openat under /proc", rc);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
+  if (absl::Status s = InstallSigsysHandler(); !s.ok()) return s;
+  FilterCtx ctx(seccomp_init(options.log_only ? SCMP_ACT_LOG : SCMP_ACT_TRAP));
+  if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
+  // Every thread: the guest-socket thread must not escape the filter.
+  if (int rc = seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_TSYNC, 1);
+      rc != 0) {
+    return SeccompError("TSYNC", rc);
+  }
+  if (absl::Status s = AllowCalls(ctx.get(), AllowedCalls(), options);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = AllowFileReads(ctx.get(), options); !s.ok()) return s;
   if (kSanitized) {
-    for (const AllowedCall& c : SanitizerCalls()) {
-      if (absl::Status s = allow(c); !s.ok()) {
-        seccomp_release(ctx);
-        return s;
-      }
+    if (absl::Status s = AllowCalls(ctx.get(), SanitizerCalls(), options);
+        !s.ok()) {
+      return s;
     }
   }
-  if (int rc = seccomp_load(ctx); rc != 0) return fail("load", rc);
-  seccomp_release(ctx);
+  if (int rc = seccomp_load(ctx.get()); rc != 0) {
+    return SeccompError("load", rc);
+  }
   return absl::OkStatus();
 }
 
