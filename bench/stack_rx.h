@@ -24,6 +24,8 @@ class StackRxFixture {
     caps.mac = *wire::MacAddress::Parse("02:00:00:00:00:02");
     link_ = std::make_unique<stack::FakeLink>(chunks_, caps);
     link_->set_record(false);
+    // Not a runtime (netstack/runtime): the Stack's receive path alone, on
+    // purpose, with no TCP, UDP or loop in the figure.
     stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
                                             packets_);
     const auto nic = *stack_->AddNic(link_.get(), "bench0");

@@ -187,6 +187,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     caps.mtu = 1500;
     caps.mac = our_mac;
     stack::FakeLink link(chunks, caps);
+    // Not a runtime (netstack/runtime): the services alone on a bare Stack,
+    // its whole UDP handler, with no TCP, UDP or loop to build per input.
     stack::Stack stack(stack::StackOptions{}, chunks, packets);
     GuestConfigPlan plan;
     plan.mtu = 1500;
