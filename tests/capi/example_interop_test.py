@@ -90,8 +90,16 @@ class ExampleTest(unittest.TestCase):
         cls.pkg_flags = flags
         cls.binary = os.path.join(cls.tmp, "example")
         shutil.copy(EXAMPLE, os.path.join(cls.tmp, "example.c"))
-        subprocess.run(["cc", "-Wall", "-Werror", "example.c", *flags, "-o",
-                        cls.binary], cwd=cls.tmp, check=True,
+        # Under --config=asan the library needs the sanitizers' runtime
+        # loaded first: the example is then built with them too (and runs
+        # under them).
+        sanitize = []
+        lib = os.path.join(cls.prefix, "lib", "libnetstack.so.1")
+        if "libasan" in iu.run("readelf", "-d", lib).stdout:
+            sanitize = ["-fsanitize=address,undefined",
+                        "-fno-omit-frame-pointer"]
+        subprocess.run(["cc", "-Wall", "-Werror", *sanitize, "example.c",
+                        *flags, "-o", cls.binary], cwd=cls.tmp, check=True,
                        capture_output=True, text=True)
 
     @classmethod
