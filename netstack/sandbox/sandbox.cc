@@ -100,17 +100,13 @@ absl::Status HideFromGuest() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns,
-                                                    const RunAs& runas) {
-  *made_userns = false;
-  const bool root = geteuid() == 0;
-  if (!root) {
-    if (absl::Status s = MakeUserns(); !s.ok()) return s;
-    *made_userns = true;
-  }
-  // A child made in both namespaces holds them while we map C's ids and
-  // open them; it only waits for the end of the pipe. (unshare would need
-  // a single-threaded process and would move this one.)
+namespace {
+
+// A child made in a new user and network namespace, to hold them while we
+// map its ids and open them; it only waits for the end of the pipe, which
+// goes to *hold. (unshare would need a single-threaded process and would
+// move this one.)
+absl::StatusOr<pid_t> CloneNamespaceHolder(UniqueFd* hold) {
   int sync[2];
   if (::pipe2(sync, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2");
   const pid_t child =
@@ -126,7 +122,7 @@ absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns,
   }
   const int clone_err = errno;
   ::close(sync[0]);
-  UniqueFd hold(sync[1]);
+  *hold = UniqueFd(sync[1]);
   if (child < 0) {
     if (clone_err == EPERM || clone_err == ENOSPC || clone_err == EUSERS) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -139,6 +135,12 @@ absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns,
     return ErrnoStatus(clone_err,
                        "clone(CLONE_NEWUSER | CLONE_NEWNET) for CMD");
   }
+  return child;
+}
+
+// Maps the holder's ids and opens its namespaces.
+absl::StatusOr<GuestNamespaces> MapAndOpen(pid_t child, bool root,
+                                           const RunAs& runas) {
   // Root in C is root here when we are not root: the caller. As root, it
   // is --runas (nobody by default), so that no uid check of the kernel
   // (/proc/sys, device nodes, root's files) takes CMD for root; --runas 0
@@ -155,21 +157,36 @@ absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns,
   const std::string proc = absl::StrCat("/proc/", child);
   absl::Status s = WriteFile(absl::StrCat(proc, "/uid_map").c_str(), uid_map);
   if (s.ok()) s = WriteFile(absl::StrCat(proc, "/gid_map").c_str(), gid_map);
+  if (!s.ok()) return s;
   GuestNamespaces ns;
-  if (s.ok()) {
-    ns.userns = UniqueFd(::open(absl::StrCat(proc, "/ns/user").c_str(),
-                                O_RDONLY | O_CLOEXEC));
-    ns.netns = UniqueFd(::open(absl::StrCat(proc, "/ns/net").c_str(),
-                               O_RDONLY | O_CLOEXEC));
-    if (!ns.userns.valid() || !ns.netns.valid()) {
-      s = ErrnoStatus(errno, absl::StrCat("open ", proc, "/ns"));
-    }
+  ns.userns = UniqueFd(::open(absl::StrCat(proc, "/ns/user").c_str(),
+                              O_RDONLY | O_CLOEXEC));
+  ns.netns = UniqueFd(::open(absl::StrCat(proc, "/ns/net").c_str(),
+                             O_RDONLY | O_CLOEXEC));
+  if (!ns.userns.valid() || !ns.netns.valid()) {
+    return ErrnoStatus(errno, absl::StrCat("open ", proc, "/ns"));
   }
+  return ns;
+}
+
+}  // namespace
+
+absl::StatusOr<GuestNamespaces> MakeGuestNamespaces(bool* made_userns,
+                                                    const RunAs& runas) {
+  *made_userns = false;
+  const bool root = geteuid() == 0;
+  if (!root) {
+    if (absl::Status s = MakeUserns(); !s.ok()) return s;
+    *made_userns = true;
+  }
+  UniqueFd hold;
+  absl::StatusOr<pid_t> child = CloneNamespaceHolder(&hold);
+  if (!child.ok()) return child.status();
+  absl::StatusOr<GuestNamespaces> ns = MapAndOpen(*child, root, runas);
   hold = UniqueFd();  // the child exits
   int status;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  while (::waitpid(*child, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!s.ok()) return s;
   return ns;
 }
 
@@ -246,82 +263,108 @@ bool ForegroundTerminal() {
   return ::isatty(0) && ::tcgetpgrp(0) == ::getpgrp();
 }
 
+// The resolv.conf CMD sees: a file of ours, bind-mounted by the init and
+// unlinked once it is mounted (or the start failed). When /etc/resolv.conf
+// leads nowhere there is nothing to bind it over: the init writes it into
+// an overlay of /etc instead, whose tmpfs goes on a directory of ours,
+// removed the same way. Both names go when this does.
+class ResolvFiles {
+ public:
+  ResolvFiles() = default;
+  ResolvFiles(const ResolvFiles&) = delete;
+  ResolvFiles& operator=(const ResolvFiles&) = delete;
+  ~ResolvFiles() {
+    if (!resolv_path_.empty()) ::unlink(resolv_path_.c_str());
+    if (!overlay_dir_.empty()) ::rmdir(overlay_dir_.c_str());
+  }
+
+  // Makes the file (or the directory) for `text` under $TMPDIR or /tmp;
+  // nothing when `text` is empty.
+  absl::Status Make(const std::string& text) {
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string tmpdir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+    if (!text.empty() && Unresolvable("/etc/resolv.conf")) {
+      std::string dir = absl::StrCat(tmpdir, "/netstackd-etc.XXXXXX");
+      if (::mkdtemp(dir.data()) == nullptr) {
+        return ErrnoStatus(errno, absl::StrCat("create ", dir));
+      }
+      overlay_dir_ = std::move(dir);
+    } else if (!text.empty()) {
+      std::string path = absl::StrCat(tmpdir, "/netstackd-resolv.XXXXXX");
+      UniqueFd f(::mkostemp(path.data(), O_CLOEXEC));
+      if (!f.valid()) {
+        return ErrnoStatus(errno, absl::StrCat("create ", path));
+      }
+      const bool ok =
+          ::fchmod(f.get(), 0644) == 0 &&
+          ::write(f.get(), text.data(), text.size()) ==
+              static_cast<ssize_t>(text.size());
+      if (!ok) {
+        const int err = errno;
+        ::unlink(path.c_str());
+        return ErrnoStatus(err, absl::StrCat("write ", path));
+      }
+      resolv_path_ = std::move(path);
+    }
+    return absl::OkStatus();
+  }
+
+  // For the init's plan: nullptr when there is none.
+  const char* resolv_path() const {
+    return resolv_path_.empty() ? nullptr : resolv_path_.c_str();
+  }
+  const char* overlay_dir() const {
+    return overlay_dir_.empty() ? nullptr : overlay_dir_.c_str();
+  }
+
+ private:
+  std::string resolv_path_;
+  std::string overlay_dir_;
+};
+
+// A NULL-terminated array of `strings`' C strings, for the init (which
+// makes system calls only).
+std::vector<const char*> CStrings(const std::vector<std::string>& strings) {
+  std::vector<const char*> out;
+  for (const std::string& s : strings) out.push_back(s.c_str());
+  out.push_back(nullptr);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
   if (options.argv.empty()) {
     return absl::InvalidArgumentError("no command to run");
   }
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string tmpdir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  // The resolv.conf CMD sees: a file of ours, bind-mounted by the init and
-  // unlinked here once it is mounted (or the start failed). When
-  // /etc/resolv.conf leads nowhere there is nothing to bind it over: the
-  // init writes it into an overlay of /etc instead, whose tmpfs goes on a
-  // directory of ours, removed here the same way.
-  std::string resolv_path;
-  std::string overlay_dir;
-  if (!options.resolv_conf.empty() && Unresolvable("/etc/resolv.conf")) {
-    overlay_dir = absl::StrCat(tmpdir, "/netstackd-etc.XXXXXX");
-    if (::mkdtemp(overlay_dir.data()) == nullptr) {
-      return ErrnoStatus(errno, absl::StrCat("create ", overlay_dir));
-    }
-  } else if (!options.resolv_conf.empty()) {
-    resolv_path = absl::StrCat(tmpdir, "/netstackd-resolv.XXXXXX");
-    UniqueFd f(::mkostemp(resolv_path.data(), O_CLOEXEC));
-    if (!f.valid()) {
-      return ErrnoStatus(errno, absl::StrCat("create ", resolv_path));
-    }
-    const bool ok =
-        ::fchmod(f.get(), 0644) == 0 &&
-        ::write(f.get(), options.resolv_conf.data(),
-                options.resolv_conf.size()) ==
-            static_cast<ssize_t>(options.resolv_conf.size());
-    if (!ok) {
-      const int err = errno;
-      ::unlink(resolv_path.c_str());
-      return ErrnoStatus(err, absl::StrCat("write ", resolv_path));
-    }
-  }
-  auto remove_files = [&] {
-    if (!resolv_path.empty()) ::unlink(resolv_path.c_str());
-    if (!overlay_dir.empty()) ::rmdir(overlay_dir.c_str());
-  };
-  std::vector<char*> argv;
-  for (const std::string& a : options.argv) {
-    argv.push_back(const_cast<char*>(a.c_str()));
-  }
-  argv.push_back(nullptr);
+  // Removed when Start returns: mounted in the init's namespace by then,
+  // or never.
+  ResolvFiles files;
+  if (absl::Status s = files.Make(options.resolv_conf); !s.ok()) return s;
+  std::vector<const char*> argv = CStrings(options.argv);
   int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) {
-    const int err = errno;
-    remove_files();
-    return ErrnoStatus(err, "pipe2");
-  }
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2");
   const bool pty = options.allow_pty && AnyTerminal();
-  std::vector<const char*> cover;
-  for (const std::string& c : options.cover) cover.push_back(c.c_str());
-  cover.push_back(nullptr);
+  std::vector<const char*> cover = CStrings(options.cover);
   const init::InitPlan plan{
       .pipe_fd = pipefd[1],
       .netns_fd = options.netns_fd,
       .userns_fd = options.userns_fd,
-      .resolv_path = resolv_path.empty() ? nullptr : resolv_path.c_str(),
-      .overlay_dir = overlay_dir.empty() ? nullptr : overlay_dir.c_str(),
+      .resolv_path = files.resolv_path(),
+      .overlay_dir = files.overlay_dir(),
       .resolv_text = options.resolv_conf.data(),
       .resolv_len = options.resolv_conf.size(),
       .cover = cover.data(),
       .pty = pty,
       .relay_input = pty && ForegroundTerminal(),
       .tty_out = !pty ? -1 : ::isatty(1) ? 1 : ::isatty(2) ? 2 : -1,
-      .argv = argv.data(),
+      .argv = const_cast<char**>(argv.data()),
   };
   const pid_t pid = init::CloneProcess(CLONE_NEWPID);
   if (pid < 0) {
     const int err = errno;
     ::close(pipefd[0]);
     ::close(pipefd[1]);
-    remove_files();
     return ErrnoStatus(err, "clone(CLONE_NEWPID): a PID namespace for CMD");
   }
   if (pid == 0) {
@@ -329,11 +372,7 @@ absl::StatusOr<SandboxCommand> SandboxCommand::Start(const Options& options) {
     init::RunInit(plan);
   }
   ::close(pipefd[1]);
-  absl::StatusOr<SandboxCommand> started =
-      Started(options, pid, UniqueFd(pipefd[0]));
-  // Mounted in the init's namespace by now, or never: the names go.
-  remove_files();
-  return started;
+  return Started(options, pid, UniqueFd(pipefd[0]));
 }
 
 absl::StatusOr<SandboxCommand> SandboxCommand::Started(const Options& options,

@@ -394,6 +394,72 @@ class Init {
   size_t sent_ = 0;
 };
 
+// CMD's pty: the master to *master, the peer to *slave, the terminal's
+// modes and size copied from the user's.
+void OpenPty(const InitPlan& plan, int* master, int* slave) {
+  *master = ::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+  int unlock = 0;
+  if (*master < 0 || ::ioctl(*master, TIOCSPTLCK, &unlock) != 0) {
+    Fail(plan.pipe_fd, kPty);
+  }
+  *slave = ::ioctl(*master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (*slave < 0) Fail(plan.pipe_fd, kPty);
+  // CMD's terminal starts as the user's: modes and size.
+  struct termios t;
+  if (::tcgetattr(0, &t) == 0) ::tcsetattr(*slave, TCSANOW, &t);
+  struct winsize ws;
+  if (::ioctl(0, TIOCGWINSZ, &ws) == 0) ::ioctl(*slave, TIOCSWINSZ, &ws);
+}
+
+// In CMD's process (pid 2): the pty as its terminal, if any, then CMD.
+[[noreturn]] void ExecCommand(const InitPlan& plan, int slave) {
+  if (slave >= 0) {
+    // A session whose controlling terminal is the pty: CMD's shell has
+    // job control, and TIOCSTI types into CMD's own input only.
+    if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) {
+      Fail(plan.pipe_fd, kControllingTty);
+    }
+    for (int fd = 0; fd <= 2; ++fd) {
+      if (::isatty(fd)) ::dup2(slave, fd);
+    }
+  }
+  // The event loop blocks the signals it handles; CMD starts clean.
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execvp(plan.argv[0], plan.argv);
+  Fail(plan.pipe_fd, kExec);
+}
+
+// The init keeps no fd of netstackd's (the TAP, its sockets), not the
+// start pipe (netstackd reads to its end), not CMD's stdio; with a pty,
+// only the user's terminal and the pty's master.
+void CloseInheritedFds(const InitPlan& plan, int master, int signals) {
+  if (master < 0) {
+    const int keep[1] = {signals};
+    CloseAllBut(keep, 1);
+    return;
+  }
+  int keep[4] = {plan.relay_input ? 0 : -1, plan.tty_out, master, signals};
+  int n = 0;
+  // Ascending, unique, valid.
+  for (int i = 0; i < 4; ++i) {
+    if (keep[i] >= 0) keep[n++] = keep[i];
+  }
+  for (int i = 1; i < n; ++i) {
+    for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) {
+      const int t = keep[j];
+      keep[j] = keep[j - 1];
+      keep[j - 1] = t;
+    }
+  }
+  int m = 0;
+  for (int i = 0; i < n; ++i) {
+    if (m == 0 || keep[m - 1] != keep[i]) keep[m++] = keep[i];
+  }
+  CloseAllBut(keep, m);
+}
+
 }  // namespace
 
 void RunInit(const InitPlan& plan) {
@@ -414,20 +480,7 @@ void RunInit(const InitPlan& plan) {
   if (::setsid() < 0) Fail(plan.pipe_fd, kSetsid);
   int master = -1;
   int slave = -1;
-  if (plan.pty) {
-    master = ::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
-    int unlock = 0;
-    if (master < 0 || ::ioctl(master, TIOCSPTLCK, &unlock) != 0) {
-      Fail(plan.pipe_fd, kPty);
-    }
-    slave = ::ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
-    if (slave < 0) Fail(plan.pipe_fd, kPty);
-    // CMD's terminal starts as the user's: modes and size.
-    struct termios t;
-    if (::tcgetattr(0, &t) == 0) ::tcsetattr(slave, TCSANOW, &t);
-    struct winsize ws;
-    if (::ioctl(0, TIOCGWINSZ, &ws) == 0) ::ioctl(slave, TIOCSWINSZ, &ws);
-  }
+  if (plan.pty) OpenPty(plan, &master, &slave);
   // Blocked before CMD exists, so that none is lost before the loop.
   sigset_t waited;
   SignalSet(&waited);
@@ -436,51 +489,8 @@ void RunInit(const InitPlan& plan) {
   if (signals < 0) Fail(plan.pipe_fd, kForkCommand);
   const pid_t command = CloneProcess(0);
   if (command < 0) Fail(plan.pipe_fd, kForkCommand);
-  if (command == 0) {
-    if (slave >= 0) {
-      // A session whose controlling terminal is the pty: CMD's shell has
-      // job control, and TIOCSTI types into CMD's own input only.
-      if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) {
-        Fail(plan.pipe_fd, kControllingTty);
-      }
-      for (int fd = 0; fd <= 2; ++fd) {
-        if (::isatty(fd)) ::dup2(slave, fd);
-      }
-    }
-    // The event loop blocks the signals it handles; CMD starts clean.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execvp(plan.argv[0], plan.argv);
-    Fail(plan.pipe_fd, kExec);
-  }
-  // The init keeps no fd of netstackd's (the TAP, its sockets), not the
-  // start pipe (netstackd reads to its end), not CMD's stdio; with a pty,
-  // only the user's terminal and the pty's master.
-  if (master >= 0) {
-    int keep[4] = {plan.relay_input ? 0 : -1, plan.tty_out, master,
-                   signals};
-    int n = 0;
-    // Ascending, unique, valid.
-    for (int i = 0; i < 4; ++i) {
-      if (keep[i] >= 0) keep[n++] = keep[i];
-    }
-    for (int i = 1; i < n; ++i) {
-      for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) {
-        const int t = keep[j];
-        keep[j] = keep[j - 1];
-        keep[j - 1] = t;
-      }
-    }
-    int m = 0;
-    for (int i = 0; i < n; ++i) {
-      if (m == 0 || keep[m - 1] != keep[i]) keep[m++] = keep[i];
-    }
-    CloseAllBut(keep, m);
-  } else {
-    const int keep[1] = {signals};
-    CloseAllBut(keep, 1);
-  }
+  if (command == 0) ExecCommand(plan, slave);
+  CloseInheritedFds(plan, master, signals);
   Init init(command, signals, master, plan.relay_input,
             master >= 0 ? plan.tty_out : -1);
   init.Run();
