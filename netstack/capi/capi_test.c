@@ -231,6 +231,14 @@ static void test_bad_configs(void) {
   expect_refused(&cfg, "udp_timeout_ms 10 is below 1000");
 
   callback_config(&cfg, &s);
+  cfg.max_tcp_flows = 2000000;
+  expect_refused(&cfg, "max_tcp_flows 2000000 out of range [1, 1000000]");
+
+  callback_config(&cfg, &s);
+  cfg.pcap_path = "/nonexistent-dir/x.pcap";
+  expect_refused(&cfg, "--pcap: ");
+
+  callback_config(&cfg, &s);
   cfg.disable_dns = 1;
   expect_refused(&cfg, "disable_dns: not supported yet");
 
@@ -351,6 +359,53 @@ static void test_arp_and_dhcp_through_callbacks(void) {
   for (int i = 0; i < 64; ++i) netstack_input(ns, f, len);
   CHECK(s.arp_frames == 64);
   netstack_free(ns);
+}
+
+/* pcap_path records the guest link: the ARP request and its reply. */
+static void test_pcap(void) {
+  char path[] = "/tmp/capi_test_pcap_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  struct sink s = {0};
+  netstack_config cfg;
+  callback_config(&cfg, &s);
+  cfg.pcap_path = path;
+  char err[256];
+  netstack_t *ns = netstack_new(&cfg, err, sizeof err);
+  CHECK(ns != NULL);
+  if (ns != NULL) {
+    uint8_t f[64];
+    static const uint8_t gw[4] = {10, 0, 2, 2};
+    const size_t len = arp_request(f, gw);
+    netstack_input(ns, f, len);
+    netstack_poll(ns);
+    CHECK(s.arp_frames == 1);
+    netstack_free(ns); /* flushes the file */
+  }
+  FILE *p = fopen(path, "rb");
+  CHECK(p != NULL);
+  if (p != NULL) {
+    static uint8_t buf[1 << 16];
+    const size_t n = fread(buf, 1, sizeof buf, p);
+    fclose(p);
+    /* The global header, then at least the two ARP records (16 bytes of
+     * record header each, 42 bytes of frame). */
+    CHECK(n >= 24 + 2 * (16 + 42));
+    const uint32_t magic = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 |
+                           (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
+    CHECK(magic == 0xa1b2c3d4 || magic == 0xa1b23c4d);
+    /* The request as it came in is in there. */
+    uint8_t want[64];
+    static const uint8_t gw[4] = {10, 0, 2, 2};
+    const size_t len = arp_request(want, gw);
+    int found = 0;
+    for (size_t i = 24; i + len <= n && !found; ++i) {
+      found = memcmp(buf + i, want, len) == 0;
+    }
+    CHECK(found);
+  }
+  unlink(path);
 }
 
 static void test_stream_link(void) {
@@ -581,6 +636,7 @@ static void test_two_instances(void) {
 int main(void) {
   test_bad_configs();
   test_arp_and_dhcp_through_callbacks();
+  test_pcap();
   test_stream_link();
   test_forwards();
   test_counters();

@@ -1,6 +1,6 @@
 /* libnetstack's example: give a network namespace its network.
  *
- *   example NETNS_PATH TAP_NAME [DNS_UPSTREAM [FORWARD_SPEC]]
+ *   example NETNS_PATH TAP_NAME [DNS_UPSTREAM [FORWARD...]]
  *
  * Opens a TAP named TAP_NAME inside the namespace NETNS_PATH (such as
  * /var/run/netns/guest or /proc/PID/ns/net), and serves it from this
@@ -8,8 +8,9 @@
  * for 10.0.2.0/24 and fd00::/64, a gateway at 10.0.2.2 and DNS at
  * 10.0.2.3, and every connection it opens becomes a socket of this
  * process. The guest's side of the TAP is the guest's to bring up and
- * configure (DHCP, or addresses by hand: docs/EMBEDDING.md). With
- * FORWARD_SPEC ("127.0.0.1/8080:80") host connections reach the guest.
+ * configure (DHCP, or addresses by hand: docs/EMBEDDING.md). Each
+ * FORWARD brings host connections to the guest: a TCP spec
+ * ("127.0.0.1/8080:80"), or "udp:" and a UDP one ("udp:5353:53").
  * Runs until SIGINT or SIGTERM, then prints its counters.
  *
  *   cc example.c $(pkg-config --cflags --libs netstack) -o example
@@ -82,9 +83,9 @@ static void on_signal(int sig) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3 || argc > 5) {
+  if (argc < 3) {
     fprintf(stderr,
-            "usage: %s NETNS_PATH TAP_NAME [DNS_UPSTREAM [FORWARD_SPEC]]\n",
+            "usage: %s NETNS_PATH TAP_NAME [DNS_UPSTREAM [[udp:]SPEC...]]\n",
             argv[0]);
     return 2;
   }
@@ -102,11 +103,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "netstack_new: %s\n", err);
     return 1;
   }
-  if (argc > 4) {
+  for (int i = 4; i < argc; ++i) {
+    const int udp = strncmp(argv[i], "udp:", 4) == 0;
     uint64_t id;
-    int rc = netstack_forward_add(ns, NETSTACK_TCP, argv[4], &id);
+    int rc = netstack_forward_add(ns, udp ? NETSTACK_UDP : NETSTACK_TCP,
+                                  udp ? argv[i] + 4 : argv[i], &id);
     if (rc != 0) {
-      fprintf(stderr, "forward %s: %s (%s)\n", argv[4],
+      fprintf(stderr, "forward %s: %s (%s)\n", argv[i],
               netstack_last_error(ns), strerror(-rc));
       netstack_free(ns);
       return 1;

@@ -39,6 +39,15 @@ EXAMPLE = iu.runfile("netstack/capi/example.c")
 BLOB_BYTES = 4 << 20
 HTTP_PORT = 8081
 FORWARD_PORT = 18080  # on H's 127.0.0.1, to G's port 80
+UDP_FORWARD_PORT = 18053  # on H's ::1 and 127.0.0.1, to G's UDP port 7
+# A UDP echo server for G: every datagram back to its sender.
+UDP_ECHO = (
+    "import socket\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "s.bind(('10.0.2.100', 7))\n"
+    "while True:\n"
+    "    d, a = s.recvfrom(65535)\n"
+    "    s.sendto(d, a)\n")
 
 
 class ExampleTest(unittest.TestCase):
@@ -140,7 +149,8 @@ class ExampleTest(unittest.TestCase):
         with open(cls.example_out, "w") as out:
             cls.example = subprocess.Popen(
                 t.in_ns(t.h, cls.binary, f"/var/run/netns/{t.g}", "nsttap",
-                        "127.0.0.1", f"127.0.0.1/{FORWARD_PORT}:80"),
+                        "127.0.0.1", f"127.0.0.1/{FORWARD_PORT}:80",
+                        f"udp:{UDP_FORWARD_PORT}:7"),
                 stdout=out, stderr=subprocess.STDOUT, env=env)
         ok = iu.wait_for(lambda: cls.example.poll() is not None or
                          "nsttap" in t.links(t.g), 10)
@@ -184,7 +194,7 @@ class ExampleTest(unittest.TestCase):
         self.assertEqual(hashlib.sha256(p.stdout).hexdigest(),
                          hashlib.sha256(self.blob).hexdigest())
 
-    def test_2_host_reaches_guest_through_forward(self):
+    def test_2_tcp_forward(self):
         t = self.topo
         server = t.spawn(t.g, sys.executable, "-m", "http.server", "--bind",
                          "10.0.2.100", "--directory", self.www, "80")
@@ -198,6 +208,34 @@ class ExampleTest(unittest.TestCase):
                          hashlib.sha256(self.blob).hexdigest())
         server.kill()
         server.wait()
+
+    def test_2_udp_forward_both_families(self):
+        t = self.topo
+        echo = t.spawn(t.g, sys.executable, "-c", UDP_ECHO)
+        self.assertTrue(iu.wait_for(lambda: "10.0.2.100:7 " in iu.run(
+            *t.in_ns(t.g, "ss", "-lunH")).stdout, 10))
+        client = (
+            "import socket, sys\n"
+            "fam, addr = (socket.AF_INET6, '::1') if sys.argv[1] == '6' "
+            "else (socket.AF_INET, '127.0.0.1')\n"
+            "s = socket.socket(fam, socket.SOCK_DGRAM)\n"
+            "s.settimeout(2)\n"
+            "for i in range(10):\n"
+            "    s.sendto(b'ping %d' % i, (addr, int(sys.argv[2])))\n"
+            "    try:\n"
+            "        print(s.recv(100).decode())\n"
+            "        break\n"
+            "    except socket.timeout:\n"
+            "        pass\n")
+        try:
+            for family in ("4", "6"):
+                out = iu.run(*t.in_ns(t.h, sys.executable, "-c", client,
+                                      family, str(UDP_FORWARD_PORT)),
+                             timeout=60).stdout
+                self.assertRegex(out, r"^ping \d+$", family)
+        finally:
+            echo.kill()
+            echo.wait()
 
     def test_3_stops_on_sigterm_and_prints_counters(self):
         self.example.send_signal(signal.SIGTERM)
