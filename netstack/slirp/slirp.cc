@@ -106,6 +106,9 @@ std::string ReadConfig(const SlirpConfig& cfg, Slirp& s) {
   o.net4 = absl::StrCat(Ipv4String(net), "/", mask_len);
   o.gateway4 = Ipv4String(cfg.vhost);
   o.gateway4_addr = cfg.vhost;
+  const auto* vh = reinterpret_cast<const uint8_t*>(&cfg.vhost.s_addr);
+  o.mac = absl::StrFormat("52:55:%02x:%02x:%02x:%02x", vh[0], vh[1], vh[2],
+                          vh[3]);
   o.dns4 = Ipv4String(cfg.vnameserver);
   o.dns4_addr = cfg.vnameserver;
   o.lease4 = cfg.vdhcp_start;
@@ -175,6 +178,7 @@ netstack_t* BuildNetstack(Slirp& s, std::string& error) {
   // netstack has one MTU for both ways: if_mru is checked, not used
   // (docs/SLIRP.md).
   nc.mtu = static_cast<uint32_t>(std::min(o.mtu, kMaxNetstackMtu));
+  nc.mac = o.mac.c_str();
   nc.net4 = o.net4.c_str();
   nc.gateway4 = o.gateway4.c_str();
   nc.dns4 = o.dns4.c_str();

@@ -135,6 +135,8 @@ typedef struct Caller {
   uint8_t gateway_mac[6];
   bool echo_reply_seen;
   uint32_t echo_reply_dst;
+  bool na_seen;
+  bool na_router;
 } Caller;
 
 enum { kPollBase = 7 };
@@ -147,6 +149,12 @@ static ssize_t SendPacket(const void *buf, size_t len, void *opaque) {
   if (len >= 42 && p[12] == 0x08 && p[13] == 0x06 && p[21] == 2) {
     c->arp_reply_seen = true;
     memcpy(c->gateway_mac, p + 22, 6);
+  }
+  /* A neighbour advertisement (IPv6, ICMPv6 136): its R flag. */
+  if (len >= 14 + 40 + 24 && p[12] == 0x86 && p[13] == 0xdd &&
+      p[14 + 6] == 58 && p[14 + 40] == 136) {
+    c->na_seen = true;
+    c->na_router = (p[14 + 40 + 4] & 0x80) != 0;
   }
   if (len >= 14 + 28 && p[12] == 0x08 && p[13] == 0x00 && p[14 + 9] == 1 &&
       p[14 + (p[14] & 0x0f) * 4] == 0) {
@@ -420,6 +428,44 @@ static size_t EchoRequest(uint8_t *f, const char *src, const uint8_t *dst_mac) {
   icmp[2] = (uint8_t)(sum >> 8);
   icmp[3] = (uint8_t)sum;
   return 14 + 28;
+}
+
+/* A neighbour solicitation from the guest's link-local address for the
+ * gateway's (fe80::5055:aff:fe00:202, from its MAC 52:55:0a:00:02:02), as
+ * the guest's NUD probes its default router. */
+static size_t NeighborSolicitation(uint8_t *f) {
+  static const uint8_t mac[6] = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
+  const size_t icmp_len = 24 + 8;
+  memset(f, 0, 14 + 40 + icmp_len);
+  const uint8_t dst_mac[6] = {0x33, 0x33, 0xff, 0x00, 0x02, 0x02};
+  memcpy(f, dst_mac, 6);
+  memcpy(f + 6, mac, 6);
+  f[12] = 0x86;
+  f[13] = 0xdd;
+  uint8_t *ip = f + 14;
+  ip[0] = 0x60;
+  ip[5] = (uint8_t)icmp_len;
+  ip[6] = 58;
+  ip[7] = 255;
+  inet_pton(AF_INET6, "fe80::5054:ff:fe12:3456", ip + 8);
+  inet_pton(AF_INET6, "ff02::1:ff00:202", ip + 24);
+  uint8_t *icmp = ip + 40;
+  icmp[0] = 135;
+  inet_pton(AF_INET6, "fe80::5055:aff:fe00:202", icmp + 8);
+  icmp[24] = 1;  /* source link-layer address */
+  icmp[25] = 1;
+  memcpy(icmp + 26, mac, 6);
+  /* Checksum over the pseudo-header (addresses, length, next header). */
+  uint8_t pseudo[40 + 32];
+  memset(pseudo, 0, sizeof pseudo);
+  memcpy(pseudo, ip + 8, 32);
+  pseudo[35] = (uint8_t)icmp_len;
+  pseudo[39] = 58;
+  memcpy(pseudo + 40, icmp, icmp_len);
+  const uint16_t sum = IpChecksum(pseudo, sizeof pseudo);
+  icmp[2] = (uint8_t)(sum >> 8);
+  icmp[3] = (uint8_t)sum;
+  return 14 + 40 + icmp_len;
 }
 
 static bool InfoHas(Slirp *s, const char *text) {
@@ -820,6 +866,25 @@ int main(int argc, char **argv) {
             "remove the forward to .100");
     }
     Release(c.slirp, cfg, cb);
+  }
+
+  /* The gateway is the guest's router: its neighbour advertisements say
+   * so (R), or the guest's NUD probe of it takes the default route away
+   * (RFC 4861 7.2.5), as it did to slirp4netns's guest after a ping. */
+  {
+    Caller c;
+    SlirpConfig *cfg;
+    SlirpCb *cb;
+    Slirp *s = New(&c, 4, &cfg, &cb);
+    if (s != NULL) {
+      uint8_t f[128];
+      L.input(s, f, (int)NeighborSolicitation(f));
+      TurnUntil(&c, &c.na_seen);
+      CHECK(c.na_seen, "no neighbour advertisement for the gateway");
+      CHECK(!c.na_seen || c.na_router,
+            "the gateway's neighbour advertisement has no R flag");
+    }
+    Release(s, cfg, cb);
   }
 
   /* Two instances at once, interleaved: nothing is shared. */

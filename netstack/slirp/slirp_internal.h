@@ -29,6 +29,9 @@ struct SlirpSettings {
   bool in_enabled = true;
   bool in6_enabled = true;
   std::string net4, gateway4, dns4, lease4_text;
+  // The gateway's MAC, as libslirp's: 52:55 and vhost's four bytes. Fixed,
+  // so the guest's ARP and neighbour entries hold across a rebuild.
+  std::string mac;
   struct in_addr lease4 = {};
   struct in_addr network4 = {};
   struct in_addr mask4 = {};

@@ -397,6 +397,10 @@ void Stack::HandleIcmpv6(Ipv6Datagram& d, Instant now) {
     wire::NdpNeighborAdvertisement adv;
     adv.solicited = !unspecified_src;
     adv.override_flag = true;
+    // A gateway NIC is the guest's router: without R, the guest's NUD
+    // probe of it removes it from the default router list (RFC 4861
+    // 7.2.5), and with it the guest's IPv6 default route.
+    adv.router = nic->gateway.has_value();
     adv.target = ns->target;
     adv.options.target_link_layer = nic->caps.mac;
     na.message = adv;
