@@ -172,7 +172,8 @@ NETSTACK_API void netstack_config_init(netstack_config *cfg);
  * NUL-terminated when errlen > 0). */
 NETSTACK_API netstack_t *netstack_new(const netstack_config *cfg, char *err,
                          size_t errlen);
-/* Closes every flow and socket and frees everything. NULL is allowed. */
+/* Closes every flow and socket and frees everything. NULL is allowed.
+ * Not from inside a callback of `ns`, nor while netstack_run() runs. */
 NETSTACK_API void netstack_free(netstack_t *ns);
 
 /* Why the most recent failing call on `ns` failed; "" if none has.
