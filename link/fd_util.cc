@@ -63,8 +63,8 @@ void UniqueFd::reset(int fd) {
 }
 
 absl::Status ErrnoStatus(int err, std::string_view what) {
-  return absl::ErrnoToStatus(
-      err, absl::StrCat(std::string(what), ": ", std::strerror(err)));
+  // ErrnoToStatus appends ": " and strerror(err) itself.
+  return absl::ErrnoToStatus(err, std::string(what));
 }
 
 std::string NetnsLabel(const std::string& netns) {
