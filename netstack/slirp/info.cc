@@ -41,19 +41,32 @@ uint64_t Counter(const Slirp& s, const char* name) {
 
 }  // namespace
 
-// The layout of libslirp's `info usernet`: one line per socket, the host
-// forwards as [HOST_FORWARD] listeners. netstack's host sockets are behind
-// its own fd, so FD is -1; the guest's own flows are summed by state from
-// netstack's counters, since the C ABI lists no flows one by one.
+// The layout of libslirp's `info usernet`: one line per socket. A
+// forward is a [HOST_FORWARD] line, and each connection it accepted a
+// TCP[ESTABLISHED] line under the forward's own address and port with the
+// guest's end, as libslirp lists them (a UDP forward's flows: UDP[FLOW]).
+// netstack's sockets are all behind its one epoll fd, which the FD column
+// shows. The guest's own outbound flows are summed in the last line from
+// netstack's counters: the C ABI lists no flows one by one.
 std::string ConnectionInfo(const Slirp& s) {
   std::string out = absl::StrFormat(
       "  %-19s %3s %15s %5s %15s %5s %5s %5s\n", "Protocol[State]", "FD",
       "Source Address", "Port", "Dest. Address", "Port", "RecvQ", "SendQ");
-  for (const HostForward& f : s.forwards) {
+  const int fd = s.ns != nullptr ? netstack_fd(s.ns) : -1;
+  auto row = [&](const char* what, const HostForward& f) {
     absl::StrAppendFormat(&out, "  %-19s %3d %15s %5d %15s %5d %5d %5d\n",
-                          f.udp ? "UDP[HOST_FORWARD]" : "TCP[HOST_FORWARD]",
-                          -1, AddrText(f), f.host_port,
+                          what, fd, AddrText(f), f.host_port,
                           s.settings.lease4_text, f.guest_port, 0, 0);
+  };
+  for (const HostForward& f : s.forwards) {
+    row(f.udp ? "UDP[HOST_FORWARD]" : "TCP[HOST_FORWARD]", f);
+  }
+  for (const HostForward& f : s.forwards) {
+    const uint64_t active =
+        Counter(s, absl::StrCat("forward.", f.id, ".active").c_str());
+    for (uint64_t i = 0; i < active; ++i) {
+      row(f.udp ? "UDP[FLOW]" : "TCP[ESTABLISHED]", f);
+    }
   }
   const uint64_t opened = Counter(s, "backend.tcp_flows_opened") +
                           Counter(s, "backend.tcp_inbound_opened");

@@ -168,7 +168,10 @@ std::string ReadConfig(const SlirpConfig& cfg, Slirp& s) {
 
 // A netstack for the settings as they are now (the guest's address may
 // have moved: PinGuest4).
-netstack_t* BuildNetstack(Slirp& s, std::string& error) {
+// `pcap`: with NETSTACK_SLIRP_PCAP's capture, if set. A rebuild may run
+// after the caller's sandbox took the path away (slirp4netns's
+// pivot_root), so PinGuest4 tries again without.
+netstack_t* BuildNetstack(Slirp& s, std::string& error, bool pcap = true) {
   const SlirpSettings& o = s.settings;
   netstack_config nc;
   netstack_config_init(&nc);
@@ -198,8 +201,9 @@ netstack_t* BuildNetstack(Slirp& s, std::string& error) {
     if (!o.outbound4.empty()) nc.outbound_addr4 = o.outbound4.c_str();
     if (!o.outbound6.empty()) nc.outbound_addr6 = o.outbound6.c_str();
   }
-  if (const char* pcap = getenv("NETSTACK_SLIRP_PCAP"); pcap && *pcap) {
-    nc.pcap_path = pcap;
+  if (const char* path = getenv("NETSTACK_SLIRP_PCAP");
+      pcap && path != nullptr && *path != '\0') {
+    nc.pcap_path = path;
   }
   char err[256] = "";
   netstack_t* ns = netstack_new(&nc, err, sizeof err);
@@ -418,10 +422,14 @@ bool PinGuest4(Slirp& s, struct in_addr guest) {
   std::string err;
   s.ns = BuildNetstack(s, err);
   if (s.ns == nullptr) {
+    ReportError(s, absl::StrCat("rebuild: ", err, "; without the pcap"));
+    s.ns = BuildNetstack(s, err, /*pcap=*/false);
+  }
+  if (s.ns == nullptr) {
     ReportError(s, absl::StrCat("guest address ", o.lease4_text, ": ", err));
     o.lease4 = old;
     o.lease4_text = Ipv4String(old);
-    s.ns = BuildNetstack(s, err);
+    s.ns = BuildNetstack(s, err, /*pcap=*/false);
     if (s.ns == nullptr) {
       ReportError(s, absl::StrCat("rebuild: ", err, "; the network is down"));
       return false;
