@@ -22,12 +22,37 @@ wire::Ipv4Address Host4(const stack::Ipv4Cidr& net, uint32_t host) {
 wire::Ipv6Address Host6(const stack::Ipv6Cidr& net, uint8_t host) {
   wire::Ipv6Address a;
   for (size_t i = 0; i < 16; ++i) {
-    const int bits = std::clamp(static_cast<int>(net.prefix_len) - int(i) * 8, 0, 8);
+    const int bits =
+        std::clamp(static_cast<int>(net.prefix_len) - int(i) * 8, 0, 8);
     const uint8_t mask = static_cast<uint8_t>(0xff00 >> bits);
     a.bytes[i] = net.address.bytes[i] & mask;
   }
   a.bytes[15] |= host;
   return a;
+}
+
+// The DNS forwarder at the plan's DNS addresses, to the policy's
+// upstreams or, without them, the nameservers of its resolv.conf.
+absl::StatusOr<std::unique_ptr<DnsForwarder>> StartDns(
+    const BackendPolicy& policy, const AddressPlan& p, const OutboundBind& bind,
+    udp::UdpLayer& udp, tcp::TcpLayer& tcp, buffer::ChunkPool& chunks,
+    eventloop::EventLoop& loop) {
+  DnsForwarderOptions dopt;
+  dopt.listen = {
+      transport::SocketAddress{transport::IpAddress(p.dns4), kDnsPort},
+      transport::SocketAddress{transport::IpAddress(p.dns6), kDnsPort}};
+  dopt.upstreams = policy.dns_upstreams;
+  if (dopt.upstreams.empty()) {
+    auto rc = ReadResolvConf(policy.resolv_conf);
+    if (!rc.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no DNS upstream: ", rc.status().message(),
+                       " (give --dns-upstream ADDR[:PORT])"));
+    }
+    dopt.upstreams = *std::move(rc);
+  }
+  dopt.bind = bind;
+  return DnsForwarder::Create(udp, &tcp, chunks, loop, dopt);
 }
 
 }  // namespace
@@ -92,8 +117,7 @@ Backend::Backend(const BackendConfig& config, stack::Stack& stack,
 
 absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
     const BackendConfig& config, stack::Stack& stack, stack::NicId nic,
-    tcp::TcpLayer& tcp, eventloop::EventLoop& loop,
-    buffer::ChunkPool& chunks) {
+    tcp::TcpLayer& tcp, eventloop::EventLoop& loop, buffer::ChunkPool& chunks) {
   std::unique_ptr<Backend> b(
       new Backend(config, stack, nic, tcp, loop, chunks));
   AddressPlan& p = b->config_.plan;
@@ -101,14 +125,16 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   if (!ll) return absl::NotFoundError(absl::StrCat("no NIC ", nic));
   p.gateway6_link_local = *ll;
   // The stack answers as the gateway and the DNS address only.
-  if (auto s = stack.AddAddress(nic, stack::Ipv4Cidr{p.gateway4, p.net4.prefix_len});
+  if (auto s =
+          stack.AddAddress(nic, stack::Ipv4Cidr{p.gateway4, p.net4.prefix_len});
       !s.ok()) {
     return s;
   }
   if (auto s = stack.AddAddress(nic, stack::Ipv4Cidr{p.dns4, 32}); !s.ok()) {
     return s;
   }
-  if (auto s = stack.AddAddress(nic, stack::Ipv6Cidr{p.gateway6, p.net6.prefix_len});
+  if (auto s =
+          stack.AddAddress(nic, stack::Ipv6Cidr{p.gateway6, p.net6.prefix_len});
       !s.ok()) {
     return s;
   }
@@ -156,23 +182,12 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   po.self_addresses = self;
   b->ping_ = std::make_unique<PingForwarder>(stack, chunks, packets, loop, po);
 
-  DnsForwarderOptions dopt;
-  dopt.listen = {transport::SocketAddress{transport::IpAddress(p.dns4), kDnsPort},
-                 transport::SocketAddress{transport::IpAddress(p.dns6), kDnsPort}};
-  dopt.upstreams = policy.dns_upstreams;
-  if (dopt.upstreams.empty()) {
-    auto rc = ReadResolvConf(policy.resolv_conf);
-    if (!rc.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "no DNS upstream: ", rc.status().message(),
-          " (give --dns-upstream ADDR[:PORT])"));
-    }
-    dopt.upstreams = *std::move(rc);
+  if (policy.dns) {
+    absl::StatusOr<std::unique_ptr<DnsForwarder>> dns =
+        StartDns(policy, p, bind, udp, tcp, chunks, loop);
+    if (!dns.ok()) return dns.status();
+    b->dns_ = *std::move(dns);
   }
-  dopt.bind = bind;
-  auto dns = DnsForwarder::Create(udp, &tcp, chunks, loop, dopt);
-  if (!dns.ok()) return dns.status();
-  b->dns_ = *std::move(dns);
 
   GuestConfigPlan g;
   g.gateway4 = p.gateway4;
@@ -183,6 +198,7 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   g.gateway6 = p.gateway6;
   g.dns6 = p.dns6;
   g.mtu = p.mtu;
+  g.dhcp4 = policy.dhcp4;
   b->guest_config_ =
       std::make_unique<GuestConfigServices>(stack, chunks, packets, nic, g);
   if (absl::Status s = b->guest_config_->Start(loop.Now(), &udp); !s.ok()) {
@@ -217,10 +233,9 @@ std::optional<transport::SocketAddress> Backend::HostDestination(
       return std::nullopt;
     }
   }
-  const bool gateway =
-      dst.ip.is_v4() ? dst.ip.v4() == p.gateway4
-                     : (dst.ip.v6() == p.gateway6 ||
-                        dst.ip.v6() == p.gateway6_link_local);
+  const bool gateway = dst.ip.is_v4() ? dst.ip.v4() == p.gateway4
+                                      : (dst.ip.v6() == p.gateway6 ||
+                                         dst.ip.v6() == p.gateway6_link_local);
   if (gateway) {
     if (!config_.policy.host_loopback) {
       ++counters_.tcp_refused_host_loopback;
@@ -232,8 +247,8 @@ std::optional<transport::SocketAddress> Backend::HostDestination(
             : transport::IpAddress(*wire::Ipv6Address::Parse("::1")),
         dst.port};
   }
-  const bool dns = dst.ip.is_v4() ? dst.ip.v4() == p.dns4
-                                  : dst.ip.v6() == p.dns6;
+  const bool dns =
+      dst.ip.is_v4() ? dst.ip.v4() == p.dns4 : dst.ip.v6() == p.dns6;
   if (dns || (dst.ip.is_v6() && dst.ip.v6().IsLinkLocal())) {
     // A service of ours would have listened; nothing else lives there.
     ++counters_.tcp_refused_no_service;
@@ -327,8 +342,7 @@ void Backend::Sweep(Instant now) {
   sweep_batch_.clear();
   // Chunks are freed only by what a turn did (acks, ended flows), so this
   // is the place to look again. A flow that finds no room re-queues.
-  if (!chunk_waiters_.empty() &&
-      host_arena_.HasRoom(TcpFlow::kMinRecvRoom)) {
+  if (!chunk_waiters_.empty() && host_arena_.HasRoom(TcpFlow::kMinRecvRoom)) {
     chunk_waiters_batch_.swap(chunk_waiters_);
     for (const transport::FourTuple& t : chunk_waiters_batch_) {
       auto it = flows_.find(t);
@@ -356,18 +370,18 @@ std::string Backend::FormatCounters() const {
       "backend.tcp_refused_host_loopback ", c.tcp_refused_host_loopback, "\n",
       "backend.tcp_refused_no_service ", c.tcp_refused_no_service, "\n",
       "backend.tcp_refused_mapped_destination ",
-      c.tcp_refused_mapped_destination, "\n",
-      "backend.tcp_syns_shed ", c.tcp_syns_shed, "\n",
-      "backend.tcp_bytes_guest_to_host ", c.tcp_bytes_guest_to_host, "\n",
-      "backend.tcp_bytes_host_to_guest ", c.tcp_bytes_host_to_guest, "\n",
-      "backend.tcp_chunk_waits ", c.tcp_chunk_waits, "\n",
-      "backend.tcp_inbound_opened ", c.tcp_inbound_opened, "\n",
-      "backend.tcp_inbound_established ", c.tcp_inbound_established, "\n",
-      "backend.tcp_inbound_refused ", c.tcp_inbound_refused, "\n",
-      "backend.tcp_refused_inbound_limit ", c.tcp_refused_inbound_limit, "\n",
-      "backend.tcp_inbound_flows_open ", inbound_tcp_flows_, "\n",
-      "backend.tcp_chunk_waiting ", chunk_waiters_.size(), "\n",
-      "backend.tcp_buffered_bytes ", tcp_buffered_bytes(), "\n");
+      c.tcp_refused_mapped_destination, "\n", "backend.tcp_syns_shed ",
+      c.tcp_syns_shed, "\n", "backend.tcp_bytes_guest_to_host ",
+      c.tcp_bytes_guest_to_host, "\n", "backend.tcp_bytes_host_to_guest ",
+      c.tcp_bytes_host_to_guest, "\n", "backend.tcp_chunk_waits ",
+      c.tcp_chunk_waits, "\n", "backend.tcp_inbound_opened ",
+      c.tcp_inbound_opened, "\n", "backend.tcp_inbound_established ",
+      c.tcp_inbound_established, "\n", "backend.tcp_inbound_refused ",
+      c.tcp_inbound_refused, "\n", "backend.tcp_refused_inbound_limit ",
+      c.tcp_refused_inbound_limit, "\n", "backend.tcp_inbound_flows_open ",
+      inbound_tcp_flows_, "\n", "backend.tcp_chunk_waiting ",
+      chunk_waiters_.size(), "\n", "backend.tcp_buffered_bytes ",
+      tcp_buffered_bytes(), "\n");
   for (size_t i = 0; i < c.tcp_ends.size(); ++i) {
     absl::StrAppend(&out, "backend.tcp_end.",
                     FlowEndName(static_cast<FlowEnd>(i)), " ", c.tcp_ends[i],
@@ -384,9 +398,8 @@ std::string Backend::FormatCounters() const {
   if (dns_) absl::StrAppend(&out, dns_->counters().Format());
   if (guest_config_) {
     // "dhcp4.x 1" lines (non-zero ones only) become "backend.dhcp4.x 1".
-    for (absl::string_view line :
-         absl::StrSplit(guest_config_->FormatCounters(), '\n',
-                        absl::SkipEmpty())) {
+    for (absl::string_view line : absl::StrSplit(
+             guest_config_->FormatCounters(), '\n', absl::SkipEmpty())) {
       absl::StrAppend(&out, "backend.", line, "\n");
     }
   }

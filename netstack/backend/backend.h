@@ -78,6 +78,13 @@ struct BackendPolicy {
   // nameservers of `resolv_conf`.
   std::vector<transport::SocketAddress> dns_upstreams;
   std::string resolv_conf = "/etc/resolv.conf";
+  // Off: no DNS forwarder at dns4/dns6 (libslirp's disable_dns; the C
+  // ABI's); nothing is read from resolv_conf. The guest config services
+  // still name the DNS address (a guest's own resolver may use another).
+  bool dns = true;
+  // Off: no DHCPv4 server (libslirp's disable_dhcp); the guest's address
+  // is configured by other means. RAs and DHCPv6 stay.
+  bool dhcp4 = true;
 };
 
 struct BackendLimits {

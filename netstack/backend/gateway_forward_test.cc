@@ -286,6 +286,18 @@ TEST_F(FullBackendTest, NoDnsUpstreamIsAnError) {
   EXPECT_NE(s.message().find("--dns-upstream"), std::string::npos) << s;
 }
 
+TEST_F(FullBackendTest, WithoutDnsThereIsNoForwarderAndNoUpstreamNeeded) {
+  BackendConfig c;
+  c.policy.dns = false;  // libslirp's disable_dns; the C ABI's
+  c.policy.resolv_conf = "/nonexistent/resolv.conf";
+  ASSERT_TRUE(Build(c).ok());
+  EXPECT_EQ(backend_->dns(), nullptr);
+  // DNS to the DNS address finds no listener: the flow table never relays
+  // the stack's own addresses either.
+  SendUdp4(A4("10.0.2.3"), 53);
+  EXPECT_EQ(backend_->udp_flows()->counters().refused_self, 1u);
+}
+
 TEST_F(FullBackendTest, OwnsEveryPartAndCountsThem) {
   ASSERT_TRUE(Build(WithUpstream()).ok());
   ASSERT_NE(backend_->udp_flows(), nullptr);

@@ -19,6 +19,9 @@ struct GuestConfigPlan {
   wire::Ipv4Address dns4 = wire::Ipv4Address::FromU32(0x0a000203);
   wire::Ipv4Address guest4 = wire::Ipv4Address::FromU32(0x0a000264);
   uint32_t lease_seconds = 24 * 3600;
+  // Off: no DHCPv4 server (libslirp's disable_dhcp; the C ABI's); a
+  // DISCOVER from 0.0.0.0 is then dropped like any unspecified source.
+  bool dhcp4 = true;
   // IPv6: the guest takes its address by SLAAC in `prefix6`/64; the RA
   // comes from the stack's link-local address, the router's global
   // address is gateway6, DNS (RDNSS and DHCPv6) dns6.

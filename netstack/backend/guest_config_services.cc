@@ -15,6 +15,7 @@ GuestConfigServices::GuestConfigServices(stack::Stack& stack,
                                          stack::NicId nic,
                                          const GuestConfigPlan& plan)
     : stack_(stack),
+      dhcp4_on_(plan.dhcp4),
       dhcp4_(stack, chunks, packets, nic, plan),
       ra_(stack, chunks, packets, nic, plan),
       dhcp6_(stack, chunks, packets, nic, plan) {}
@@ -43,7 +44,7 @@ std::optional<stack::DropReason> GuestConfigServices::Deliver(
     const stack::Ipv4Datagram& d, Instant now) {
   // The stack parsed the UDP header (its Length fits) before calling us.
   const wire::UdpHeader udp(d.payload.bytes());
-  if (udp.DstPort() == kDhcp4ServerPort) {
+  if (dhcp4_on_ && udp.DstPort() == kDhcp4ServerPort) {
     dhcp4_.Deliver(d, now);
     return std::nullopt;
   }

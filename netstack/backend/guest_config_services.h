@@ -55,6 +55,7 @@ class GuestConfigServices : public stack::TransportHandler {
 
  private:
   stack::Stack& stack_;
+  const bool dhcp4_on_;  // GuestConfigPlan::dhcp4
   Dhcp4Server dhcp4_;
   RaServer ra_;
   Dhcp6Server dhcp6_;

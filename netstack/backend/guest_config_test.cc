@@ -216,6 +216,17 @@ TEST_F(GuestConfigTest, DiscoverGetsOfferUnicastToChaddr) {
   EXPECT_FALSE(services_->dhcp4().LeaseHolder(now_));  // an offer binds nothing
 }
 
+TEST_F(GuestConfigTest, WithDhcp4OffADiscoverIsDroppedUnanswered) {
+  // libslirp's disable_dhcp (a guest configured by hand, or by another
+  // DHCP server on its link): RAs and DHCPv6 stay, DHCPv4 says nothing.
+  plan_.dhcp4 = false;
+  Start();
+  InjectDhcp4(Client(T::kDiscover, Mac(1), 0x1234));
+  EXPECT_TRUE(Take().empty());
+  EXPECT_EQ(c4().received[1], 0u);
+  EXPECT_EQ(stack_.counters().drop(stack::DropReason::kIpv4BadSource), 1u);
+}
+
 TEST_F(GuestConfigTest, BroadcastFlagGetsBroadcastReply) {
   Start();
   Dhcp4Message m = Client(T::kDiscover, Mac(1));

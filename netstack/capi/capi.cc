@@ -174,16 +174,8 @@ absl::Status ParsePolicy(const netstack_config& c, backend::BackendPolicy* p) {
     }
   }
   if (Given(c.resolv_conf)) p->resolv_conf = c.resolv_conf;
-  if (c.disable_dns) {
-    return absl::UnimplementedError(
-        "disable_dns: not supported yet (the backend always answers DNS at "
-        "dns4 and dns6; docs/EMBEDDING.md)");
-  }
-  if (c.disable_dhcp) {
-    return absl::UnimplementedError(
-        "disable_dhcp: not supported yet (the backend always serves DHCPv4; "
-        "docs/EMBEDDING.md)");
-  }
+  p->dns = !c.disable_dns;
+  p->dhcp4 = !c.disable_dhcp;
   return absl::OkStatus();
 }
 

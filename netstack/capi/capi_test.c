@@ -239,10 +239,6 @@ static void test_bad_configs(void) {
   expect_refused(&cfg, "--pcap: ");
 
   callback_config(&cfg, &s);
-  cfg.disable_dns = 1;
-  expect_refused(&cfg, "disable_dns: not supported yet");
-
-  callback_config(&cfg, &s);
   cfg.link_type = 9;
   expect_refused(&cfg, "link_type 9");
 
@@ -358,6 +354,32 @@ static void test_arp_and_dhcp_through_callbacks(void) {
   s.arp_frames = 0;
   for (int i = 0; i < 64; ++i) netstack_input(ns, f, len);
   CHECK(s.arp_frames == 64);
+  netstack_free(ns);
+}
+
+/* disable_dhcp: a DISCOVER gets no OFFER (the guest is configured by
+ * other means); disable_dns: no forwarder, so no upstream or resolv.conf
+ * is needed at all. */
+static void test_dhcp_and_dns_off(void) {
+  struct sink s = {0};
+  netstack_config cfg;
+  callback_config(&cfg, &s);
+  cfg.disable_dhcp = 1;
+  cfg.disable_dns = 1;
+  cfg.dns_upstreams = NULL;
+  cfg.resolv_conf = "/nonexistent/resolv.conf";
+  char err[256];
+  netstack_t *ns = netstack_new(&cfg, err, sizeof err);
+  CHECK(ns != NULL);
+  if (ns == NULL) {
+    fprintf(stderr, "netstack_new: %s\n", err);
+    return;
+  }
+  uint8_t f[600];
+  size_t len = dhcp_discover(f, 0x1234abcd);
+  CHECK(netstack_input(ns, f, len) == 0);
+  CHECK(netstack_poll(ns) == 0);
+  CHECK(s.ip4_frames == 0);
   netstack_free(ns);
 }
 
@@ -636,6 +658,7 @@ static void test_two_instances(void) {
 int main(void) {
   test_bad_configs();
   test_arp_and_dhcp_through_callbacks();
+  test_dhcp_and_dns_off();
   test_pcap();
   test_stream_link();
   test_forwards();

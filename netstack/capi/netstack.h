@@ -132,11 +132,10 @@ typedef struct netstack_config {
   /* What the guest may reach. */
   int host_loopback;     /* nonzero: the gateway address reaches the
                             host's 127.0.0.1 and ::1 */
-  int disable_dns;       /* nonzero: no DNS forwarder at dns4/dns6.
-                            Not supported yet: netstack_new() refuses
-                            it with a message that says so. */
-  int disable_dhcp;      /* nonzero: no DHCPv4 server. Not supported
-                            yet, as disable_dns. */
+  int disable_dns;       /* nonzero: no DNS forwarder at dns4/dns6 (and
+                            no upstream or resolv_conf needed) */
+  int disable_dhcp;      /* nonzero: no DHCPv4 server; the guest is
+                            configured by other means (RAs stay) */
   const char *outbound_addr4; /* source address of host sockets */
   const char *outbound_addr6;
   /* DNS upstreams, comma-separated "ADDR[:PORT]" ("[v6]:port" for IPv6);
