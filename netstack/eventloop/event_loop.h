@@ -226,6 +226,7 @@ class EventLoop {
   const Clock clock_;  // before timers_, which starts at Now()
   TimerWheel timers_;
   std::vector<FdEntry> fds_;  // indexed by fd
+  size_t registered_ = 0;     // entries with a handler
   uint32_t next_generation_ = 0;
   std::array<epoll_event, kMaxEventsPerTurn> events_;
   bool use_epoll_pwait2_ = true;  // until the kernel says ENOSYS
