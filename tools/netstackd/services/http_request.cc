@@ -195,41 +195,49 @@ bool NormalizePath(std::string_view raw, std::string* out, bool* directory) {
   return true;
 }
 
-ParseResult ParseRequest(std::string_view data, const ParseLimits& limits) {
-  // RFC 9112 2.2: ignore at least one empty line before the request-line.
-  size_t pos = 0;
-  while (pos < data.size() && (data[pos] == '\r' || data[pos] == '\n')) {
-    if (data[pos] == '\r' && pos + 1 < data.size() && data[pos + 1] != '\n') {
+namespace {
+
+// A step's verdict: nullopt to go on, else the result (an error, or
+// "need more bytes").
+using Verdict = std::optional<ParseResult>;
+
+// RFC 9112 2.2: ignore at least one empty line before the request-line.
+Verdict SkipEmptyLines(std::string_view data, const ParseLimits& limits,
+                       size_t* pos) {
+  while (*pos < data.size() && (data[*pos] == '\r' || data[*pos] == '\n')) {
+    if (data[*pos] == '\r' && *pos + 1 < data.size() &&
+        data[*pos + 1] != '\n') {
       return Error(400, "bare CR");
     }
-    ++pos;
-    if (pos > limits.max_header_bytes) {
+    ++*pos;
+    if (*pos > limits.max_header_bytes) {
       return Error(413, "request header too large");
     }
   }
-  const size_t start = pos;
+  return std::nullopt;
+}
 
-  // The request-line.
-  std::optional<Line> first = NextLine(data, start);
-  if (!first) {
-    // Tell a long target (414) from a long header section, without
-    // waiting for bytes that would exceed either limit.
-    const std::string_view partial = data.substr(start);
-    const size_t sp = partial.find(' ');
-    if (sp != std::string_view::npos &&
-        partial.size() - sp - 1 > limits.max_target_bytes) {
-      const std::string_view target = partial.substr(sp + 1);
-      if (target.find(' ') == std::string_view::npos) {
-        return Error(414, "request-target too long");
-      }
+// No whole request-line yet: tell a long target (414) from a long header
+// section, without waiting for bytes that would exceed either limit.
+ParseResult IncompleteRequestLine(std::string_view partial,
+                                  const ParseLimits& limits) {
+  const size_t sp = partial.find(' ');
+  if (sp != std::string_view::npos &&
+      partial.size() - sp - 1 > limits.max_target_bytes) {
+    const std::string_view target = partial.substr(sp + 1);
+    if (target.find(' ') == std::string_view::npos) {
+      return Error(414, "request-target too long");
     }
-    if (partial.size() > limits.max_header_bytes) {
-      return Error(413, "request header too large");
-    }
-    return ParseResult{};
   }
-  if (first->bad_cr) return Error(400, "bare CR in request line");
-  const std::string_view line = first->text;
+  if (partial.size() > limits.max_header_bytes) {
+    return Error(413, "request header too large");
+  }
+  return ParseResult{};
+}
+
+// METHOD SP TARGET SP VERSION into `req` (method, target, version).
+Verdict ParseRequestLine(std::string_view line, const ParseLimits& limits,
+                         Request* req) {
   const size_t sp1 = line.find(' ');
   const size_t sp2 =
       sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
@@ -249,8 +257,7 @@ ParseResult ParseRequest(std::string_view data, const ParseLimits& limits) {
       })) {
     return Error(400, "malformed request-target");
   }
-  Request req;
-  switch (ParseVersion(version, &req.version_minor)) {
+  switch (ParseVersion(version, &req->version_minor)) {
     case -1:
       return Error(400, "malformed HTTP version");
     case -2:
@@ -258,16 +265,71 @@ ParseResult ParseRequest(std::string_view data, const ParseLimits& limits) {
     default:
       break;
   }
-  req.method = std::string(method);
-  req.target = std::string(target);
+  req->method = std::string(method);
+  req->target = std::string(target);
+  return std::nullopt;
+}
 
-  // The header section, up to the empty line.
-  pos = first->next;
+// What the header section says beyond the headers themselves.
+struct HeaderFacts {
   int hosts = 0;
-  bool close = false, keep_alive = false;
+  bool close = false;
+  bool keep_alive = false;
   std::optional<uint64_t> content_length;
+};
+
+// Connection: a comma-separated list of tokens.
+void ReadConnection(std::string_view value, HeaderFacts* facts) {
+  std::string_view rest = value;
   while (true) {
-    std::optional<Line> l = NextLine(data, pos);
+    const size_t comma = rest.find(',');
+    const std::string_view token = TrimOws(rest.substr(0, comma));
+    if (EqualsIgnoreCase(token, "close")) facts->close = true;
+    if (EqualsIgnoreCase(token, "keep-alive")) facts->keep_alive = true;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+}
+
+// One header line (not empty) into `req` and `facts`.
+Verdict ParseHeader(std::string_view h, Request* req, HeaderFacts* facts) {
+  if (h.front() == ' ' || h.front() == '\t') {
+    return Error(400, "obsolete line folding");
+  }
+  const size_t colon = h.find(':');
+  if (colon == std::string_view::npos) {
+    return Error(400, "header without colon");
+  }
+  const std::string_view name = h.substr(0, colon);
+  if (!IsToken(name)) return Error(400, "malformed header name");
+  const std::string_view value = TrimOws(h.substr(colon + 1));
+  if (!std::all_of(value.begin(), value.end(), [](char c) {
+        return IsFieldValueChar(static_cast<unsigned char>(c));
+      })) {
+    return Error(400, "control character in header value");
+  }
+  if (EqualsIgnoreCase(name, "host")) {
+    ++facts->hosts;
+  } else if (EqualsIgnoreCase(name, "content-length")) {
+    if (!ParseContentLength(value, &facts->content_length)) {
+      return Error(400, "bad Content-Length");
+    }
+  } else if (EqualsIgnoreCase(name, "transfer-encoding")) {
+    return Error(501, "Transfer-Encoding not implemented");
+  } else if (EqualsIgnoreCase(name, "connection")) {
+    ReadConnection(value, facts);
+  }
+  req->headers.emplace_back(std::string(name), std::string(value));
+  return std::nullopt;
+}
+
+// The header section from `*pos` up to the empty line, which `*pos` then
+// follows.
+Verdict ParseHeaders(std::string_view data, size_t start,
+                     const ParseLimits& limits, size_t* pos, Request* req,
+                     HeaderFacts* facts) {
+  while (true) {
+    std::optional<Line> l = NextLine(data, *pos);
     if (!l) {
       if (data.size() - start > limits.max_header_bytes) {
         return Error(413, "request header too large");
@@ -277,63 +339,56 @@ ParseResult ParseRequest(std::string_view data, const ParseLimits& limits) {
     if (l->next - start > limits.max_header_bytes) {
       return Error(413, "request header too large");
     }
-    pos = l->next;
+    *pos = l->next;
     if (l->bad_cr) return Error(400, "bare CR in header");
-    const std::string_view h = l->text;
-    if (h.empty()) break;
-    if (h.front() == ' ' || h.front() == '\t') {
-      return Error(400, "obsolete line folding");
-    }
-    const size_t colon = h.find(':');
-    if (colon == std::string_view::npos)
-      return Error(400, "header without colon");
-    const std::string_view name = h.substr(0, colon);
-    if (!IsToken(name)) return Error(400, "malformed header name");
-    const std::string_view value = TrimOws(h.substr(colon + 1));
-    if (!std::all_of(value.begin(), value.end(), [](char c) {
-          return IsFieldValueChar(static_cast<unsigned char>(c));
-        })) {
-      return Error(400, "control character in header value");
-    }
-    if (EqualsIgnoreCase(name, "host")) {
-      ++hosts;
-    } else if (EqualsIgnoreCase(name, "content-length")) {
-      if (!ParseContentLength(value, &content_length)) {
-        return Error(400, "bad Content-Length");
-      }
-    } else if (EqualsIgnoreCase(name, "transfer-encoding")) {
-      return Error(501, "Transfer-Encoding not implemented");
-    } else if (EqualsIgnoreCase(name, "connection")) {
-      std::string_view rest = value;
-      while (true) {
-        const size_t comma = rest.find(',');
-        const std::string_view token = TrimOws(rest.substr(0, comma));
-        if (EqualsIgnoreCase(token, "close")) close = true;
-        if (EqualsIgnoreCase(token, "keep-alive")) keep_alive = true;
-        if (comma == std::string_view::npos) break;
-        rest.remove_prefix(comma + 1);
-      }
-    }
-    req.headers.emplace_back(std::string(name), std::string(value));
+    if (l->text.empty()) return std::nullopt;
+    if (Verdict v = ParseHeader(l->text, req, facts)) return v;
   }
-  // RFC 9112 3.2: a 1.1 request without Host, or any with two, is a 400.
-  if (hosts > 1 || (req.version_minor >= 1 && hosts == 0)) {
-    return Error(400,
-                 hosts == 0 ? "missing Host header" : "duplicate Host header");
+}
+
+// What the headers together require: one Host (RFC 9112 3.2: a 1.1
+// request without Host, or any with two, is a 400), a path we serve, the
+// connection's fate and the body's length.
+Verdict Conclude(const HeaderFacts& facts, const ParseLimits& limits,
+                 Request* req) {
+  if (facts.hosts > 1 || (req->version_minor >= 1 && facts.hosts == 0)) {
+    return Error(400, facts.hosts == 0 ? "missing Host header"
+                                       : "duplicate Host header");
   }
   std::string_view raw_path;
-  if (!TargetPath(target, &raw_path)) {
+  if (!TargetPath(req->target, &raw_path)) {
     return Error(400, "unsupported request-target form");
   }
-  if (!NormalizePath(raw_path, &req.path, &req.directory)) {
+  if (!NormalizePath(raw_path, &req->path, &req->directory)) {
     return Error(400, "bad path (traversal, NUL or malformed escape)");
   }
-  req.keep_alive = req.version_minor >= 1 ? !close : keep_alive && !close;
-
-  req.content_length = content_length.value_or(0);
-  if (req.content_length > limits.max_body_bytes) {
+  req->keep_alive = req->version_minor >= 1
+                        ? !facts.close
+                        : facts.keep_alive && !facts.close;
+  req->content_length = facts.content_length.value_or(0);
+  if (req->content_length > limits.max_body_bytes) {
     return Error(413, "request body too large");
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ParseResult ParseRequest(std::string_view data, const ParseLimits& limits) {
+  size_t pos = 0;
+  if (Verdict v = SkipEmptyLines(data, limits, &pos)) return *v;
+  const size_t start = pos;
+  std::optional<Line> first = NextLine(data, start);
+  if (!first) return IncompleteRequestLine(data.substr(start), limits);
+  if (first->bad_cr) return Error(400, "bare CR in request line");
+  Request req;
+  if (Verdict v = ParseRequestLine(first->text, limits, &req)) return *v;
+  pos = first->next;
+  HeaderFacts facts;
+  if (Verdict v = ParseHeaders(data, start, limits, &pos, &req, &facts)) {
+    return *v;
+  }
+  if (Verdict v = Conclude(facts, limits, &req)) return *v;
   if (data.size() - pos < req.content_length) return ParseResult{};
   ParseResult r;
   r.status = ParseStatus::kComplete;
