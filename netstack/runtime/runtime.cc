@@ -65,8 +65,22 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
   }
   chunks_ = o.chunk_pool != nullptr ? o.chunk_pool : own_chunks_.get();
   packets_ = o.packet_pool != nullptr ? o.packet_pool : own_packets_.get();
+  for (absl::Status (Runtime::*step)(RuntimeOptions&) :
+       {&Runtime::InitLink, &Runtime::InitStack, &Runtime::InitLayers,
+        &Runtime::InitLoop, &Runtime::InitBackend}) {
+    if (absl::Status s = (this->*step)(o); !s.ok()) return s;
+  }
+  // The end of every turn, in this order: readiness callbacks (the
+  // services read and write), the sweeps (free what they finished), the
+  // backend's sweep, then TCP sends what the batch and the callbacks made
+  // pending (its Poll ends with Stack::Flush; the second Flush covers UDP
+  // when TCP had nothing).
+  loop_->AddTurnEndHook([this](Instant now) { EndTurn(now); });
+  return absl::OkStatus();
+}
 
-  // The link: the host endpoint, then its decorators.
+// The link: the host endpoint, then its decorators.
+absl::Status Runtime::InitLink(RuntimeOptions& o) {
   absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> host =
       o.open_link ? o.open_link(*chunks_, *packets_)
                   : OpenHostLink(o.host, *chunks_);
@@ -79,7 +93,11 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
   faults_ = chain->faults;
   gso_ = chain->gso;
   read_fd_ = chain->read_fd;
+  return absl::OkStatus();
+}
 
+// The stack, its NIC on the link, our addresses and the default routes.
+absl::Status Runtime::InitStack(RuntimeOptions& o) {
   stack_ = std::make_unique<stack::Stack>(o.stack, *chunks_, *packets_);
   absl::StatusOr<stack::NicId> nic = stack_->AddNic(
       link_.get(), o.nic_name.empty() ? link_->Name() : o.nic_name);
@@ -105,24 +123,31 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
     (void)stack_->AddRoute(stack::Route<wire::Ipv6Address>{
         stack::Ipv6Cidr{wire::Ipv6Address(), 0}, *o.gateway6, nic_});
   }
+  return absl::OkStatus();
+}
 
+// TCP and UDP, with their keys; both register themselves with the stack.
+absl::Status Runtime::InitLayers(RuntimeOptions& o) {
   absl::StatusOr<uint64_t> tcp_seed = SeedOrRandom(o.tcp.seed);
   if (!tcp_seed.ok()) return tcp_seed.status();
   absl::StatusOr<uint64_t> udp_seed = SeedOrRandom(o.udp_seed);
   if (!udp_seed.ok()) return udp_seed.status();
   o.tcp.seed = *tcp_seed;
   notifier_ = std::make_unique<transport::Notifier>();
-  // Both layers register themselves with the stack.
   tcp_ = std::make_unique<tcp::TcpLayer>(*stack_, *chunks_, *packets_,
                                          *notifier_, o.tcp);
   udp_ = std::make_unique<udp::UdpLayer>(*stack_, *chunks_, *packets_,
                                          *notifier_, *udp_seed);
+  return absl::OkStatus();
+}
 
+// The loop, the link's fd on it, and the pollers that keep it awake for
+// the stack, the link and TCP.
+absl::Status Runtime::InitLoop(RuntimeOptions& o) {
   absl::StatusOr<std::unique_ptr<eventloop::EventLoop>> loop =
       eventloop::EventLoop::Create(o.timers, std::move(o.clock));
   if (!loop.ok()) return Prefixed("event loop", loop.status());
   loop_ = *std::move(loop);
-
   if (read_fd_ >= 0) {
     link_readable_ = std::make_unique<LinkReadable>(*link_);
     if (absl::Status s = loop_->Add(read_fd_, eventloop::EventLoop::kReadable,
@@ -137,28 +162,24 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
       std::make_unique<eventloop::PollerRef<link::LinkEndpoint>>(link_.get()));
   pollers_.push_back(std::make_unique<TransportPoller>(*tcp_, *notifier_));
   for (const auto& p : pollers_) loop_->AddPoller(p.get());
+  return absl::OkStatus();
+}
 
-  if (o.backend) {
-    absl::StatusOr<std::unique_ptr<backend::Backend>> b =
-        o.backend_tcp_only
-            ? backend::Backend::Create(*o.backend, *stack_, nic_, *tcp_,
-                                       *loop_, *chunks_)
-            : backend::Backend::Create(*o.backend, *stack_, nic_, *tcp_,
-                                       *udp_, *loop_, *chunks_, *packets_);
-    if (!b.ok()) return Prefixed("backend", b.status());
-    backend_ = *std::move(b);
-    PortForwards::Options fo = o.forwards;
-    fo.loop = loop_.get();
-    fo.backend = backend_.get();
-    forwards_ = std::make_unique<PortForwards>(fo);
-  }
-
-  // The end of every turn, in this order: readiness callbacks (the
-  // services read and write), the sweeps (free what they finished), the
-  // backend's sweep, then TCP sends what the batch and the callbacks made
-  // pending (its Poll ends with Stack::Flush; the second Flush covers UDP
-  // when TCP had nothing).
-  loop_->AddTurnEndHook([this](Instant now) { EndTurn(now); });
+// With a backend: the NIC becomes the guest's gateway, with forwards.
+absl::Status Runtime::InitBackend(RuntimeOptions& o) {
+  if (!o.backend) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<backend::Backend>> b =
+      o.backend_tcp_only
+          ? backend::Backend::Create(*o.backend, *stack_, nic_, *tcp_, *loop_,
+                                     *chunks_)
+          : backend::Backend::Create(*o.backend, *stack_, nic_, *tcp_, *udp_,
+                                     *loop_, *chunks_, *packets_);
+  if (!b.ok()) return Prefixed("backend", b.status());
+  backend_ = *std::move(b);
+  PortForwards::Options fo = o.forwards;
+  fo.loop = loop_.get();
+  fo.backend = backend_.get();
+  forwards_ = std::make_unique<PortForwards>(fo);
   return absl::OkStatus();
 }
 

@@ -187,6 +187,12 @@ class Runtime {
   void RunSweeps(Phase phase, Instant now);
   Runtime() = default;
   absl::Status Init(RuntimeOptions& options);
+  // Init's steps, in order.
+  absl::Status InitLink(RuntimeOptions& o);
+  absl::Status InitStack(RuntimeOptions& o);
+  absl::Status InitLayers(RuntimeOptions& o);
+  absl::Status InitLoop(RuntimeOptions& o);
+  absl::Status InitBackend(RuntimeOptions& o);
   void EndTurn(Instant now);
 
   // Declared in construction order; destroyed in the reverse.
