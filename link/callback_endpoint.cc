@@ -14,7 +14,14 @@ namespace netstack::link {
 namespace {
 
 constexpr uint32_t kMinMtu = 68;  // RFC 791: every IPv4 link carries 68.
-constexpr uint32_t kMaxMtu = buffer::kChunkSize - kEthernetOverhead;
+// An untagged frame of the MTU must fit one chunk: 65522. A VLAN tag
+// takes 4 more bytes, which a frame of a smaller MTU may carry.
+constexpr uint32_t kEthernetHeader = 14;
+constexpr uint32_t kMaxMtu = buffer::kChunkSize - kEthernetHeader;
+
+uint32_t MaxFrame(uint32_t mtu) {
+  return std::min<uint32_t>(mtu + kEthernetOverhead, buffer::kChunkSize);
+}
 
 }  // namespace
 
@@ -46,8 +53,8 @@ CallbackEndpoint::CallbackEndpoint(CallbackOptions options,
     : options_(std::move(options)),
       pool_(pool),
       caps_(caps),
-      max_frame_(caps.mtu + kEthernetOverhead),
-      tx_frame_(caps.mtu + kEthernetOverhead) {
+      max_frame_(MaxFrame(caps.mtu)),
+      tx_frame_(MaxFrame(caps.mtu)) {
   pending_.reserve(options_.queue_limit);
   delivering_.reserve(options_.queue_limit);
 }

@@ -58,8 +58,8 @@
 namespace netstack::link {
 
 struct CallbackOptions {
-  // L3 MTU, 68..65518: a frame (MTU + Ethernet header + a VLAN tag) must
-  // fit one 64 KiB chunk.
+  // L3 MTU, 68..65522: a frame (MTU + Ethernet header) must fit one
+  // 64 KiB chunk; a VLAN tag fits too below an MTU of 65519.
   uint32_t mtu = 1500;
   // Our Ethernet address. Default: DeriveLocalMac("callback").
   std::optional<wire::MacAddress> mac;
@@ -83,7 +83,7 @@ struct CallbackStats {
 
 class CallbackEndpoint final : public LinkEndpoint {
  public:
-  // InvalidArgument for an MTU outside 68..65518, no `send`, or a zero
+  // InvalidArgument for an MTU outside 68..65522, no `send`, or a zero
   // queue_limit.
   static absl::StatusOr<std::unique_ptr<CallbackEndpoint>> Create(
       CallbackOptions options, buffer::ChunkPool& pool);
