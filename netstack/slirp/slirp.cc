@@ -5,8 +5,10 @@
 // caller's send_packet (possibly from inside slirp_input). Everything
 // netstack watches is behind one epoll fd, so slirp_pollfds_fill() adds
 // that one fd and lowers the caller's timeout to netstack's next deadline;
-// slirp_pollfds_poll() runs netstack's turn when the fd is readable, the
-// deadline has come, or a frame came in since the last turn.
+// slirp_pollfds_poll() runs netstack's turn when the fd is readable or the
+// deadline has come. slirp_input() runs a turn for its frame at once, as
+// libslirp handles each frame inside the call, and calls notify when that
+// turn made a deadline earlier than the one the caller sleeps until.
 //
 // Timers: none. libslirp asks its caller for timers (timer_new, or
 // timer_new_opaque from version 4); netstack's deadlines reach the caller
@@ -274,17 +276,20 @@ void FillPoll(Slirp& s, uint32_t* timeout, SlirpAddPollCb add_poll,
     s.poll_index = add_poll(netstack_fd(s.ns), SLIRP_POLL_IN, opaque);
   }
   if (timeout == nullptr) return;
-  int64_t wait_ms;
+  const int64_t now = MonotonicNs();
   if (s.input_since_turn) {
-    wait_ms = 0;
-  } else {
-    const int64_t deadline = netstack_next_deadline_ns(s.ns);
-    if (deadline == INT64_MAX) return;
-    const int64_t left = deadline - MonotonicNs();
+    *timeout = 0;
+  } else if (const int64_t deadline = netstack_next_deadline_ns(s.ns);
+             deadline != INT64_MAX) {
+    const int64_t left = deadline - now;
     // Round up: waking a little early only costs another fill.
-    wait_ms = left <= 0 ? 0 : (left + 999999) / 1000000;
+    const int64_t wait_ms = left <= 0 ? 0 : (left + 999999) / 1000000;
+    if (wait_ms < *timeout) *timeout = static_cast<uint32_t>(wait_ms);
   }
-  if (wait_ms < *timeout) *timeout = static_cast<uint32_t>(wait_ms);
+  // UINT32_MAX is "no timeout" to QEMU's and slirp4netns's loops.
+  s.caller_wakes_ns = *timeout == UINT32_MAX
+                          ? INT64_MAX
+                          : now + int64_t{*timeout} * 1000000;
 }
 
 void RunPoll(Slirp& s, int select_error, SlirpGetREventsCb get_revents,
@@ -405,6 +410,25 @@ void Input(Slirp& s, const uint8_t* pkt, int len) {
   if (s.ns == nullptr) return;
   netstack_input(s.ns, pkt, static_cast<size_t>(len));
   s.input_since_turn = true;
+  // libslirp handles a frame inside slirp_input, and QEMU counts on it:
+  // its vCPU thread hands the guest's frames over while the main loop
+  // sleeps in poll(), and nothing would wake it for a frame that only
+  // waits for the next turn (the guest's ACKs stalled every download).
+  // So the turn runs here, unless netstack is already on the stack
+  // (send_packet fed a frame straight back): then the fill's timeout 0
+  // runs it.
+  if (s.in_netstack) return;
+  s.input_since_turn = false;
+  if (int rc = netstack_poll(s.ns); rc < 0) {
+    ReportError(s, absl::StrCat("input: ", netstack_last_error(s.ns)));
+  }
+  // The turn may have set an earlier deadline (a retransmission, a
+  // delayed ACK) than the one the caller's loop sleeps until.
+  const int64_t deadline = netstack_next_deadline_ns(s.ns);
+  if (deadline < s.caller_wakes_ns && s.cb.notify != nullptr) {
+    s.caller_wakes_ns = deadline;
+    s.cb.notify(s.opaque);
+  }
 }
 
 bool PinGuest4(Slirp& s, struct in_addr guest) {

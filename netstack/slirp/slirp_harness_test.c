@@ -550,7 +550,13 @@ static void Dhcp(Caller *c, bool want_offer) {
   uint8_t frame[400];
   const size_t len = DhcpDiscover(frame);
   L.input(c->slirp, frame, (int)len);
+  /* libslirp answers inside slirp_input, and QEMU relies on it (its main
+   * loop may sleep in poll() meanwhile): so must this library. */
+  const bool at_once = c->offer_seen;
   TurnUntil(c, &c->offer_seen);
+  if (want_offer) {
+    CHECK(at_once, "the offer waited for a poll (version %d)", c->version);
+  }
   if (!want_offer) {
     CHECK(!c->offer_seen, "an offer with DHCP disabled");
     return;
@@ -592,18 +598,33 @@ static void BadFrames(Caller *c) {
   Turn(c, 1);
 }
 
-static int FreePort(int type) {
-  int fd = socket(AF_INET, type, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+/* A port the kernel just had free on 127.0.0.1 (or ::1). */
+static int FreePortOf(int family, int type) {
+  int fd = socket(family, type, 0);
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  socklen_t len;
+  if (family == AF_INET) {
+    struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof *a;
+  } else {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof *a;
+  }
+  if (fd < 0 || bind(fd, (struct sockaddr *)&ss, len) != 0 ||
+      getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
     abort();
   }
   close(fd);
-  return ntohs(a.sin_port);
+  return ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                  : ((struct sockaddr_in6 *)&ss)->sin6_port);
 }
+
+static int FreePort(int type) { return FreePortOf(AF_INET, type); }
 
 static void Forwards(Caller *c) {
   struct in_addr lo, any, lease, other;
@@ -643,7 +664,7 @@ static void Forwards(Caller *c) {
           "guest port -5");
   }
   /* hostxfwd, IPv6 loopback to the lease. */
-  const int port = FreePort(SOCK_STREAM);
+  const int port = FreePortOf(AF_INET6, SOCK_STREAM);
   struct sockaddr_in6 h6 = {.sin6_family = AF_INET6,
                             .sin6_port = htons(port)};
   h6.sin6_addr = in6addr_loopback;

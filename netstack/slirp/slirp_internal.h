@@ -91,6 +91,10 @@ struct Slirp {
   // A frame went in since netstack's last turn: the next fill's timeout is
   // 0, so what it made pending (TCP's sends) leaves without waiting.
   bool input_since_turn = false;
+  // When the caller's loop wakes next by time (CLOCK_MONOTONIC ns, from
+  // the last fill; INT64_MAX: not by time). A turn inside slirp_input
+  // that makes an earlier deadline calls notify, or it would be missed.
+  int64_t caller_wakes_ns = INT64_MAX;
   // Whether the guest's IPv4 address is known (PinGuest4), and whether a
   // call into netstack is on the stack (send_packet): netstack is not
   // rebuilt from inside itself.
