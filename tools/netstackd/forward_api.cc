@@ -120,6 +120,73 @@ ForwardApiCounters ForwardApi::counters() const {
   return c;
 }
 
+namespace {
+
+// The ops; an error's message is the reply's "error".
+absl::StatusOr<std::string> AddOp(PortForwards& forwards,
+                                  const JsonValue& req) {
+  const std::optional<std::string> proto = req.GetString("proto");
+  const std::optional<std::string> spec = req.GetString("spec");
+  if (!proto || (*proto != "tcp" && *proto != "udp")) {
+    return absl::InvalidArgumentError(
+        "add: \"proto\" must be \"tcp\" or \"udp\"");
+  }
+  if (!spec) return absl::InvalidArgumentError("add: no \"spec\"");
+  const bool udp = *proto == "udp";
+  const std::string flag = udp ? "-u " : "-t ";
+  auto rules = ParseForwardSpec(udp, *spec);
+  if (!rules.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, *spec, ": ", rules.status().message()));
+  }
+  absl::StatusOr<uint64_t> id = forwards.Add(*spec, *rules);
+  if (!id.ok()) {
+    return absl::Status(id.status().code(),
+                        absl::StrCat(flag, id.status().message()));
+  }
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true).Key("id").Uint(*id).EndObject();
+  return w.text();
+}
+
+absl::StatusOr<std::string> RemoveOp(PortForwards& forwards,
+                                     const JsonValue& req) {
+  const std::optional<int64_t> id = req.GetInt("id");
+  if (!id || *id <= 0) {
+    return absl::InvalidArgumentError(
+        "remove: \"id\" must be a forward's id");
+  }
+  if (absl::Status s = forwards.Remove(static_cast<uint64_t>(*id)); !s.ok()) {
+    return s;
+  }
+  return Ok();
+}
+
+std::string ListOp(const PortForwards& forwards) {
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true).Key("forwards").BeginArray();
+  for (const ForwardInfo& i : forwards.List()) {
+    w.BeginObject();
+    w.Key("id").Uint(i.id).Key("proto").String(i.udp ? "udp" : "tcp");
+    w.Key("spec").String(i.spec).Key("path").String(i.path);
+    w.Key("listeners").Uint(i.listeners);
+    WriteCounters(w, i);
+    w.EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.text();
+}
+
+std::string CountersOp(const std::string& text) {
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true).Key("counters").BeginObject();
+  WriteCounterText(w, text, /*keep_text=*/true);
+  w.EndObject().EndObject();
+  return w.text();
+}
+
+}  // namespace
+
 std::string ForwardApi::Handle(std::string_view line) {
   ++counters_.requests;
   auto fail = [&](absl::string_view why) {
@@ -133,59 +200,21 @@ std::string ForwardApi::Handle(std::string_view line) {
   if (!req->is_object()) return fail("a request is a JSON object");
   const std::optional<std::string> op = req->GetString("op");
   if (!op) return fail("no \"op\" (add, remove, list or counters)");
-
+  absl::StatusOr<std::string> reply;
   if (*op == "add") {
-    const std::optional<std::string> proto = req->GetString("proto");
-    const std::optional<std::string> spec = req->GetString("spec");
-    if (!proto || (*proto != "tcp" && *proto != "udp")) {
-      return fail("add: \"proto\" must be \"tcp\" or \"udp\"");
-    }
-    if (!spec) return fail("add: no \"spec\"");
-    const bool udp = *proto == "udp";
-    const std::string flag = udp ? "-u " : "-t ";
-    auto rules = ParseForwardSpec(udp, *spec);
-    if (!rules.ok()) {
-      return fail(absl::StrCat(flag, *spec, ": ", rules.status().message()));
-    }
-    absl::StatusOr<uint64_t> id = forwards_.Add(*spec, *rules);
-    if (!id.ok()) return fail(absl::StrCat(flag, id.status().message()));
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true).Key("id").Uint(*id).EndObject();
-    return w.text();
+    reply = AddOp(forwards_, *req);
+  } else if (*op == "remove") {
+    reply = RemoveOp(forwards_, *req);
+  } else if (*op == "list") {
+    reply = ListOp(forwards_);
+  } else if (*op == "counters") {
+    reply = CountersOp(counter_text_ ? counter_text_() : std::string());
+  } else {
+    return fail(absl::StrCat("unknown op '", *op,
+                             "' (add, remove, list or counters)"));
   }
-  if (*op == "remove") {
-    const std::optional<int64_t> id = req->GetInt("id");
-    if (!id || *id <= 0) return fail("remove: \"id\" must be a forward's id");
-    if (absl::Status s = forwards_.Remove(static_cast<uint64_t>(*id));
-        !s.ok()) {
-      return fail(s.message());
-    }
-    return Ok();
-  }
-  if (*op == "list") {
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true).Key("forwards").BeginArray();
-    for (const ForwardInfo& i : forwards_.List()) {
-      w.BeginObject();
-      w.Key("id").Uint(i.id).Key("proto").String(i.udp ? "udp" : "tcp");
-      w.Key("spec").String(i.spec).Key("path").String(i.path);
-      w.Key("listeners").Uint(i.listeners);
-      WriteCounters(w, i);
-      w.EndObject();
-    }
-    w.EndArray().EndObject();
-    return w.text();
-  }
-  if (*op == "counters") {
-    JsonWriter w;
-    w.BeginObject().Key("ok").Bool(true).Key("counters").BeginObject();
-    const std::string text = counter_text_ ? counter_text_() : std::string();
-    WriteCounterText(w, text, /*keep_text=*/true);
-    w.EndObject().EndObject();
-    return w.text();
-  }
-  return fail(absl::StrCat("unknown op '", *op,
-                           "' (add, remove, list or counters)"));
+  if (!reply.ok()) return fail(reply.status().message());
+  return *std::move(reply);
 }
 
 std::string ForwardApi::FormatCounters() const {
