@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -468,6 +470,47 @@ static size_t NeighborSolicitation(uint8_t *f) {
   return 14 + 40 + icmp_len;
 }
 
+/* A TCP SYN from 10.0.2.15:40000 to `dst`:`port`, to `dst_mac`. */
+static size_t TcpSyn(uint8_t *f, struct in_addr dst, int port,
+                     const uint8_t *dst_mac) {
+  static const uint8_t mac[6] = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
+  memset(f, 0, 14 + 40);
+  memcpy(f, dst_mac, 6);
+  memcpy(f + 6, mac, 6);
+  f[12] = 0x08;
+  uint8_t *ip = f + 14;
+  ip[0] = 0x45;
+  ip[3] = 40;
+  ip[8] = 64;
+  ip[9] = 6;
+  inet_pton(AF_INET, "10.0.2.15", ip + 12);
+  memcpy(ip + 16, &dst, 4);
+  uint16_t sum = IpChecksum(ip, 20);
+  ip[10] = (uint8_t)(sum >> 8);
+  ip[11] = (uint8_t)sum;
+  uint8_t *tcp = ip + 20;
+  tcp[0] = 40000 >> 8;
+  tcp[1] = 40000 & 0xff;
+  tcp[2] = (uint8_t)(port >> 8);
+  tcp[3] = (uint8_t)port;
+  tcp[7] = 1;          /* seq 1 */
+  tcp[12] = 5 << 4;
+  tcp[13] = 0x02;      /* SYN */
+  tcp[14] = 0xff;
+  tcp[15] = 0xff;
+  uint8_t pseudo[12 + 20];
+  memcpy(pseudo, ip + 12, 8);
+  pseudo[8] = 0;
+  pseudo[9] = 6;
+  pseudo[10] = 0;
+  pseudo[11] = 20;
+  memcpy(pseudo + 12, tcp, 20);
+  sum = IpChecksum(pseudo, sizeof pseudo);
+  tcp[16] = (uint8_t)(sum >> 8);
+  tcp[17] = (uint8_t)sum;
+  return 14 + 40;
+}
+
 static bool InfoHas(Slirp *s, const char *text) {
   char *info = L.connection_info(s);
   const bool has = info != NULL && strstr(info, text) != NULL;
@@ -747,6 +790,65 @@ static void State(Caller *from, Caller *to) {
         "load of an empty stream");
 }
 
+/* An IPv4 address of this machine that is not loopback, or false. A
+ * connection to it never leaves the machine. */
+static bool LocalAddress(struct in_addr *out) {
+  struct ifaddrs *list;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (struct ifaddrs *i = list; i != NULL && !found; i = i->ifa_next) {
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET) continue;
+    const struct in_addr a = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+    if ((ntohl(a.s_addr) >> 24) == 127) continue;
+    *out = a;
+    found = true;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+/* Whether a guest SYN to a listener of this process on `local` is
+ * connected through, within 1 s. */
+static bool GuestReaches(int restricted, struct in_addr local) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr = local;
+  socklen_t len = sizeof a;
+  if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      listen(lfd, 4) != 0 ||
+      getsockname(lfd, (struct sockaddr *)&a, &len) != 0) {
+    abort();
+  }
+  fcntl(lfd, F_SETFL, O_NONBLOCK);
+  Caller c;
+  memset(&c, 0, sizeof c);
+  c.version = 4;
+  SlirpConfig *cfg = QemuConfig(4);
+  cfg->restricted = restricted;
+  SlirpCb *cb = Callbacks(4);
+  c.slirp = L.new_(cfg, cb, &c);
+  bool reached = false;
+  if (c.slirp != NULL) {
+    uint8_t f[64];
+    L.input(c.slirp, f, (int)ArpRequest(f, "10.0.2.15"));
+    TurnUntil(&c, &c.arp_reply_seen);
+    L.input(c.slirp, f,
+            (int)TcpSyn(f, local, ntohs(a.sin_port), c.gateway_mac));
+    for (int i = 0; i < 100 && !reached; ++i) {
+      Turn(&c, 0);
+      const int fd = accept(lfd, NULL, NULL);
+      if (fd >= 0) {
+        reached = true;
+        close(fd);
+      }
+      usleep(10000);
+    }
+  }
+  Release(c.slirp, cfg, cb);
+  close(lfd);
+  return reached;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s LIBSLIRP_SO\n", argv[0]);
@@ -906,6 +1008,20 @@ int main(int argc, char **argv) {
             "the gateway's neighbour advertisement has no R flag");
     }
     Release(s, cfg, cb);
+  }
+
+  /* restricted: the guest's own connections reach nothing, even on this
+   * machine; without it the same SYN connects (the check can fail). */
+  {
+    struct in_addr local;
+    if (LocalAddress(&local)) {
+      CHECK(GuestReaches(0, local), "an unrestricted guest's SYN did not "
+            "connect to a local listener");
+      CHECK(!GuestReaches(1, local), "a restricted guest connected out");
+    } else {
+      fprintf(stderr, "no non-loopback IPv4 address: restricted's "
+              "outbound check skipped\n");
+    }
   }
 
   /* Two instances at once, interleaved: nothing is shared. */
