@@ -159,7 +159,8 @@ class RootlesskitTest(unittest.TestCase):
         assert ok, "HTTP server not serving in H"
 
         state = os.path.join(cls.out, "state")
-        env = cls.lib.env()
+        env = cls.lib.env(preload=False)
+        slirp4netns = cls.lib.client_wrapper(tmp, "/usr/bin/slirp4netns")
         env.update(HOME=cls.out, XDG_RUNTIME_DIR=cls.out, NAME=NAME,
                    OUT=cls.out, WWW=gwww,
                    URL=f"http://{H4}:{HTTP_PORT}/dl.bin")
@@ -170,6 +171,7 @@ class RootlesskitTest(unittest.TestCase):
              (su.private_tun(tmp), "/dev/net/tun")],
             [*su.NOBODY, "rootlesskit", f"--state-dir={state}",
              "--net=slirp4netns", "--port-driver=slirp4netns",
+             f"--slirp4netns-binary={slirp4netns}",
              "-p", f"127.0.0.1:{FWD_PORT}:80/tcp",
              "--slirp4netns-sandbox=true", "--slirp4netns-seccomp=true",
              "sh", child]))

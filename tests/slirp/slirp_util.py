@@ -133,7 +133,7 @@ class Libslirp:
     def describe(self):
         return f"{self.label} ({self.path})"
 
-    def env(self, base=None):
+    def env(self, base=None, preload=True):
         """The environment to run a client in: `base` (default: ours) with
         LD_LIBRARY_PATH leading to the library under test. For the system
         library, any LD_LIBRARY_PATH that holds another libslirp.so.0 is
@@ -150,8 +150,28 @@ class Libslirp:
         else:
             env["LD_LIBRARY_PATH"] = ":".join(
                 [self.dir] + [d for d in old.split(":") if d])
-            env.update(sanitizer_env(self.path, env))
+            if preload:
+                env.update(sanitizer_env(self.path, env))
         return env
+
+    def client_wrapper(self, directory, program):
+        """`program` itself when this library needs nothing preloaded;
+        else a script in `directory` (which must be 0755) that execs it
+        with the sanitizer environment. For a client started by another
+        program (rootlesskit's slirp4netns): the ASan runtime then goes
+        into the client alone, not into its parent and the parent's other
+        helpers."""
+        extra = sanitizer_env(self.path, {}) if self.dir else {}
+        if not extra:
+            return program
+        path = os.path.join(directory, os.path.basename(program))
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n")
+            for k, v in extra.items():
+                f.write(f"export {k}='{v}'\n")
+            f.write(f'exec {program} "$@"\n')
+        os.chmod(path, 0o755)
+        return path
 
     def identity(self):
         """(major, minor, inode) of the expected file, as /proc/PID/maps
@@ -272,14 +292,28 @@ def descendants(pid):
     return out
 
 
+def _serving(pid):
+    """Whether a process is past a wrapper's exec and is not a feature
+    probe (rootlesskit runs `slirp4netns --help` before the real one)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    return (b"--help" not in argv and b"-h" not in argv and
+            os.path.basename(exe) not in ("sh", "dash", "bash"))
+
+
 def find_process(root, comm, timeout=10):
     """The pid of the first process named `comm` at or below `root` (which
-    may exec into it), waiting up to `timeout` seconds; None if none
+    may exec into it) that serves (not a `--help` probe, not a wrapper
+    script before its exec), waiting up to `timeout` seconds; None if none
     appears."""
     deadline = time.monotonic() + timeout
     while True:
         for p in descendants(root):
-            if _comm(p) == comm[:15]:
+            if _comm(p) == comm[:15] and _serving(p):
                 return p
         if time.monotonic() > deadline:
             return None
