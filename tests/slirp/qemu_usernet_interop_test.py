@@ -38,7 +38,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -46,6 +45,7 @@ from tests.backend.backend_topology import H4, H6
 from tests.interop import interop_util as iu
 from tests.slirp import slirp_util as su
 from tests.vm import vm_image
+from tests.vm.vm_console import Console, fields
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QEMU = "qemu-system-x86_64"
@@ -69,59 +69,6 @@ sys.stdin.read()
 def guest_file(name):
     """tests/vm's guest files: runfiles under Bazel, else the tree."""
     return iu.runfile(os.path.join("tests", "vm", name))
-
-
-class Console:
-    """QEMU's serial console (its stdout): every line with the seconds
-    since QEMU started, also written to a file for the failure report."""
-
-    def __init__(self, proc, t0, path):
-        self.proc, self.t0 = proc, t0
-        self.lines = []   # (seconds, text)
-        self.cond = threading.Condition()
-        self.thread = threading.Thread(target=self._read, args=(path,),
-                                       daemon=True)
-        self.thread.start()
-
-    def _read(self, path):
-        with open(path, "w") as log:
-            for raw in self.proc.stdout:
-                line = raw.decode(errors="replace").rstrip("\r\n")
-                t = time.monotonic() - self.t0
-                log.write(f"{t:8.3f} {line}\n")
-                log.flush()
-                with self.cond:
-                    self.lines.append((t, line))
-                    self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    def find(self, what):
-        """(seconds, failed, {key: value}) of the first "NST: what ..." or
-        "NST: FAIL what ..." line, or None."""
-        with self.cond:
-            for t, line in self.lines:
-                m = re.search(r"NST: (FAIL )?(\w+)(.*)", line)
-                if m and m.group(2) == what:
-                    return (t, bool(m.group(1)),
-                            dict(re.findall(r"(\w+)=(\S*)", m.group(3))))
-        return None
-
-    def wait_for(self, what, timeout):
-        deadline = time.monotonic() + timeout
-        while True:
-            r = self.find(what)
-            if r is not None:
-                return r
-            with self.cond:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self.thread.is_alive():
-                    return None
-                self.cond.wait(min(left, 0.5))
-
-    def text(self):
-        with self.cond:
-            return "\n".join(f"{t:8.3f} {l}" for t, l in self.lines)
 
 
 def hmp(path, command, timeout=10):
@@ -185,32 +132,14 @@ class QemuUsernetTest(unittest.TestCase):
         cls.kernel = os.path.join(cache, "vmlinuz")
         host = cls.host
         host.setup()
-        h = host.h
         www = os.path.join(tmp, "www")
         os.makedirs(www)
         with open(os.path.join(www, "hello.txt"), "w") as f:
             f.write("hello-from-h\n")
         cls.dl_sha = iu.write_random_file(os.path.join(www, "dl.bin"), SIZE,
                                           seed=31)
-        cls.procs.start(host.in_ns(h, sys.executable, "-m", "http.server",
-                                   "--bind", "::", "--directory", www,
-                                   str(HTTP_PORT)))
-        cls.procs.start(host.in_ns(
-            h, "dnsmasq", "--keep-in-foreground", "--no-resolv",
-            "--no-hosts", "--no-poll", "--bind-interfaces",
-            f"--listen-address={H4}", "--port=53", f"--address=/{NAME}/{H4}",
-            f"--pid-file={tmp}/dnsmasq.pid", "--user=root"))
-        ok = iu.wait_for(lambda: iu.run(*host.in_ns(
-            h, "dig", f"@{H4}", "+short", "+time=1", "+tries=1", NAME, "A"),
-            check=False).stdout.strip() == H4, 10)
-        assert ok, "dnsmasq does not answer in H"
-        ok = iu.wait_for(lambda: iu.run(*host.in_ns(
-            h, "curl", "-sf", f"http://{H4}:{HTTP_PORT}/hello.txt"),
-            check=False).returncode == 0, 10)
-        assert ok, "HTTP server not serving in H"
-        resolv = os.path.join(tmp, "resolv.conf")
-        with open(resolv, "w") as f:
-            f.write(f"nameserver {H4}\n")
+        resolv = su.serve_in_h(cls.procs, host, www, tmp, NAME, HTTP_PORT,
+                               "hello.txt")
         cls._boot(resolv)
 
     @classmethod
@@ -275,7 +204,7 @@ class QemuUsernetTest(unittest.TestCase):
                                 f"{self.why()}")
         self.assertFalse(r[1], f"the guest's {name} failed: {r[2]}"
                                f"{self.why()}")
-        return r[2]
+        return fields(r[2])
 
     # --- the checks --------------------------------------------------------
 
@@ -328,7 +257,8 @@ class QemuUsernetTest(unittest.TestCase):
         print(su.bench_line(
             "qemu", self.lib,
             boot_to_lease_s=lease[0],
-            link_to_lease_s=(float(lease[2]["up"]) - float(link[2]["up"])
+            link_to_lease_s=(float(fields(lease[2])["up"]) -
+                             float(fields(link[2])["up"])
                              if link and not link[1] else None),
             boot_to_serving_s=self.serving[0],
             download_MBps=SIZE / 1e6 / secs if secs > 0 else None,
