@@ -136,27 +136,8 @@ class RootlesskitTest(unittest.TestCase):
         with open(child, "w") as f:
             f.write(CHILD)
         os.chmod(child, 0o755)
-        resolv = os.path.join(tmp, "resolv.conf")
-        with open(resolv, "w") as f:
-            f.write(f"nameserver {H4}\n")
-
-        cls.procs.start(host.in_ns(h, sys.executable, "-m", "http.server",
-                                   "--bind", "::", "--directory", www,
-                                   str(HTTP_PORT)))
-        cls.procs.start(host.in_ns(
-            h, "dnsmasq", "--keep-in-foreground", "--no-resolv",
-            "--no-hosts", "--no-poll", "--bind-interfaces",
-            f"--listen-address={H4}", "--port=53", f"--address=/{NAME}/{H4}",
-            f"--pid-file={tmp}/dnsmasq.pid", "--user=root"))
-        ok = iu.wait_for(lambda: iu.run(*host.in_ns(
-            h, "dig", f"@{H4}", "+short", "+time=1", "+tries=1", NAME, "A"),
-            check=False).stdout.strip() == H4, 10)
-        assert ok, "dnsmasq does not answer in H"
-        ok = iu.wait_for(lambda: iu.run(*host.in_ns(
-            h, "curl", "-sf", "-o", "/dev/null",
-            f"http://{H4}:{HTTP_PORT}/dl.bin"), check=False).returncode == 0,
-            10)
-        assert ok, "HTTP server not serving in H"
+        resolv = su.serve_in_h(cls.procs, host, www, tmp, NAME, HTTP_PORT,
+                               "dl.bin")
 
         state = os.path.join(cls.out, "state")
         env = cls.lib.env(preload=False)

@@ -129,31 +129,11 @@ class Slirp4netnsCase:
         cls.udp_echo = os.path.join(tmp, "udp_echo.py")
         shutil.copy(os.path.join(HERE, "udp_echo.py"), cls.udp_echo)
         os.chmod(cls.udp_echo, 0o755)
-        resolv = os.path.join(tmp, "resolv.conf")
-        with open(resolv, "w") as f:
-            f.write(f"nameserver {H4}\n")
-
         # H's servers.
-        cls.procs.start(host.in_ns(h, sys.executable, "-m", "http.server",
-                                   "--bind", "::", "--directory", www,
-                                   str(HTTP_PORT)))
-        cls.procs.start(host.in_ns(
-            h, "dnsmasq", "--keep-in-foreground", "--no-resolv",
-            "--no-hosts", "--no-poll", "--bind-interfaces",
-            f"--listen-address={H4}", "--port=53",
-            f"--address=/{NAME}/{H4}", f"--address=/{NAME}/{H6}",
-            f"--pid-file={tmp}/dnsmasq.pid", "--user=root"))
+        resolv = su.serve_in_h(cls.procs, host, www, tmp, NAME, HTTP_PORT,
+                               "dl.bin", aaaa=True)
         cls.procs.start(host.in_ns(h, sys.executable, cls.udp_echo, "serve",
                                    str(UDP_PORT)))
-        ok = iu.wait_for(lambda: iu.run(*host.in_ns(
-            h, "dig", f"@{H4}", "+short", "+time=1", "+tries=1", NAME, "A"),
-            check=False).stdout.strip() == H4, 10)
-        assert ok, "dnsmasq does not answer in H"
-        ok = iu.wait_for(lambda: iu.run(*host.in_ns(
-            h, "curl", "-sf", "-o", "/dev/null",
-            f"http://{H4}:{HTTP_PORT}/dl.bin"), check=False).returncode == 0,
-            10)
-        assert ok, "HTTP server not serving in H"
 
         cls._make_guest()
         cls._start_slirp4netns(resolv)

@@ -29,10 +29,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
-from tests.backend.backend_topology import BackendTopology
+from tests.backend.backend_topology import H4, H6, BackendTopology
 from tests.interop import interop_util as iu
 
 ENV_DIR = "NETSTACK_LIBSLIRP_DIR"
@@ -199,6 +200,38 @@ class Libslirp:
                 f"{dev[0]}:{dev[1]} inode {ino}), not {self.describe()} "
                 f"(dev {want[0]}:{want[1]} inode {want[2]})")
         return path
+
+
+def serve_in_h(procs, host, www, tmp, name, port, probe, aaaa=False):
+    """H's servers for a client test: an HTTP server for `www` on `port`
+    (both families) and dnsmasq on H4:53 answering `name` with H4 (and H6
+    when `aaaa`). Waits until dnsmasq answers and `probe` (a file in www)
+    is served. Returns the path of a resolv.conf naming dnsmasq, for the
+    client's mount namespace: libslirp forwards the guest's DNS to the
+    resolv.conf nameserver, and the machine's names one H cannot reach."""
+    h = host.h
+    procs.start(host.in_ns(h, sys.executable, "-m", "http.server", "--bind",
+                           "::", "--directory", www, str(port)))
+    addresses = [f"--address=/{name}/{H4}"]
+    if aaaa:
+        addresses.append(f"--address=/{name}/{H6}")
+    procs.start(host.in_ns(
+        h, "dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts",
+        "--no-poll", "--bind-interfaces", f"--listen-address={H4}",
+        "--port=53", *addresses, f"--pid-file={tmp}/dnsmasq.pid",
+        "--user=root"))
+    ok = iu.wait_for(lambda: iu.run(*host.in_ns(
+        h, "dig", f"@{H4}", "+short", "+time=1", "+tries=1", name, "A"),
+        check=False).stdout.strip() == H4, 10)
+    assert ok, "dnsmasq does not answer in H"
+    ok = iu.wait_for(lambda: iu.run(*host.in_ns(
+        h, "curl", "-sf", "-o", "/dev/null", f"http://{H4}:{port}/{probe}"),
+        check=False).returncode == 0, 10)
+    assert ok, "HTTP server not serving in H"
+    resolv = os.path.join(tmp, "resolv.conf")
+    with open(resolv, "w") as f:
+        f.write(f"nameserver {H4}\n")
+    return resolv
 
 
 def _needed(path):
