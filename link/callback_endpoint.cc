@@ -16,8 +16,7 @@ namespace {
 constexpr uint32_t kMinMtu = 68;  // RFC 791: every IPv4 link carries 68.
 // An untagged frame of the MTU must fit one chunk: 65522. A VLAN tag
 // takes 4 more bytes, which a frame of a smaller MTU may carry.
-constexpr uint32_t kEthernetHeader = 14;
-constexpr uint32_t kMaxMtu = buffer::kChunkSize - kEthernetHeader;
+constexpr uint32_t kMaxMtu = buffer::kChunkSize - kMinFrameLen;
 
 uint32_t MaxFrame(uint32_t mtu) {
   return std::min<uint32_t>(mtu + kEthernetOverhead, buffer::kChunkSize);
