@@ -32,6 +32,7 @@
 #include "tools/common/cli.h"
 #include "tools/netstackd/config.h"
 #include "tools/netstackd/daemon.h"
+#include "tools/netstackd/slirp4netns_mode.h"
 
 namespace netstack::tools {
 namespace {
@@ -180,6 +181,9 @@ int main(int argc, char** argv) {
   // here. netstackd itself keeps what its flags name (--fd, --ready-fd,
   // --exit-fd).
   netstack::tools::CloseInheritedOnExec();
+  if (netstack::tools::InvokedAsSlirp4netns(argc, argv)) {
+    return netstack::tools::RunAsSlirp4netns(argc, argv);
+  }
   absl::SetProgramUsageMessage(netstack::tools::kUsage);
   netstack::tools::HelpListsFlagsUnder("tools/netstackd/");
   CommandLine cl;
