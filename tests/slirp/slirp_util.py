@@ -526,3 +526,56 @@ def curl(prefix, url, timeout, *extra, progress=None):
     p.stdout.close()
     p.stderr.close()
     return r
+
+
+ENV_SLIRP4NETNS = "NETSTACK_SLIRP4NETNS"
+DEBIAN_SLIRP4NETNS = "/usr/bin/slirp4netns"
+
+
+class Slirp4netns:
+    """The slirp4netns program under test (issue #32), from
+    NETSTACK_SLIRP4NETNS: unset or empty, Debian's /usr/bin/slirp4netns;
+    else netstackd (a runfile path or an absolute one), copied into a
+    0755 temporary directory under /tmp (uid 65534 cannot read Bazel's
+    runfiles under /root) beside a symlink named slirp4netns, the name
+    netstackd answers to. `path` is what callers run (the symlink);
+    `exe` is the file /proc/PID/exe of a process of it names."""
+
+    def __init__(self):
+        setting = os.environ.get(ENV_SLIRP4NETNS, "")
+        self._tmp = None
+        if not setting:
+            self.path = self.exe = DEBIAN_SLIRP4NETNS
+            self.netstackd = None
+            self.label = "debian"
+            return
+        src = _resolve(setting)
+        if not os.path.isfile(src):
+            raise RuntimeError(f"{ENV_SLIRP4NETNS}={setting}: {src} is not "
+                               "a file")
+        self._tmp = tempfile.mkdtemp(prefix="nst-s4nn-", dir="/tmp")
+        os.chmod(self._tmp, 0o755)
+        self.exe = self.netstackd = os.path.join(self._tmp, "netstackd")
+        shutil.copy(src, self.exe)
+        os.chmod(self.exe, 0o755)
+        self.path = os.path.join(self._tmp, "slirp4netns")
+        os.symlink("netstackd", self.path)
+        self.label = "netstackd"
+
+    @property
+    def is_debian(self):
+        return self.netstackd is None
+
+    def assert_is(self, pid):
+        """Raises AssertionError unless process `pid` runs this program's
+        file (/proc/PID/exe; device and inode compared)."""
+        exe = os.readlink(f"/proc/{pid}/exe")
+        a, b = os.stat(f"/proc/{pid}/exe"), os.stat(self.exe)
+        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+            raise AssertionError(f"process {pid} runs {exe}, not {self.exe}")
+        return exe
+
+    def close(self):
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
