@@ -199,6 +199,7 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   g.dns6 = p.dns6;
   g.mtu = p.mtu;
   g.dhcp4 = policy.dhcp4;
+  g.ipv6 = policy.ipv6;
   b->guest_config_ =
       std::make_unique<GuestConfigServices>(stack, chunks, packets, nic, g);
   if (absl::Status s = b->guest_config_->Start(loop.Now(), &udp); !s.ok()) {

@@ -85,6 +85,10 @@ struct BackendPolicy {
   // Off: no DHCPv4 server (libslirp's disable_dhcp); the guest's address
   // is configured by other means. RAs and DHCPv6 stay.
   bool dhcp4 = true;
+  // Off: the guest gets no IPv6 at all (slirp4netns without
+  // --enable-ipv6): no RAs or DHCPv6, and the stack drops every IPv6
+  // frame (drop.ipv6_disabled; the runtime sets StackOptions::ipv6).
+  bool ipv6 = true;
 };
 
 struct BackendLimits {

@@ -22,6 +22,9 @@ struct GuestConfigPlan {
   // Off: no DHCPv4 server (libslirp's disable_dhcp; the C ABI's); a
   // DISCOVER from 0.0.0.0 is then dropped like any unspecified source.
   bool dhcp4 = true;
+  // Off: no router advertisements and no DHCPv6 (the guest has no IPv6
+  // from us; BackendPolicy::ipv6).
+  bool ipv6 = true;
   // IPv6: the guest takes its address by SLAAC in `prefix6`/64; the RA
   // comes from the stack's link-local address, the router's global
   // address is gateway6, DNS (RDNSS and DHCPv6) dns6.

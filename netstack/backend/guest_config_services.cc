@@ -16,6 +16,7 @@ GuestConfigServices::GuestConfigServices(stack::Stack& stack,
                                          const GuestConfigPlan& plan)
     : stack_(stack),
       dhcp4_on_(plan.dhcp4),
+      ipv6_on_(plan.ipv6),
       dhcp4_(stack, chunks, packets, nic, plan),
       ra_(stack, chunks, packets, nic, plan),
       dhcp6_(stack, chunks, packets, nic, plan) {}
@@ -30,11 +31,13 @@ GuestConfigServices::~GuestConfigServices() {
 absl::Status GuestConfigServices::Start(Instant now,
                                         stack::TransportHandler* udp_next) {
   if (started_) return absl::FailedPreconditionError("already started");
-  if (absl::Status s = ra_.Start(now); !s.ok()) return s;
-  if (absl::Status s = dhcp6_.Start(); !s.ok()) return s;
+  if (ipv6_on_) {
+    if (absl::Status s = ra_.Start(now); !s.ok()) return s;
+    if (absl::Status s = dhcp6_.Start(); !s.ok()) return s;
+  }
   next_ = udp_next;
   stack_.SetTransport(kUdp, this);
-  stack_.SetRouterSolicitationHandler(&ra_);
+  if (ipv6_on_) stack_.SetRouterSolicitationHandler(&ra_);
   stack_.AcceptIpv4UnspecifiedSource(true);
   started_ = true;
   return absl::OkStatus();
@@ -59,7 +62,7 @@ std::optional<stack::DropReason> GuestConfigServices::Deliver(
 std::optional<stack::DropReason> GuestConfigServices::Deliver(
     const stack::Ipv6Datagram& d, Instant now) {
   const wire::UdpHeader udp(d.payload.bytes());
-  if (udp.DstPort() == kDhcp6ServerPort) {
+  if (ipv6_on_ && udp.DstPort() == kDhcp6ServerPort) {
     dhcp6_.Deliver(d, now);
     return std::nullopt;
   }
@@ -73,7 +76,7 @@ void GuestConfigServices::OnIcmpError(const stack::IcmpError& e,
 }
 
 void GuestConfigServices::Poll(Instant now) {
-  if (now < ra_.NextDeadline()) return;
+  if (!ipv6_on_ || now < ra_.NextDeadline()) return;
   ra_.Poll(now);
   stack_.Flush(now);
 }

@@ -56,6 +56,7 @@ class GuestConfigServices : public stack::TransportHandler {
  private:
   stack::Stack& stack_;
   const bool dhcp4_on_;  // GuestConfigPlan::dhcp4
+  const bool ipv6_on_;   // GuestConfigPlan::ipv6: RAs and DHCPv6
   Dhcp4Server dhcp4_;
   RaServer ra_;
   Dhcp6Server dhcp6_;

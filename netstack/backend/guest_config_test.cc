@@ -492,6 +492,23 @@ TEST_F(GuestConfigTest, UnsolicitedRaCarriesPrefixMtuRdnssAndSllao) {
   EXPECT_EQ(services_->ra().counters().ra_sent_unsolicited, 4u);
 }
 
+TEST_F(GuestConfigTest, WithIpv6OffNoRaAndASolicitationIsUnanswered) {
+  // slirp4netns without --enable-ipv6: the guest must not configure an
+  // IPv6 address or route from us.
+  plan_.ipv6 = false;
+  services_.emplace(stack_, chunks_, packets_, nic_, plan_);
+  ASSERT_TRUE(services_->Start(now_, nullptr).ok());
+  EXPECT_EQ(services_->NextDeadline(), kNever);
+  services_->Poll(now_);
+  link_.Inject(RouterSolicitation(A6("fe80::aa:ff:fe00:1"), Mac(1), true, 255),
+               now_);
+  now_ += absl::Seconds(20);
+  services_->Poll(now_);
+  EXPECT_TRUE(Take().empty());
+  EXPECT_EQ(services_->ra().counters().ra_sent_unsolicited, 0u);
+  EXPECT_EQ(services_->ra().counters().rs_received, 0u);
+}
+
 TEST_F(GuestConfigTest, SolicitationBringsRaForwardButRateLimited) {
   Start();  // sent one at now_
   const wire::Ipv6Address ll = A6("fe80::aa:ff:fe00:1");

@@ -98,6 +98,8 @@ absl::Status Runtime::InitLink(RuntimeOptions& o) {
 
 // The stack, its NIC on the link, our addresses and the default routes.
 absl::Status Runtime::InitStack(RuntimeOptions& o) {
+  // A backend whose guest has no IPv6 (BackendPolicy::ipv6) answers none.
+  if (o.backend && !o.backend->policy.ipv6) o.stack.ipv6 = false;
   stack_ = std::make_unique<stack::Stack>(o.stack, *chunks_, *packets_);
   absl::StatusOr<stack::NicId> nic = stack_->AddNic(
       link_.get(), o.nic_name.empty() ? link_->Name() : o.nic_name);

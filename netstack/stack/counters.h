@@ -19,6 +19,7 @@ namespace netstack::stack {
   X(kNotOurMac, "not_our_mac")                                        \
   X(kVlanTagged, "vlan_tagged")                                       \
   X(kUnknownEthertype, "unknown_ethertype")                           \
+  X(kIpv6Disabled, "ipv6_disabled")                                   \
   X(kArpMalformed, "arp_malformed")                                   \
   X(kArpNotForUs, "arp_not_for_us")                                   \
   X(kArpBadSender, "arp_bad_sender")                                  \

@@ -344,6 +344,7 @@ void Stack::HandleFrame(Nic& nic, const link::InboundFrame& frame,
     case wire::EtherType::kIpv4:
       return HandleIpv4(nic, frame, std::move(payload), link_multicast, now);
     case wire::EtherType::kIpv6:
+      if (!options_.ipv6) return Drop(DropReason::kIpv6Disabled);
       return HandleIpv6(nic, frame, std::move(payload), link_multicast, now);
     default:
       return Drop(DropReason::kUnknownEthertype);

@@ -49,6 +49,9 @@ struct StackOptions {
   size_t tx_queue_limit = 4096;
   uint8_t ipv4_ttl = 64;
   uint8_t ipv6_hop_limit = 64;
+  // Off: every IPv6 frame is dropped on arrival (drop.ipv6_disabled), as
+  // slirp4netns without --enable-ipv6 does; nothing of IPv6 goes out.
+  bool ipv6 = true;
   // ICMP/ICMPv6 errors we send: a token bucket shared by both families,
   // like Linux's icmp_msgs_per_sec / icmp_msgs_burst.
   double icmp_errors_per_second = 1000;

@@ -386,6 +386,21 @@ TEST_F(StackTest, NeighborSolicitationGetsAdvertisement) {
   EXPECT_EQ(adv->options.target_link_layer, our_mac_);
 }
 
+TEST_F(StackTest, WithIpv6OffEveryIpv6FrameIsDroppedUnanswered) {
+  // slirp4netns without --enable-ipv6: no neighbor advertisement, no
+  // echo reply, each frame counted.
+  StackOptions o;
+  o.ipv6 = false;
+  stack_ = std::make_unique<Stack>(o, chunks_, packets_);
+  nic_ = *stack_->AddNic(link_.get(), "fake0");
+  ASSERT_TRUE(stack_->AddAddress(nic_, *ParseIpv6Cidr("fd00:9::2/64")).ok());
+  link_->Inject(testing::Icmpv6NeighborSolicitation(peer_, our_ip6_), now_);
+  InjectIpv6(testing::Icmpv6Echo(peer_.ip6, our_ip6_, 5, 1, 56), 58, 1);
+  EXPECT_TRUE(TakeSent().empty());
+  EXPECT_EQ(stack_->counters().drop(DropReason::kIpv6Disabled), 2u);
+  EXPECT_EQ(stack_->counters().icmpv6_echo_replies_sent, 0u);
+}
+
 TEST_F(StackTest, Ipv6EchoSmallAndFragmented) {
   link_->Inject(testing::Icmpv6NeighborSolicitation(peer_, our_ip6_), now_);
   TakeSent();
