@@ -2,13 +2,11 @@
 """Debian's Podman 4.3.1, rootless and unmodified, on a network command
 under test (issue #32 must-show 2).
 
-The network command comes from NETSTACK_SLIRP4NETNS:
-  - unset or empty: Debian's /usr/bin/slirp4netns (the harness's proof);
-  - a program (a relative path is a Bazel runfile): copied with a
-    symlink named slirp4netns beside it into a directory the test user
-    can read (Bazel's output lives under /root); the symlink is the
-    user's network_cmd_path. For netstackd, whose slirp4netns mode starts
-    under that name.
+The network command comes from NETSTACK_SLIRP4NETNS
+(slirp_util.Slirp4netns): unset or empty, Debian's /usr/bin/slirp4netns
+(the harness's proof); else netstackd, copied with a symlink named
+slirp4netns beside it into a directory the test user can read (Bazel's
+output lives under /root). The symlink is the user's network_cmd_path.
 
 The test makes the user nstpodman (useradd gives it subordinate ids;
 userdel removes them after), with HOME and XDG_RUNTIME_DIR in a
@@ -59,8 +57,6 @@ from tests.slirp import podman_util as pu
 from tests.slirp import slirp_util as su
 from tests.vm import vm_image
 
-ENV = "NETSTACK_SLIRP4NETNS"
-DEBIAN_SLIRP4NETNS = "/usr/bin/slirp4netns"
 NAME = "pm.netstack.test"
 HTTP_PORT = 8080
 PORT_ROOTLESSPORT = 18083
@@ -99,6 +95,7 @@ class PodmanTest(unittest.TestCase):
         cls.left_after_rm = []   # what Podman itself left running
         cls.left_after_kill = []
         cls.binds = None   # set once podman can run
+        cls.s4 = None
         try:
             cls._setup()
         except BaseException:
@@ -106,38 +103,17 @@ class PodmanTest(unittest.TestCase):
             raise
 
     @classmethod
-    def _network_cmd(cls):
-        """(network_cmd_path, the file its process must execute, label)."""
-        setting = os.environ.get(ENV, "")
-        if not setting:
-            return (DEBIAN_SLIRP4NETNS, os.path.realpath(DEBIAN_SLIRP4NETNS),
-                    "debian")
-        src = setting
-        if not os.path.isabs(src):
-            src = iu.runfile(src) if iu.RUNFILES else os.path.abspath(src)
-        if not os.path.isfile(src):
-            raise RuntimeError(f"{ENV}={setting}: {src} is no file")
-        bindir = os.path.join(cls.tmp, "bin")
-        os.makedirs(bindir)
-        os.chmod(bindir, 0o755)
-        program = os.path.join(bindir, os.path.basename(src))
-        shutil.copy(src, program)
-        os.chmod(program, 0o755)
-        unreadable = pu.ldd_unreadable(program)
-        if unreadable:
-            raise RuntimeError(f"{program} loads libraries the test user "
-                               f"cannot read: {unreadable}")
-        link = os.path.join(bindir, "slirp4netns")
-        if os.path.basename(program) != "slirp4netns":
-            os.symlink(os.path.basename(program), link)
-        return link, program, os.path.basename(program)
-
-    @classmethod
     def _setup(cls):
         tmp, user = cls.tmp, cls.user
-        cls.network_cmd, cls.expect_exe, cls.label = cls._network_cmd()
-        print(f"network command under test: {cls.network_cmd} "
-              f"({cls.label}, {cls.expect_exe})", flush=True)
+        # Debian's, or netstackd copied where the user can read it, with
+        # a symlink named slirp4netns (slirp_util.Slirp4netns).
+        cls.s4 = su.Slirp4netns()
+        cls.label = cls.s4.label
+        print(f"network command under test: {cls.s4.path} ({cls.label}, "
+              f"{cls.s4.exe})", flush=True)
+        unreadable = pu.ldd_unreadable(cls.s4.exe)
+        assert not unreadable, (f"{cls.s4.exe} loads libraries the test "
+                                f"user cannot read: {unreadable}")
         user.create()
         print(f"user {user.name}: uid {user.uid}, subuids {user.subuid}",
               flush=True)
@@ -148,7 +124,7 @@ class PodmanTest(unittest.TestCase):
             os.makedirs(d)
             os.chown(d, user.uid, user.gid)
             os.chmod(d, 0o700)
-        pu.write_config(user, home, cls.run_dir, cls.network_cmd)
+        pu.write_config(user, home, cls.run_dir, cls.s4.path)
         cls.env = pu.podman_env(user, home, cls.run_dir, cls.user_tmp)
 
         busybox = os.path.join(vm_image.fetch(), "busybox")
@@ -200,6 +176,8 @@ class PodmanTest(unittest.TestCase):
         cls.procs.stop_all()
         cls.host.close()
         user.remove()
+        if cls.s4:
+            cls.s4.close()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
@@ -258,9 +236,7 @@ class PodmanTest(unittest.TestCase):
     def check_network_command(self, pid):
         """The process is the program under test, runs in H as the user.
         Returns its argv."""
-        exe = os.readlink(f"/proc/{pid}/exe")
-        self.assertEqual(exe, self.expect_exe,
-                         f"Podman's network command {pid} runs {exe}")
+        exe = self.s4.assert_is(pid)
         self.assertEqual(os.stat(f"/proc/{pid}/ns/net").st_ino, self.h_netns,
                          "the network command is not in H")
         with open(f"/proc/{pid}/status") as f:
