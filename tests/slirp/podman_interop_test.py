@@ -94,6 +94,7 @@ class PodmanTest(unittest.TestCase):
         cls.user = pu.TestUser(os.path.join(cls.tmp, "home"))
         cls.left_after_rm = []   # what Podman itself left running
         cls.left_after_kill = []
+        cls.asan_dir, cls.asan_reports = None, []
         cls.binds = None   # set once podman can run
         cls.s4 = None
         try:
@@ -125,7 +126,22 @@ class PodmanTest(unittest.TestCase):
             os.chown(d, user.uid, user.gid)
             os.chmod(d, 0o700)
         pu.write_config(user, home, cls.run_dir, cls.s4.path)
-        cls.env = pu.podman_env(user, home, cls.run_dir, cls.user_tmp)
+        extra = {}
+        cls.asan_dir = None
+        if pu.needs_asan(cls.s4.exe):
+            # Podman quotes the network command's output only when it
+            # fails to start, and unlinks it: ASan's reports go to files
+            # the test reads at the end (the command inherits podman's
+            # environment).
+            cls.asan_dir = os.path.join(tmp, "asan")
+            os.makedirs(cls.asan_dir)
+            os.chmod(cls.asan_dir, 0o1777)
+            for var, default, name in (
+                    ("ASAN_OPTIONS", "abort_on_error=1", "asan"),
+                    ("UBSAN_OPTIONS", "print_stacktrace=1", "ubsan")):
+                opts = os.environ.get(var, default)
+                extra[var] = f"{opts}:log_path={cls.asan_dir}/{name}"
+        cls.env = pu.podman_env(user, home, cls.run_dir, cls.user_tmp, extra)
 
         busybox = os.path.join(vm_image.fetch(), "busybox")
         up = random.Random(32).randbytes(SIZE)
@@ -173,6 +189,11 @@ class PodmanTest(unittest.TestCase):
         user.kill_processes()
         left = user.wait_gone(30)
         cls.left_after_kill = [p for p in left if p[1] != "Z"]
+        cls.asan_reports = []
+        if cls.asan_dir and os.path.isdir(cls.asan_dir):
+            for name in sorted(os.listdir(cls.asan_dir)):
+                with open(os.path.join(cls.asan_dir, name)) as f:
+                    cls.asan_reports.append(f"--- {name}:\n{f.read()}")
         cls.procs.stop_all()
         cls.host.close()
         user.remove()
@@ -183,6 +204,9 @@ class PodmanTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls._teardown()
+        assert not cls.asan_reports, (
+            "the network command's sanitizer reports:\n"
+            + "\n".join(cls.asan_reports))
         assert not cls.left_after_kill, (
             f"the user's processes survive SIGKILL: {cls.left_after_kill}")
         left = cls.user.live_processes()

@@ -324,3 +324,11 @@ def ldd_unreadable(path, readable=readable_by_others):
         if m and not readable(m.group(1)):
             bad.append(m.group(1))
     return bad
+
+
+def needs_asan(path):
+    """Whether `path` was built with AddressSanitizer (it loads libasan:
+    `bazel test --config=asan`)."""
+    out = subprocess.run(["ldd", path], capture_output=True, text=True,
+                         check=False).stdout
+    return "libasan.so" in out
