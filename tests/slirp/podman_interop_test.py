@@ -30,7 +30,8 @@ in a private mount namespace where H's resolv.conf names H's dnsmasq and
   3. the same with `--network slirp4netns:port_handler=slirp4netns` (the
      network command's API socket, add_hostfwd);
   4. IPv6 is on, as Podman 4.3 asks by default: the network command got
-     --enable-ipv6 and the container has a global fd00::/64 address.
+     --enable-ipv6, the container has a global fd00::/64 address, and
+     the 16 MiB download from H also works over IPv6.
 Each running container's network command is checked to be the program
 under test (/proc/PID/exe), in H, and run as the user.
 
@@ -51,7 +52,7 @@ import tempfile
 import time
 import unittest
 
-from tests.backend.backend_topology import H4
+from tests.backend.backend_topology import H4, H6
 from tests.interop import interop_util as iu
 from tests.slirp import podman_util as pu
 from tests.slirp import slirp_util as su
@@ -376,6 +377,16 @@ echo "sha=$(sha256sum /tmp/dl.bin | cut -d' ' -f1)"
             out, _ = self.run_ok("exec", name, "sh", "-c", script)
             self.assertRegex(out, r"inet6 fd00:[0-9a-f:]+/64 scope global",
                              out)
+            # And it carries a flow: the same download from H over IPv6,
+            # by the default route the advertisement gave.
+            script = (f"wget -q -O /tmp/dl6.bin http://[{H6}]:{HTTP_PORT}/"
+                      "dl.bin; echo wget_rc=$?; "
+                      "echo sha=$(sha256sum /tmp/dl6.bin | cut -d' ' -f1)")
+            out, secs = self.run_ok("exec", name, "sh", "-c", script)
+            self.assertIn("wget_rc=0", out)
+            self.assertIn(f"sha={self.dl_sha}", out)
+            print(f"PODMAN_BENCH network_cmd={self.label} test=ipv6_download "
+                  f"exec_s={secs:.2f}", flush=True)
         finally:
             self.run_ok("rm", "-f", "-t", "0", name)
 
