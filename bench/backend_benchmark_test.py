@@ -1,12 +1,20 @@
 """bench/backend_benchmark's arithmetic, without namespaces: the median of
 rounds, the better peer, the ratios and the goals' verdicts, the table and
---from-json. The measurements themselves need root and the peers; this
-checks what turns them into the table and the goals."""
+--from-json; a peer's retry and the exit status, on fake backends. The
+measurements themselves need root and the peers; this checks what turns
+them into the table and the goals.
+
+With --netns (the backend_benchmark_netns_test target, root): the ports
+the harness listens on after clients have run stay out of connect()'s
+choice in a namespace the harness made."""
+import argparse
 import importlib.machinery
 import importlib.util
 import json
 import os
+import io
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -267,7 +275,7 @@ class SlirpOnNetstack(unittest.TestCase):
     def test_table_has_its_ratio_to_slirp4netns(self):
         r = self.results({"rr": rr(10000)}, {"rr": rr(12500)})
         ws = [w for w in bb.WORKLOADS if w[0] == "rr"]
-        lines = bb.table(r, ws, bb.TOOLS).splitlines()
+        lines = bb.table(r, ws, bb.default_tools(None)[0]).splitlines()
         self.assertTrue(lines[0].endswith("| +netstack/slirp4netns |"),
                         lines[0])
         self.assertIn("| 10,000 (100 us) | 12,500 (80 us)       |", lines[2])
@@ -291,10 +299,51 @@ class SlirpOnNetstack(unittest.TestCase):
             self.assertEqual(bb.libslirp_dir(lib), (d, None))
 
     def test_default_tools_leave_it_out_only_without_its_library(self):
-        self.assertEqual(bb.default_tools(None), (list(bb.TOOLS), None))
+        self.assertEqual(bb.default_tools(None), (["veth", "netstackd", "pasta",
+                                                   "slirp4netns", bb.SLIRP_NS],
+                                                  None))
         tools, why = bb.default_tools("no libslirp.so.0 in /x")
         self.assertEqual(tools, ["veth", "netstackd", "pasta", "slirp4netns"])
         self.assertEqual(why, "left out: no libslirp.so.0 in /x")
+
+
+class NetstackdAsSlirp4netns(unittest.TestCase):
+    """netstackd-as-slirp4netns (issue #32): not a default tool yet; its
+    columns and goals are ratios to netstackd and to slirp4netns."""
+
+    def test_not_in_the_default_tools(self):
+        self.assertIn(bb.ND_SLIRP, bb.TOOLS)
+        self.assertNotIn(bb.ND_SLIRP, bb.default_tools(None)[0])
+        self.assertIn(bb.ND_SLIRP, bb.OURS)
+
+    def test_table_and_goals(self):
+        r = {("slirp4netns", "tcp-g2h-65520"): gbps(2),
+             ("netstackd", "tcp-g2h-65520"): gbps(10),
+             (bb.ND_SLIRP, "tcp-g2h-65520"): gbps(9.5),   # 0.95x, 4.75x
+             ("slirp4netns", "tcp-g2h-1500"): gbps(0.5),
+             ("netstackd", "tcp-g2h-1500"): gbps(6),
+             (bb.ND_SLIRP, "tcp-g2h-1500"): gbps(4.5)}    # 0.75x, 9x
+        ws = [w for w in bb.WORKLOADS if w[0] in ("tcp-g2h-65520",
+                                                  "tcp-g2h-1500")]
+        tools = ["netstackd", "slirp4netns", bb.ND_SLIRP]
+        lines = bb.table(r, ws, tools).splitlines()
+        self.assertTrue(lines[0].endswith("| as-s4n/nd | as-s4n/slirp4netns |"),
+                        lines[0])
+        self.assertTrue(lines[2].endswith("| 0.95x     | 4.75x              |"),
+                        lines[2])
+        g = bb.nd_slirp_goals(r)
+        self.assertEqual([ok for _, ok in g], [True, False, True, False])
+        self.assertIn("tcp-g2h-1500: >= 10x slirp4netns (got 9.00x)", g[3][0])
+
+    def test_the_symlink_is_named_slirp4netns(self):
+        with tempfile.TemporaryDirectory() as d:
+            a = argparse.Namespace(run_dir=d, netstackd="/x/netstackd")
+            link = bb.slirp4netns_binary(bb.ND_SLIRP, a)
+            self.assertEqual(link, os.path.join(d, "slirp4netns"))
+            self.assertEqual(os.readlink(link), "/x/netstackd")
+            self.assertEqual(bb.slirp4netns_binary(bb.ND_SLIRP, a), link)
+            self.assertEqual(bb.slirp4netns_binary("slirp4netns", a),
+                             "slirp4netns")
 
 
 def system_libslirp_or_skip(test):
@@ -376,5 +425,229 @@ class LoadedLibslirp(unittest.TestCase):
             pid, os.path.join(d, "libslirp.so.0"), self.system))
 
 
+class FakeBackend:
+    """Stands in for Backend: no namespace, no process. `plan` says how
+    often each tool's start() fails at each MTU before it comes up."""
+    plan = {}
+    starts = []
+
+    def __init__(self, topo, tool, mtu, args, forward=False,
+                 forward_path=None, attempt=0):
+        self.tool, self.mtu, self.attempt = tool, mtu, attempt
+        self.proc = None
+        self.guest = f"guest-{tool}-{mtu}-{attempt}"
+
+    def start(self):
+        FakeBackend.starts.append((self.tool, self.mtu, self.attempt))
+        left = FakeBackend.plan.get((self.tool, self.mtu), 0)
+        if left:
+            FakeBackend.plan[(self.tool, self.mtu)] = left - 1
+            raise RuntimeError(f"{self.tool} did not bring the guest's "
+                               "network up: Failed to bind any port for "
+                               "'-t 8082:80', exiting")
+
+    def guest_mtu(self):
+        return self.mtu
+
+    def cpu(self):
+        return 0.0
+
+    def stop(self):
+        return ""
+
+
+class Retry(unittest.TestCase):
+    """measure_round on fake backends and fake workloads: a peer that
+    fails is retried once, only in the cells that failed; netstackd is
+    not retried (its failure is the run's)."""
+
+    def setUp(self):
+        FakeBackend.plan, FakeBackend.starts = {}, []
+        self.progress = io.StringIO()
+        self.saved, bb.PROGRESS = bb.PROGRESS, self.progress
+        self.calls = []      # (tool, workload) per run of a workload
+        self.failures = {}   # (tool, workload): how often it fails first
+        self.workloads = [("w1", 65520, self.workload("w1"), "W1"),
+                          ("w2", 65520, self.workload("w2"), "W2"),
+                          ("w3", 1500, self.workload("w3"), "W3")]
+        self.args = argparse.Namespace(duration=1, verbose=False,
+                                       syscalls=False)
+
+    def tearDown(self):
+        bb.PROGRESS = self.saved
+
+    def workload(self, name):
+        def measure(ctx):
+            key = (ctx.backend.tool, name)
+            self.calls.append(key)
+            if self.failures.get(key):
+                self.failures[key] -= 1
+                return M(error="iperf3: the control connection closed")
+            return gbps(len(self.calls))
+        return measure
+
+    def round_(self, tools):
+        samples = {}
+        notes = bb.measure_round(argparse.Namespace(h="H"), self.args,
+                                 self.workloads, tools, samples,
+                                 make_backend=FakeBackend)
+        return samples, notes
+
+    def test_a_peer_that_did_not_start_is_retried_once(self):
+        FakeBackend.plan[("pasta", 65520)] = 1
+        samples, notes = self.round_(["pasta"])
+        self.assertEqual(FakeBackend.starts, [("pasta", 65520, 0),
+                                              ("pasta", 65520, 1),
+                                              ("pasta", 1500, 0)])
+        for name in ("w1", "w2", "w3"):
+            self.assertEqual(len(samples[("pasta", name)]), 1)
+            self.assertIsNone(samples[("pasta", name)][0].error)
+        self.assertIn("Failed to bind any port", samples[("pasta", "w1")][0]
+                      .extra["first_error"])
+        self.assertIn("retrying W1, W2 once", self.progress.getvalue())
+        self.assertEqual(len(notes), 1)
+        self.assertIn("pasta W1, W2 (MTU 65520): measured on the retry after "
+                      "pasta did not bring the guest's network up", notes[0])
+
+    def test_a_peer_that_fails_twice_is_an_error_with_its_reason(self):
+        FakeBackend.plan[("slirp4netns", 65520)] = 2
+        samples, _ = self.round_(["slirp4netns", "netstackd"])
+        self.assertEqual([s for s in FakeBackend.starts if s[0] ==
+                          "slirp4netns"], [("slirp4netns", 65520, 0),
+                                           ("slirp4netns", 65520, 1),
+                                           ("slirp4netns", 1500, 0)])
+        m = samples[("slirp4netns", "w1")][0]
+        self.assertIn("Failed to bind any port", m.error)
+        self.assertEqual(m.extra["tries"], 2)
+        self.assertEqual(bb.fmt(m), "error")
+        # The run went on: its 1500 cell and netstackd's cells measured.
+        self.assertIsNone(samples[("slirp4netns", "w3")][0].error)
+        self.assertIsNone(samples[("netstackd", "w1")][0].error)
+        results = {k: bb.median_measurement(v) for k, v in samples.items()}
+        notes = bb.error_notes(results, self.workloads)
+        self.assertEqual(len(notes), 2)
+        self.assertTrue(notes[0].startswith(
+            "slirp4netns W1: error (twice): slirp4netns did not bring the "
+            "guest's network up: Failed to bind any port"), notes[0])
+
+    def test_only_the_failed_cell_is_measured_again(self):
+        self.failures[("veth", "w2")] = 1
+        samples, notes = self.round_(["veth"])
+        self.assertEqual(self.calls, [("veth", "w1"), ("veth", "w2"),
+                                      ("veth", "w2"), ("veth", "w3")])
+        self.assertIsNone(samples[("veth", "w2")][0].error)
+        self.assertEqual(samples[("veth", "w2")][0].value, 3)
+        self.assertEqual(len(notes), 1)
+
+    def test_netstackd_is_not_retried(self):
+        FakeBackend.plan[("netstackd", 65520)] = 1
+        self.failures[("netstackd", "w3")] = 1
+        samples, notes = self.round_(["netstackd"])
+        self.assertEqual(FakeBackend.starts, [("netstackd", 65520, 0),
+                                              ("netstackd", 1500, 0)])
+        self.assertIn("Failed to bind", samples[("netstackd", "w1")][0].error)
+        self.assertIsNotNone(samples[("netstackd", "w3")][0].error)
+        self.assertEqual(notes, [])
+
+
+class ExitStatus(unittest.TestCase):
+    """Non-zero only for netstackd's own failure or the harness's."""
+
+    def test_a_peers_error_is_not_fatal(self):
+        r = {("netstackd", "rr"): rr(100), ("pasta", "rr"): M(error="x"),
+             ("slirp4netns", "rr"): M(error="y"), ("veth", "rr"): M(error="z"),
+             (bb.SLIRP_NS, "rr"): M(error="w")}
+        self.assertEqual(bb.exit_status(r, {"pasta": "did not exit"}, None,
+                                        False), 0)
+
+    def test_netstackds_error_is(self):
+        for tool in ("netstackd", "netstackd-as-slirp4netns"):
+            r = {(tool, "rr"): M(error="netstackd exited during rr"),
+                 ("pasta", "rr"): rr(100)}
+            self.assertEqual(bb.exit_status(r, {}, None, False), 1, tool)
+        self.assertEqual(bb.exit_status({}, {"netstackd": "exit 1"}, None,
+                                        False), 1)
+
+    def test_the_harness_failing_is(self):
+        self.assertEqual(bb.exit_status({}, {}, "no server on port 5201 in H",
+                                        False), 1)
+
+    def test_interrupted(self):
+        self.assertEqual(bb.exit_status({}, {}, None, True), 130)
+
+
+class ReservedPorts(unittest.TestCase):
+    def test_every_listener_after_clients_is_reserved(self):
+        reserved = set()
+        for part in bb.RESERVED_PORTS.split(","):
+            lo, _, hi = part.partition("-")
+            reserved.update(range(int(lo), int(hi or lo) + 1))
+        ports = {bb.GUEST_HTTP_PORT, bb.IPERF_PORT, bb.RR_PORT}
+        ports.update(bb.forward_port(t) for t in bb.TOOLS)
+        self.assertLessEqual(ports, reserved)
+
+
+NETNS = False
+
+
+class EphemeralPortsInTheHarnessNamespace(unittest.TestCase):
+    """In a namespace made as the harness makes them, client sockets never
+    take the port a backend's forward binds next (the cause of 'Failed to
+    bind any port for -t 8082:80': netstackd's TCP_CRR host sockets left
+    TIME_WAITs on 8082 in H, and pasta came next). The port range is
+    narrowed to 8080-8099 and every port connect() will give is taken."""
+
+    def setUp(self):
+        if not NETNS:
+            self.skipTest("--netns: needs root (backend_benchmark_netns_test)")
+        self.topo = bb.Topology()
+        self.addCleanup(self.topo.close)
+        self.ns = f"nstbb-{bb.TAG}-porttest"
+        self.topo.add_ns(self.ns)
+        bb.run(*bb.in_ns(self.ns, "sysctl", "-q", "-w",
+                         "net.ipv4.ip_local_port_range=8080 8099"))
+
+    def test_a_forward_port_is_free_after_the_clients_ran(self):
+        port = bb.forward_port("pasta")
+        code = f"""
+import errno, socket
+srv = socket.socket()
+srv.bind(("127.0.0.1", 5000))
+srv.listen(64)
+clients, accepted = [], []
+while len(clients) < 30:
+    c = socket.socket()
+    try:
+        c.connect(srv.getsockname())
+    except OSError as e:
+        assert e.errno == errno.EADDRNOTAVAIL, e
+        break
+    clients.append(c)
+    accepted.append(srv.accept()[0])
+print(sorted(c.getsockname()[1] for c in clients))
+for c in clients:
+    c.close()  # the client closes first: its port goes to TIME_WAIT
+for a in accepted:
+    a.close()
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", {port}))
+l.listen()
+print("bound")
+"""
+        out = bb.run(*bb.in_ns(self.ns, sys.executable, "-c", code),
+                     check=False)
+        used = [int(p) for p in
+                out.stdout.splitlines()[0].strip("[]").split(",")]
+        # Every port of the range that is not ours was taken.
+        self.assertGreaterEqual(len(used), 10, out.stdout)
+        self.assertNotIn(port, used)
+        self.assertEqual(out.returncode, 0, out.stderr[-500:])
+        self.assertIn("bound", out.stdout)
+
+
 if __name__ == "__main__":
+    if "--netns" in sys.argv:
+        sys.argv.remove("--netns")
+        NETNS = True
     unittest.main()
