@@ -170,7 +170,7 @@ class PodmanTest(unittest.TestCase):
         print(f"podman import: {secs:.2f} s", flush=True)
 
     @classmethod
-    def podman(cls, *args, timeout=120):
+    def podman(cls, *args, timeout=60):
         """(returncode, stdout, stderr, seconds) of `podman ARGS` as the
         user in H."""
         return pu.run(pu.podman_command(cls.host.h, cls.binds, cls.user,
@@ -225,7 +225,7 @@ class PodmanTest(unittest.TestCase):
 
     # --- helpers -----------------------------------------------------------
 
-    def run_ok(self, *args, timeout=120):
+    def run_ok(self, *args, timeout=60):
         rc, out, err, secs = self.podman(*args, timeout=timeout)
         self.assertEqual(rc, 0, f"podman {' '.join(args)} failed (rc {rc})"
                          f"\n--- stdout:\n{out}\n--- stderr:\n{err}")

@@ -289,13 +289,57 @@ def run(cmd, env, cwd, timeout=120):
         out, err = p.communicate(timeout=timeout)
         rc = p.returncode
     except subprocess.TimeoutExpired:
+        found = hung_logs(p.pid)
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         out, err = p.communicate()
+        err += f"\n[timed out after {timeout} s]{found}"
         rc = None
     return rc, out, err, time.monotonic() - t0
+
+
+def _tree(pid):
+    """`pid` and every process below it."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def hung_logs(pid):
+    """What a hung podman shows: each process below `pid` with its command
+    line, and the unlinked files they hold open (Podman gives the network
+    command an unlinked log file and quotes it only when the command
+    fails, not when it never says it is ready)."""
+    parts, seen = [], set()
+    for p in _tree(pid):
+        parts.append(f"\n  {p} {' '.join(cmdline(p))[:300]}")
+        try:
+            fds = os.listdir(f"/proc/{p}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{p}/fd/{fd}")
+                if not target.endswith(" (deleted)") or target in seen:
+                    continue
+                seen.add(target)
+                with open(f"/proc/{p}/fd/{fd}", "rb") as f:
+                    data = f.read(8192).decode(errors="replace")
+            except OSError:
+                continue
+            if data:
+                parts.append(f"\n--- {target} (open in {p}):\n{data}")
+    return "".join(parts)
 
 
 def readable_by_others(path):
