@@ -379,6 +379,18 @@ class RootlesskitCase(unittest.TestCase):
                          f"rootlesskit's namespaces are left after {sig!r}")
         r = self.fetch(self.FWD_PORT, "")
         self.assertEqual(r.returncode, 7, r.stderr)
+        if sig == signal.SIGTERM:
+            # A clean exit: rootlesskit removes its state directory.
+            self.assertFalse(os.path.exists(self.state),
+                             f"{self.state} is left")
+            return
+        left = sorted(os.listdir(self.state))
+        print(f"after {sig!r}, the state directory holds {left}", flush=True)
+        if self.DRIVER == "slirp4netns":
+            # slirp4netns died by SIGKILL (rootlesskit's Pdeathsig): its
+            # API socket stays, and the next start (restart) on this state
+            # directory must replace it.
+            self.assertIn(".s4nn.sock", left)
 
     def restart(self):
         """rootlesskit again on the same state directory: it must start

@@ -21,6 +21,7 @@ symlink named slirp4netns).
   byte comes when the API socket already answers; closing the exit-fd's
   write end, and SIGTERM, end it with status 0, the socket file and the
   tap gone.
+- NetnsPathTest: Podman's `--netns-type=path PATH`.
 
 Where Debian's slirp4netns 1.2.0 differs from what issue #32 asks of
 netstackd (it crashes on a request whose proto is missing or not a
@@ -610,6 +611,39 @@ class LifetimeTest(FixtureCase):
             self.fail(f"it outlived SIGTERM{self.fx.log(p)}")
         self.assertEqual(rc, 0, self.fx.log(p))
         self.assert_gone(p, target, api)
+
+
+class NetnsPathTest(FixtureCase):
+    """Podman's form: `--netns-type=path PATH tap0`, the namespace a
+    file (here one `ip netns add` made) rather than a process's."""
+    PREFIX = "nsts4p"
+
+    def test_configures_the_namespace_at_path(self):
+        ns = f"{self.PREFIX}-{os.getpid()}-t"
+        iu.run("ip", "netns", "add", ns)
+        self.addCleanup(iu.run, "ip", "netns", "del", ns, check=False)
+        api = os.path.join(self.fx.tmp, "path.sock")
+        er, ew = os.pipe()
+        rr, rw = os.pipe()
+        p = self.fx.start("-c", "-e", str(er), "-r", str(rw), "-a", api,
+                          "--netns-type=path", f"/var/run/netns/{ns}",
+                          "tap0", pass_fds=(er, rw))
+        os.close(er)
+        os.close(rw)
+        self.addCleanup(self.fx.procs.stop, p)
+        self.addCleanup(_close_quietly, rr)
+        try:
+            self.assertEqual(len(su.wait_readable_byte(rr, 15)), 1,
+                             self.fx.log(p))
+            addr = iu.run("ip", "-n", ns, "-o", "-4", "addr", "show", "dev",
+                          "tap0", check=False).stdout
+            self.assertIn("inet 10.0.2.100/24", addr, self.fx.log(p))
+            self.assertEqual(request(api, {"execute": "list_hostfwd"}),
+                             {"entries": []})
+        finally:
+            os.close(ew)
+        self.assertEqual(p.wait(10), 0, self.fx.log(p))
+        self.assertFalse(os.path.exists(api))
 
 
 def _close_quietly(fd):
