@@ -231,7 +231,13 @@ def known_flags(tool):
         p = subprocess.run([tool_path(tool), "--help"], capture_output=True,
                            text=True, timeout=30)
         assert p.returncode == 0, f"{tool} --help: {p.returncode} {p.stderr}"
-        names = set(re.findall(r"^\s+--(\w+) \(", p.stdout, re.M))
+        # The grouped --help (tools/common/cli.h: an entry per flag at
+        # column 2, "  --http-root DIR" or "  -t, --tcp-forward SPEC");
+        # else Abseil's "    --http_root (help...); default: ...".
+        names = set(n.replace("-", "_") for n in re.findall(
+            r"^  (?:-\w, )?--([\w-]+)", p.stdout, re.M))
+        if not names:
+            names = set(re.findall(r"^\s+--(\w+) \(", p.stdout, re.M))
         assert names, f"{tool} --help lists no flags:\n{p.stdout}"
         _HELP_FLAGS[tool] = names | BUILTIN_FLAGS
     return _HELP_FLAGS[tool]

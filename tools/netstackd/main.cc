@@ -28,10 +28,10 @@
 #include <utility>
 #include <vector>
 
-#include "absl/flags/usage.h"
 #include "tools/common/cli.h"
 #include "tools/netstackd/config.h"
 #include "tools/netstackd/daemon.h"
+#include "tools/netstackd/help.h"
 #include "tools/netstackd/slirp4netns_mode.h"
 
 namespace netstack::tools {
@@ -50,51 +50,6 @@ void CloseInheritedOnExec() {
   }
   closedir(d);
 }
-
-constexpr char kUsage[] =
-    "Runs a netstack userspace TCP/IP stack on one link.\n"
-    "usage: netstackd (--tap NAME | --packet IFNAME | --unix PATH | --fd N "
-    "--fd-type tap|stream) [--netns NS] "
-    "--addr CIDR [--addr6 CIDR] [--gateway IP] [--mtu N] [--pcap FILE] "
-    "[--loss F --duplicate F --reorder F --corrupt F --delay D --jitter D "
-    "--seed N --fault_queue_limit N --fault_ingress] "
-    "[--swgso | --hostgso] [--gso N] "
-    "[--http-root DIR [--http-port N]] [--echo-port N] [--discard-port N]\n"
-    "       netstackd [BACKEND FLAGS] [--no-dns-config] [--verbose] -- CMD "
-    "[ARGS...]\n"
-    "       netstackd [BACKEND FLAGS] (--netns-pid PID | --netns NS|PATH) "
-    "[--userns-pid PID | --userns PATH] [--tap NAME]\n"
-    "       netstackd --backend (--tap NAME --netns NS | --unix PATH | "
-    "--fd N --fd-type tap|stream) "
-    "[--net CIDR] [--net6 PREFIX] [--mtu N] [--host-loopback] "
-    "[--outbound-bind IP] [--max-tcp-flows N] [--max-udp-flows N] "
-    "[--udp-timeout D] [--tcp-guest-timeout D] "
-    "[--dns-upstream ADDR[:PORT]]... [--swgso | --gso N] [--pcap FILE]\n"
-    "It answers ARP, NDP and ping (IPv4 and IPv6, with fragmentation and "
-    "reassembly) and runs TCP and UDP; the services (HTTP static files, "
-    "echo, discard) listen on every address of both families. With "
-    "--backend it is instead a guest's gateway: the guest (10.0.2.100 by "
-    "DHCP and SLAAC in fd00::/64 by default) reaches this host's network "
-    "through it; each TCP and UDP flow and ping becomes a host socket, "
-    "and DNS to 10.0.2.3 / fd00::3 goes to --dns-upstream. With -- CMD it "
-    "runs CMD in a new network namespace and a user namespace of its own "
-    "(root there is the caller, with no capability outside them) whose "
-    "only way out is the backend: tap0 there gets 10.0.2.100/24 and fd00::100/64 with "
-    "default routes, CMD sees a resolv.conf naming the DNS address, "
-    "SIGINT/SIGTERM/SIGHUP go on to CMD, and netstackd exits with CMD's "
-    "status (128+N if signal N killed it; 127 if CMD cannot be found). "
-    "CMD runs as pid 2 of a new PID namespace (with its own /proc) under "
-    "an init of netstackd's: when CMD exits, whatever it left running "
-    "is killed. CMD has a session of its own: a pty of its own when "
-    "netstackd runs in the foreground of a terminal, else no "
-    "controlling terminal. "
-    "--netns-pid and --netns do the same for a namespace that exists. "
-    "Flag names "
-    "take '-' or '_' (--http-root or --http_root). Counters (stack, TCP, "
-    "UDP, services, faults) go to stderr on SIGUSR1 and at exit; SIGINT or "
-    "SIGTERM stop it. Exit status: 0 after a clean stop, 1 if the link or "
-    "a resource (the HTTP root, a port already in use) could not be set "
-    "up, 2 for bad flags.";
 
 // "-- CMD [ARGS...]": everything after the first "--" is CMD's; argc ends
 // before it.
@@ -184,8 +139,7 @@ int main(int argc, char** argv) {
   if (netstack::tools::InvokedAsSlirp4netns(argc, argv)) {
     return netstack::tools::RunAsSlirp4netns(argc, argv);
   }
-  absl::SetProgramUsageMessage(netstack::tools::kUsage);
-  netstack::tools::HelpListsFlagsUnder("tools/netstackd/");
+  netstack::tools::SetHelpPage(netstack::tools::NetstackdHelpPage());
   CommandLine cl;
   netstack::tools::TakeCommand(argc, argv, cl);
   if (!netstack::tools::TakeForwards(argc, argv, cl)) return 2;

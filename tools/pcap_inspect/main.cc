@@ -16,7 +16,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "tools/common/cli.h"
 #include "tools/pcap_inspect/decode.h"
 #include "tools/pcap_inspect/format.h"
@@ -152,20 +151,36 @@ bool InspectFile(const std::string& path, bool json, bool& first_json,
   return ok;
 }
 
+// --help: the usage line, what it prints, its two flags.
+HelpPage PcapInspectHelpPage() {
+  HelpPage page;
+  page.tool = "pcap_inspect";
+  page.dashed_names = false;  // no name with a '_' or '-' to spell
+  page.usage = "usage: pcap_inspect [--json] [--summary] FILE...\n";
+  page.description =
+      "Decodes every frame of pcap files with netstack's wire parsers. "
+      "Prints one line per packet (frame number, time, addresses, ports, "
+      "TCP flags/seq/ack/window/options, payload length, checksum status), "
+      "or with --json one JSON array of objects. Frames the parsers reject "
+      "are printed with the failing layer and reason.";
+  page.groups = {
+      {"Output", "to change what is printed, and where.",
+       {"--json", "--summary"}},
+  };
+  page.exit_status =
+      "Exit status:\n"
+      "  0    every file was read, or --help\n"
+      "  1    a file was not a readable Ethernet pcap\n"
+      "  2    bad usage\n";
+  page.flags_dir = "tools/pcap_inspect/";
+  return page;
+}
+
 }  // namespace
 }  // namespace netstack::tools
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Decodes every frame of pcap files with netstack's wire parsers.\n"
-      "usage: pcap_inspect [--json] [--summary] FILE...\n"
-      "Prints one line per packet (frame number, time, addresses, ports, "
-      "TCP flags/seq/ack/window/options, payload length, checksum status), "
-      "or with --json one JSON array of objects. Frames the parsers reject "
-      "are printed with the failing layer and reason. Exit status: 0 if "
-      "every file was read, 1 if any was not a readable Ethernet pcap, 2 "
-      "on bad usage.");
-  netstack::tools::HelpListsFlagsUnder("tools/pcap_inspect/");
+  netstack::tools::SetHelpPage(netstack::tools::PcapInspectHelpPage());
   std::vector<char*> args =
       netstack::tools::ParseCommandLineOrExit("pcap_inspect", argc, argv);
   if (args.size() < 2) {

@@ -17,8 +17,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -285,43 +283,68 @@ int Run(ProxyConfig config) {
   return 0;
 }
 
-}  // namespace
-}  // namespace netstack::tools
-
-int main(int argc, char** argv) {
-  // --help lists the flags of this file. (Abseil's default looks for
-  // flags in splice_proxy.cc or splice_proxy_main.cc only.)
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view path) {
-    return std::string_view(path.data(), path.size())
-        .ends_with("splice_proxy/main.cc");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::SetProgramUsageMessage(
+// --help: the usage line, then the flags by task. The names keep their
+// '_': splice_proxy does not take '-' for it.
+HelpPage SpliceProxyHelpPage() {
+  HelpPage page;
+  page.tool = "splice_proxy";
+  page.dashed_names = false;
+  page.usage =
+      "usage: splice_proxy --listen ADDR --connect ADDR [FLAGS]\n"
+      "         forward the connections --listen accepts to --connect; repeat\n"
+      "         the pair for more forwards (the i-th --listen to the i-th\n"
+      "         --connect)\n";
+  page.description =
       "Forwards TCP and UNIX stream connections; the bytes move with "
-      "splice(2) through pipes, without entering user memory.\n"
-      "usage: splice_proxy --listen ADDR --connect ADDR [--listen ADDR "
-      "--connect ADDR ...] [--mode=splice|copy|auto] [--pipe_size N] "
-      "[--max_pipes N] [--auto_threshold N] [--connect_timeout D] ...\n"
-      "ADDR is IPV4:PORT, [IPV6]:PORT or unix:PATH; the i-th --listen "
-      "forwards to the i-th --connect, any family to any family.\n"
+      "splice(2) through pipes, without entering user memory. ADDR is "
+      "IPV4:PORT, [IPV6]:PORT or unix:PATH, any family to any family."
+      "\n\n"
       "Each accepted connection gets a non-blocking connect to its target; "
       "if the target refuses or does not answer within --connect_timeout, "
       "that client is closed (a TCP client gets a reset) and the reason "
       "logged, and the proxy keeps serving. A half-close is passed on once "
       "every byte before it has been delivered. An error on one side of a "
-      "connection closes both sides and is logged.\n"
+      "connection closes both sides and is logged."
+      "\n\n"
       "A forward that cannot start (bad address, address in use, ...) is "
       "reported and the others run. A unix: listener replaces a stale "
-      "socket file nobody listens on, and removes the file at exit.\n"
+      "socket file nobody listens on, and removes the file at exit."
+      "\n\n"
       "Stats per forward and in total (connections, bytes and syscalls per "
       "direction, bytes by path splice/copy, fallbacks, errors, pipes) go "
       "to stderr on SIGUSR1 and at exit. SIGINT or SIGTERM stop it: "
-      "listeners close at once, open connections get --shutdown_grace.\n"
-      "Exit status: 0 after a clean stop and for --help; 1 if no forward "
-      "could start (or one could not with --require_all); 2 for bad "
-      "flags.");
+      "listeners close at once, open connections get --shutdown_grace.";
+  page.groups = {
+      {"Forwards",
+       "always: where to accept connections and where each one goes.",
+       {"--listen ADDR", "--connect ADDR", "--connect_timeout D",
+        "--backlog N", "--require_all"}},
+      {"Copy or splice",
+       "to choose how the bytes move; auto suits most uses.",
+       {"--mode splice|copy|auto", "--auto_threshold N",
+        "--auto_min_segment N", "--copy_buffer N"}},
+      {"Pipes",
+       "when splicing: the pipes' size, how many, how long pooled ones "
+       "stay.",
+       {"--pipe_size N", "--max_pipes N", "--pipe_idle_timeout D"}},
+      {"Stopping and logs",
+       "how it stops, and what it logs.",
+       {"--shutdown_grace D", "--verbose"}},
+  };
+  page.exit_status =
+      "Exit status:\n"
+      "  0    a clean stop, or --help\n"
+      "  1    no forward could start (or one could not, with --require_all)\n"
+      "  2    bad flags\n";
+  page.flags_dir = "tools/splice_proxy/";
+  return page;
+}
+
+}  // namespace
+}  // namespace netstack::tools
+
+int main(int argc, char** argv) {
+  netstack::tools::SetHelpPage(netstack::tools::SpliceProxyHelpPage());
   auto split = netstack::tools::SplitRepeatedFlags(argc, argv);
   if (!split.ok()) {
     std::fprintf(stderr, "splice_proxy: %s (see --help)\n",

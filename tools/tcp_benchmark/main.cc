@@ -13,7 +13,7 @@
 //
 // Either role talks to stock iperf3 3.x as well as to itself. Exit status:
 // 0 when the test(s) succeeded, 1 when a test failed or a resource could
-// not be set up, 2 for bad flags.
+// not be set up, 2 for bad flags. --help: BenchHelpPage() below.
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -24,7 +24,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -318,41 +317,82 @@ int RunRole() {
   return config->server ? RunServer(**net, *config) : RunClient(**net, *config);
 }
 
+
+// --help: the usage lines, then the flags (flags.cc) by task.
+netstack::tools::HelpPage BenchHelpPage() {
+  netstack::tools::HelpPage page;
+  page.tool = "tcp_benchmark";
+  page.usage =
+      "usage: tcp_benchmark [DRIVER FLAGS]\n"
+      "         measure netstack and the kernel in namespaces of its own\n"
+      "       tcp_benchmark --role=server --stack=kernel|netstack [--port N]\n"
+      "         answer iperf3 clients (as iperf3 -s)\n"
+      "       tcp_benchmark --role=client --stack=kernel|netstack --connect "
+      "HOST:PORT\n"
+      "         measure against an iperf3 server (as iperf3 -c)\n"
+      "       tcp_benchmark --role=server|client --stack=kernel --rr|--crr "
+      "...\n"
+      "         netperf's TCP_RR and TCP_CRR, between two tcp_benchmarks\n";
+  page.description =
+      "An iperf3-compatible TCP throughput benchmark on netstack or the "
+      "host kernel. Without --role, tcp_benchmark is the driver: it builds "
+      "its own namespaces and link, runs both roles and the kernel "
+      "baseline, and prints a table."
+      "\n\n"
+      "Both roles speak iperf3's protocol (TCP), so either end may be "
+      "stock iperf3. --rr and --crr (kernel roles only) are netperf's "
+      "TCP_RR and TCP_CRR instead: 1-byte requests and responses, on one "
+      "connection or a new one each; the client prints transactions/s and "
+      "microseconds per transaction (mean, p50, p99, max)."
+      "\n\n"
+      "The client prints interval lines and a summary (with --json: one "
+      "JSON object on stdout, progress on stderr); the server prints a "
+      "summary per test and serves until SIGINT or SIGTERM, or one test "
+      "with --one-off. SIGUSR1 prints the stack's counters to stderr and "
+      "the run goes on.";
+  page.groups = {
+      {"Driver",
+       "without --role: what the driver measures, over which link.",
+       {"--client", "--server", "--modes LIST", "--mtus LIST",
+        "--link packet|tap", "--kernel-baseline", "--keep-topology",
+        "--ideal", "--verbose"}},
+      {"Roles",
+       "with --role: one end of a measurement (the other may be iperf3).",
+       {"--role server|client", "--stack netstack|kernel",
+        "--connect HOST:PORT", "--port N", "--one-off", "--reverse", "--rr",
+        "--crr"}},
+      {"Measurement",
+       "how long and how much is measured, and how it is reported.",
+       {"--duration S", "--interval S", "--streams N", "--cc reno|cubic",
+        "--json", "--exit-counters"}},
+      {"Kernel stack",
+       "with --stack=kernel: how the host's sockets move the bytes.",
+       {"--recv-mode plain|splice", "--send-mode plain|vmsplice|sendfile"}},
+      {"netstack",
+       "with --stack=netstack, and the driver: netstack's link and options.",
+       {"--packet IFNAME", "--tap NAME", "--netns NS", "--addr CIDR",
+        "--addr6 CIDR", "--mtu N", "--gso N", "--swgso", "--hostgso",
+        "--sack", "--pcap PATH"}},
+      {"Fault injection",
+       "to measure netstack's link under loss, delay and reordering. F is "
+       "a fraction (0.01 = 1%), D a duration (5ms).",
+       {"--loss F", "--duplicate F", "--reorder F", "--latency D",
+        "--seed N"}},
+  };
+  page.exit_status =
+      "Exit status:\n"
+      "  0    the tests succeeded, or --help\n"
+      "  1    a test failed or a resource could not be set up\n"
+      "  2    bad flags\n";
+  page.flags_dir = "tools/tcp_benchmark/";
+  return page;
+}
+
 }  // namespace
 }  // namespace netstack::tools::bench
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "An iperf3-compatible TCP throughput benchmark on netstack or the "
-      "host kernel.\n"
-      "usage:\n"
-      "  tcp_benchmark --role=server --stack=kernel|netstack [--port N] "
-      "[--one_off] [--json]\n"
-      "  tcp_benchmark --role=client --stack=kernel|netstack --connect "
-      "HOST:PORT [--duration S] [--interval S] [--streams N] [--reverse] "
-      "[--cc reno|cubic] [--json]\n"
-      "  tcp_benchmark --role=server --stack=kernel --rr [--port N]\n"
-      "  tcp_benchmark --role=client --stack=kernel --rr|--crr --connect "
-      "HOST:PORT [--duration S] [--json]\n"
-      "  tcp_benchmark [driver flags]   (no --role: the driver)\n"
-      "Both roles speak iperf3's protocol (TCP), so either end may be stock "
-      "iperf3 (iperf3 -s / iperf3 -c). --rr and --crr (kernel roles only) "
-      "are netperf's TCP_RR and TCP_CRR instead: 1-byte requests and "
-      "responses, on one connection or a new one each; the client prints "
-      "transactions/s and microseconds per transaction (mean, p50, p99, "
-      "max), and both ends must be tcp_benchmark. --stack=kernel uses the host's "
-      "sockets, with --recv_mode=plain|splice and "
-      "--send_mode=plain|vmsplice|sendfile; --stack=netstack runs our stack "
-      "on --packet or --tap (with --netns, --addr, --mtu, GSO and fault "
-      "flags). The client prints interval lines and a summary (with --json: "
-      "one JSON object on stdout, progress on stderr); the server prints a "
-      "summary per test and serves until SIGINT/SIGTERM, or one test with "
-      "--one_off. SIGUSR1 prints the stack's counters to stderr and the "
-      "run goes on. Flag names take '-' or '_'. Exit status: 0 on success "
-      "and for --help, 1 "
-      "if a test failed or a resource could not be set up, 2 for bad flags.");
-  // --help lists tcp_benchmark's own flags, not Abseil's internals.
-  netstack::tools::HelpListsFlagsUnder("tools/tcp_benchmark/");
+  netstack::tools::SetHelpPage(netstack::tools::bench::BenchHelpPage());
   netstack::tools::DashesToUnderscores(argc, argv);
   netstack::tools::ParseCommandLineOrExit("tcp_benchmark", argc, argv);
   // splice() and sendfile() into a reset socket raise SIGPIPE.
