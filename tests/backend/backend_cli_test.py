@@ -78,9 +78,10 @@ class BackendCli(unittest.TestCase):
     def test_help_names_the_backend_flags(self):
         p = run("--help")
         out = p.stdout + p.stderr
-        for flag in ("--backend", "--net", "--net6", "--host_loopback",
-                     "--outbound_bind", "--max_tcp_flows", "--max_udp_flows",
-                     "--udp_timeout", "--dns_upstream", "--fd", "--fd_type"):
+        # --help names flags with dashes (tools/common/cli.h FormatHelp).
+        for flag in ("--backend", "--net", "--net6", "--host-loopback",
+                     "--outbound-bind", "--max-tcp-flows", "--max-udp-flows",
+                     "--udp-timeout", "--dns-upstream", "--fd", "--fd-type"):
             self.assertIn(flag, out)
         self.assertIn("netstackd --backend", out)
 

@@ -87,8 +87,9 @@ class NetstackdCli(unittest.TestCase):
     def test_help_lists_the_flags(self):
         p = run(NETSTACKD, "--help", check=False)
         out = p.stdout + p.stderr
-        for flag in ("--http_root", "--http_port", "--echo_port",
-                     "--discard_port", "--fault_queue_limit", "--packet",
+        # --help names flags with dashes (tools/common/cli.h FormatHelp).
+        for flag in ("--http-root", "--http-port", "--echo-port",
+                     "--discard-port", "--fault-queue-limit", "--packet",
                      "--loss"):
             self.assertIn(flag, out)
         self.assertIn("Flag names take '-' or '_'", out)

@@ -333,7 +333,7 @@ HelpPage SpliceProxyHelpPage() {
   };
   page.exit_status =
       "Exit status:\n"
-      "  0    a clean stop, or --help\n"
+      "  0    after a clean stop, and for --help\n"
       "  1    no forward could start (or one could not, with --require_all)\n"
       "  2    bad flags\n";
   page.flags_dir = "tools/splice_proxy/";
