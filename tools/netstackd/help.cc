@@ -11,7 +11,8 @@ constexpr char kUsage[] =
     "         run CMD in new namespaces whose only network is netstackd\n"
     "       netstackd [FLAGS] (--netns-pid PID | --netns NS|PATH)\n"
     "         be the network of a namespace that exists\n"
-    "       netstackd --backend [FLAGS] (--unix PATH | --fd N --fd-type T)\n"
+    "       netstackd --backend [FLAGS] (--unix PATH | --fd N "
+    "--fd-type tap|stream)\n"
     "         be a VM's network (QEMU's -netdev stream, or a parent's fd)\n"
     "       netstackd --backend [FLAGS] --tap NAME --netns NS\n"
     "         be the network behind a TAP device\n"
@@ -66,8 +67,8 @@ HelpPage NetstackdHelpPage() {
   page.flags_dir = "tools/netstackd/";
   page.groups = {
       {"Attaching the guest",
-       "always: one of -- CMD, --netns-pid, --netns, --tap, --unix, --fd "
-       "or --packet says how the guest's frames reach netstackd.",
+       "always needed. One of -- CMD, --netns-pid, --netns, --tap, --unix, "
+       "--fd or --packet says how the guest's frames reach netstackd.",
        {"--backend", "--netns-pid PID", "--netns NS|PATH", "--userns-pid PID",
         "--userns PATH", "--tap NAME", "--unix PATH", "--unix-connect",
         "--unix-allow-uid UID", "--fd N", "--fd-type tap|stream",
