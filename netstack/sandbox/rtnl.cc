@@ -91,6 +91,20 @@ absl::Status Rtnl::SetUp(int ifindex, const std::string& name, uint32_t mtu,
                                    : ""));
 }
 
+absl::Status Rtnl::SetMac(int ifindex, const std::string& name,
+                          const wire::MacAddress& mac) {
+  nlmsghdr* nlh = mnl_nlmsg_put_header(buf_.get());
+  nlh->nlmsg_type = RTM_NEWLINK;
+  nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+  nlh->nlmsg_seq = ++seq_;
+  auto* ifm = static_cast<ifinfomsg*>(
+      mnl_nlmsg_put_extra_header(nlh, sizeof(ifinfomsg)));
+  ifm->ifi_family = AF_UNSPEC;
+  ifm->ifi_index = ifindex;
+  mnl_attr_put(nlh, IFLA_ADDRESS, mac.bytes.size(), mac.bytes.data());
+  return Transact(absl::StrCat("set ", name, "'s MAC to ", mac.ToString()));
+}
+
 namespace {
 
 nlmsghdr* AddressHeader(char* buf, uint32_t seq, int family, uint8_t prefix,
@@ -175,15 +189,22 @@ absl::Status ConfigureGuestInterface(const GuestInterface& guest) {
   if (absl::Status s = r.SetUp(*lo, "lo", 0); !s.ok()) return s;
   absl::StatusOr<int> tap = r.IfIndex(guest.name);
   if (!tap.ok()) return tap.status();
+  if (guest.mac) {
+    if (absl::Status s = r.SetMac(*tap, guest.name, *guest.mac); !s.ok()) {
+      return s;
+    }
+  }
   // The address before the link is up, so that the kernel's first frames
   // (router solicitation, the IPv6 multicast joins) already have it.
   if (absl::Status s = r.AddAddress(*tap, guest.name, guest.addr4); !s.ok()) {
     return s;
   }
-  if (absl::Status s = r.AddAddress(*tap, guest.name, guest.addr6,
-                                    /*nodad=*/true);
-      !s.ok()) {
-    return s;
+  if (guest.ipv6) {
+    if (absl::Status s = r.AddAddress(*tap, guest.name, guest.addr6,
+                                      /*nodad=*/true);
+        !s.ok()) {
+      return s;
+    }
   }
   if (absl::Status s = r.SetUp(*tap, guest.name, guest.mtu, guest.tx_queue_len);
       !s.ok()) {
@@ -193,6 +214,7 @@ absl::Status ConfigureGuestInterface(const GuestInterface& guest) {
       !s.ok()) {
     return s;
   }
+  if (!guest.ipv6) return absl::OkStatus();
   return r.AddDefaultRoute(*tap, guest.name, guest.gateway6);
 }
 

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -40,6 +41,8 @@ class Rtnl {
   // CAP_NET_ADMIN in the initial user namespace on this kernel.)
   absl::Status SetUp(int ifindex, const std::string& name, uint32_t mtu,
                      uint32_t tx_queue_len = 0);
+  absl::Status SetMac(int ifindex, const std::string& name,
+                      const wire::MacAddress& mac);
   // `nodad`: usable at once (IFA_F_NODAD), with no duplicate address
   // detection delay; the guest's link has nobody else on it.
   absl::Status AddAddress(int ifindex, const std::string& name,
@@ -69,8 +72,13 @@ struct GuestInterface {
   uint32_t tx_queue_len = 0;  // 0: the kernel's default (1000)
   stack::Ipv4Cidr addr4;
   wire::Ipv4Address gateway4;
+  // Off: no IPv6 address or route here; the guest takes them by SLAAC
+  // from the backend's RAs, as slirp4netns's -c leaves it.
+  bool ipv6 = true;
   stack::Ipv6Cidr addr6;
   wire::Ipv6Address gateway6;
+  // The interface's MAC (slirp4netns's --macaddress); none: the kernel's.
+  std::optional<wire::MacAddress> mac;
 };
 
 // In the calling thread's namespace: `lo` up, then `guest.name` up with

@@ -90,6 +90,20 @@ struct Config {
   // The guest's namespaces, given.
   pid_t netns_pid = 0;  // --netns-pid
   std::string userns;   // --userns PATH, or /proc/PID/ns/user (--userns-pid)
+
+  // Set by slirp4netns's command line (slirp4netns_mode.cc), which has no
+  // netstackd flags for them.
+  // Off: the guest's interface is the caller's to configure (slirp4netns
+  // without -c: rootlesskit sets it up itself).
+  bool configure_guest = true;
+  // Off: the guest's interface gets IPv4 alone, and IPv6 comes by SLAAC
+  // from the backend's RAs (slirp4netns's -c).
+  bool guest_static_ipv6 = true;
+  std::optional<wire::MacAddress> guest_mac;  // --macaddress, with -c
+  std::string slirp4netns_api;                // -a/--api-socket PATH
+  // Any event on --exit-fd stops netstackd, data included (slirp4netns's
+  // -e); otherwise only its end (EOF) does.
+  bool exit_on_any_event = false;
 };
 
 // What main() takes off the command line before Abseil parses the flags.

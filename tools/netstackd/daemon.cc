@@ -31,6 +31,7 @@
 #include "netstack/runtime/runtime.h"
 #include "tools/netstackd/control_api.h"
 #include "tools/netstackd/forward_api.h"
+#include "tools/netstackd/slirp4netns_api.h"
 #include "netstack/sandbox/least_privilege.h"
 #include "netstack/sandbox/rtnl.h"
 #include "netstack/sandbox/sandbox.h"
@@ -109,13 +110,15 @@ ForwardLimits RaiseFdLimitFor(const Config& c) {
       tcp_rules |= !r.udp;
     }
   }
-  // A -u added later through --forward-api has as many client flows.
-  if (udp_forwards || !c.forward_api.empty()) {
+  // A forward API (--forward-api, slirp4netns's -a) may add forwards later.
+  const bool api = !c.forward_api.empty() || !c.slirp4netns_api.empty();
+  // A -u added later through an API has as many client flows.
+  if (udp_forwards || api) {
     budget.forwards += c.backend->limits.max_udp_flows;
   }
   // A namespace guest's -t connections are spliced (the forward API may
   // add some later), 6 fds each; a VM's go through the stack, 1 each.
-  if (tcp_rules || !c.forward_api.empty()) {
+  if (tcp_rules || api) {
     if (c.guest != Config::Guest::kNone &&
         c.forward_path != ForwardPath::kStack) {
       budget.spliced_conns = c.max_forward_conns;
@@ -226,6 +229,8 @@ absl::Status ConfigureGuest(const Config& c, int netns_fd) {
   g.addr6.address.bytes[14] = 0x01;
   g.addr6.address.bytes[15] = 0x00;
   g.gateway6 = p.gateway6;
+  g.ipv6 = c.guest_static_ipv6 && c.backend->policy.ipv6;
+  g.mac = c.guest_mac;
   return link::RunInNetnsFd(netns_fd,
                             [&] { return ConfigureGuestInterface(g); });
 }
@@ -363,6 +368,7 @@ class Daemon {
   std::vector<std::unique_ptr<Service>> services_;
   eventloop::Timer netns_check_;
   std::unique_ptr<ForwardApi> forward_api_;
+  std::unique_ptr<Slirp4netnsApi> slirp4netns_api_;
   std::unique_ptr<ControlApi> control_;
   std::optional<SandboxCommand> command_;
   int exit_status_ = 0;
@@ -403,7 +409,7 @@ std::optional<Failure> Daemon::Start() {
     return Fail(s);
   }
   rt_ = *std::move(rt);
-  if (guest_.netns.valid()) {
+  if (guest_.netns.valid() && c_.configure_guest) {
     if (absl::Status s = ConfigureGuest(c_, guest_.netns.get()); !s.ok()) {
       return Fail(s, "guest interface: ");
     }
@@ -528,7 +534,8 @@ std::optional<Failure> Daemon::WatchLifetime() {
     watch_exit_fd_ = std::make_unique<OnReadableFn>([this](Instant) {
       char byte;
       const ssize_t n = read(c_.exit_fd, &byte, 1);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      if (c_.exit_on_any_event || n == 0 ||
+          (n < 0 && errno != EAGAIN && errno != EINTR)) {
         (void)rt_->loop().Remove(c_.exit_fd);
         rt_->Stop();
       }
@@ -566,6 +573,14 @@ std::optional<Failure> Daemon::StartForwardsAndApis() {
       if (!api.ok()) return Fail(api.status());
       forward_api_ = *std::move(api);
       rt_->AddCounters([this] { return forward_api_->FormatCounters(); });
+    }
+    if (!c_.slirp4netns_api.empty()) {
+      auto api = Slirp4netnsApi::Create(rt_->loop(), *forwards,
+                                        c_.slirp4netns_api,
+                                        c_.backend->plan.lease4);
+      if (!api.ok()) return Fail(api.status());
+      slirp4netns_api_ = *std::move(api);
+      rt_->AddCounters([this] { return slirp4netns_api_->FormatCounters(); });
     }
   }
   if (!c_.control.empty()) {
@@ -649,7 +664,8 @@ std::optional<Failure> Daemon::FenceForwardApi() {
 std::optional<Failure> Daemon::Sandbox(bool* gone) {
   if (!c_.sandbox) return std::nullopt;
   LeastPrivilegeOptions lp;
-  lp.keep_net_bind_service = !c_.forward_api.empty();
+  lp.keep_net_bind_service =
+      !c_.forward_api.empty() || !c_.slirp4netns_api.empty();
   lp.serve_files = !c_.http_root.empty();
   lp.log_only = c_.sandbox_log;
   if (command_) lp.cmd_pid = command_->pid();
