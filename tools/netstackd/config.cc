@@ -962,12 +962,19 @@ std::string StartSummary(const Config& c) {
   std::string out;
   if (c.backend) {
     const backend::AddressPlan& p = c.backend->plan;
+    const backend::BackendPolicy& policy = c.backend->policy;
+    const std::string dns4 =
+        policy.dns ? absl::StrCat(", DNS ", p.dns4.ToString()) : ", no DNS";
+    const std::string dns6 =
+        policy.dns ? absl::StrCat(", DNS ", p.dns6.ToString()) : ", no DNS";
+    const std::string v6 =
+        policy.ipv6
+            ? absl::StrCat(stack::ToString(p.net6), " (gateway ",
+                           p.gateway6.ToString(), dns6, ")")
+            : std::string("no IPv6");
     absl::StrAppend(&out, "netstackd: backend: ", stack::ToString(p.net4),
-                    " (gateway ", p.gateway4.ToString(), ", DNS ",
-                    p.dns4.ToString(), ", lease ", p.lease4.ToString(), "), ",
-                    stack::ToString(p.net6), " (gateway ",
-                    p.gateway6.ToString(), ", DNS ", p.dns6.ToString(),
-                    "), MTU ", p.mtu, "\n");
+                    " (gateway ", p.gateway4.ToString(), dns4, ", lease ",
+                    p.lease4.ToString(), "), ", v6, ", MTU ", p.mtu, "\n");
   } else {
     std::vector<std::string> addrs;
     for (const auto& a : c.addrs) addrs.push_back(stack::ToString(a));
