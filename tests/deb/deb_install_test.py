@@ -24,6 +24,7 @@ namespace of its own (so its processes and mounts end with it):
 Needs root, debootstrap (once, for the image), unshare, pivot_root, ip,
 lintian, and the network to deb.debian.org for the downloads.
 """
+import glob
 import os
 import re
 import shutil
@@ -40,6 +41,9 @@ IN_ROOT = iu.runfile("tests/deb/in_root.sh")
 CACHE = os.environ.get("NST_DEB_CACHE", "/var/cache/netstack-deb")
 IMAGE = os.path.join(CACHE, "bookworm-minbase.tar")
 ARCHIVES = os.path.join(CACHE, "archives")
+# The source tree (build-deb reads docs and man pages there), through the
+# runfiles' symlink.
+SOURCE = os.path.dirname(os.path.realpath(iu.runfile("README.md")))
 HOST_SOURCES = "/etc/apt/sources.list.d/debian.sources"
 HTTP_PORT = 8087  # on the test namespace's 127.0.0.1
 USER = "nstuser"
@@ -194,6 +198,13 @@ class DebInstallTest(unittest.TestCase):
         self.assertIn("-> libnetstack.so.1", paths[f"{multi}/libnetstack.so"][2])
         self.assertIn("-> ../../../bin/netstackd",
                       paths["/usr/lib/netstack/bin/slirp4netns"][2])
+        # Every man page of the source tree, gzipped in its section.
+        pages = glob.glob(os.path.join(SOURCE, "docs/man/*.[1-8]"))
+        self.assertNotEqual(pages, [], "no docs/man/*.[1-8]")
+        for page in pages:
+            name = os.path.basename(page)
+            f = f"/usr/share/man/man{name[-1]}/{name}.gz"
+            self.assertEqual(paths.get(f, ("none",))[0], "-rw-r--r--", f)
         # Debian's libslirp0 and slirp4netns stay the ones found by name.
         self.assertNotIn("/usr/bin/slirp4netns", paths)
         self.assertNotIn(f"{multi}/libslirp.so.0", paths)
@@ -280,6 +291,10 @@ class DebInstallTest(unittest.TestCase):
             f"cd /home/{USER} && "
             f"echo USER=$({run_as} id -un) UID=$({run_as} id -u); "
             f"{run_as} netstackd -- true; echo TRUE_EXIT=$?; "
+            # slirp4netns's command line by its name, off PATH.
+            f"{run_as} /usr/lib/netstack/bin/slirp4netns --version; "
+            "echo S4N_EXIT=$?; "
+            "command -v slirp4netns || echo NO_SLIRP4NETNS_ON_PATH; "
             f"{run_as} netstackd -- cat /etc/resolv.conf; echo RESOLV_EXIT=$?; "
             f"{run_as} netstackd --host-loopback -- curl -sS --max-time 10 "
             f"-w 'HTTP %{{http_code}}\\n' "
@@ -290,6 +305,9 @@ class DebInstallTest(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertRegex(out, f"USER={USER} UID=[1-9][0-9]*")
         self.assertIn("TRUE_EXIT=0", out)
+        self.assertIn("S4N_EXIT=0", out)
+        self.assertRegex(out, r"(?m)^slirp4netns version \S+\+netstack$")
+        self.assertIn("NO_SLIRP4NETNS_ON_PATH", out)
         self.assertIn("RESOLV_EXIT=0", out)
         self.assertRegex(out, r"(?m)^nameserver 10\.0\.2\.3$")
         self.assertIn("HTTP_EXIT=0", out)
