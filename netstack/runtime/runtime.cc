@@ -83,7 +83,7 @@ absl::Status Runtime::Init(RuntimeOptions& o) {
 absl::Status Runtime::InitLink(RuntimeOptions& o) {
   absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> host =
       o.open_link ? o.open_link(*chunks_, *packets_)
-                  : OpenHostLink(o.host, *chunks_);
+                  : OpenHostLink(o.host, *chunks_, &notes_);
   if (!host.ok()) return Prefixed("link", host.status());
   absl::StatusOr<LinkChain> chain =
       DecorateLink(*std::move(host), o.decorators, *chunks_, *packets_);

@@ -176,6 +176,9 @@ class Runtime {
   // Null without RuntimeOptions::backend.
   backend::Backend* backend() { return backend_.get(); }
   PortForwards* forwards() { return forwards_.get(); }
+  // What a user should know about how the link was set up, one line each
+  // (a TAP made without multi_queue has one queue), for the start lines.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   class LinkReadable;
@@ -195,6 +198,7 @@ class Runtime {
   absl::Status InitBackend(RuntimeOptions& o);
   void EndTurn(Instant now);
 
+  std::vector<std::string> notes_;
   // Declared in construction order; destroyed in the reverse.
   std::unique_ptr<buffer::ChunkPool> own_chunks_;  // null: borrowed
   std::unique_ptr<buffer::PacketPool> own_packets_;

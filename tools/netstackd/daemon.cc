@@ -504,6 +504,9 @@ std::optional<Failure> Daemon::HandleSignals() {
     std::fprintf(stderr, "netstackd: running on %s (nic %u), pid %d\n%s",
                  rt_->link().Name().c_str(), rt_->nic(),
                  static_cast<int>(getpid()), StartSummary(c_).c_str());
+    for (const std::string& note : rt_->notes()) {
+      std::fprintf(stderr, "netstackd: note: %s\n", note.c_str());
+    }
     std::fflush(stderr);
   }
   return std::nullopt;
