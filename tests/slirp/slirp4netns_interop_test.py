@@ -30,6 +30,13 @@ refused; the download still completes intact), and a clean exit on the
 exit-fd (status 0, API socket unlinked). At the end nothing of the test's
 is left: processes, namespaces, the mount namespaces with them, files.
 Needs root, slirp4netns, curl, dig, dnsmasq, ping, iproute2, util-linux.
+
+With NETSTACK_SLIRP4NETNS set (slirp_util.Slirp4netns; the BUILD target
+slirp4netns_interop_test_netstackd), the program run as slirp4netns is
+netstackd itself, answering to slirp4netns's command line (issue #32),
+with the same checks; instead of the library's mapping, /proc/PID/exe
+must be that netstackd, and at the exit-fd's close the API socket must be
+gone (netstackd removes it by its directory, sandbox or not).
 """
 import os
 import re
@@ -92,6 +99,7 @@ class Slirp4netnsCase:
         cls.procs = su.Processes()
         cls.host = su.Host(cls.PREFIX + ("u" if cls.UNPRIVILEGED else "r"))
         cls.lib = None
+        cls.prog = None
         cls.guest_ns = None
         cls.exit_w = None
         # Under /tmp and 0755: uid 65534 reads the guest's files and the
@@ -107,7 +115,10 @@ class Slirp4netnsCase:
     @classmethod
     def _setup(cls):
         tmp = cls.tmp
+        cls.prog = su.Slirp4netns()
         cls.lib = su.Libslirp()
+        if not cls.prog.is_debian:
+            print(f"slirp4netns under test: {cls.prog.netstackd}", flush=True)
         if cls.UNPRIVILEGED:
             cls.lib = cls.lib.readable_by_all(tmp)
         print(f"libslirp under test: {cls.lib.describe()}", flush=True)
@@ -187,7 +198,7 @@ class Slirp4netnsCase:
         cls.log_path = os.path.join(tmp, "slirp4netns.log")
         host.assert_isolated()  # no default route in H: nothing leaves
         cmd = host.in_ns(host.h, *su.in_mount_ns(binds, [
-            *user, SLIRP4NETNS, "--configure", "--enable-ipv6",
+            *user, cls.prog.path, "--configure", "--enable-ipv6",
             "--enable-sandbox", "--enable-seccomp", "--api-socket", cls.api,
             "-e", str(exit_r), "-r", str(ready_w), *cls.target, "tap0"]))
         with open(cls.log_path, "w") as log:
@@ -203,11 +214,15 @@ class Slirp4netnsCase:
         assert got == b"1", f"slirp4netns not ready ({got!r}): {cls.log()}"
         cls.s4_pid = su.find_process(cls.s4.pid, SLIRP4NETNS)
         assert cls.s4_pid, f"no slirp4netns process: {cls.log()}"
-        cls.loaded = cls.lib.assert_loaded(cls.s4_pid)
+        if cls.prog.is_debian:
+            cls.loaded = cls.lib.assert_loaded(cls.s4_pid)
+        else:
+            cls.prog.assert_is(cls.s4_pid)
 
     @classmethod
     def tool(cls):
-        return "slirp4netns-" + ("65534" if cls.UNPRIVILEGED else "root")
+        return (("slirp4netns-" if cls.prog.is_debian else "netstackd-as-s4-")
+                + ("65534" if cls.UNPRIVILEGED else "root"))
 
     @classmethod
     def log(cls):
@@ -237,6 +252,8 @@ class Slirp4netnsCase:
         cls.host.close()
         if cls.lib:
             cls.lib.close()
+        if cls.prog:
+            cls.prog.close()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
@@ -256,6 +273,10 @@ class Slirp4netnsCase:
     def test_loads_the_library_under_test(self):
         # Asserted at start-up too; again after everything else ran (the
         # sandbox's pivot_root must not have mattered).
+        if not self.prog.is_debian:
+            exe = self.prog.assert_is(self.s4_pid)
+            print(f"slirp4netns {self.s4_pid} is {exe}", flush=True)
+            return
         path = self.lib.assert_loaded(self.s4_pid)
         print(f"slirp4netns {self.s4_pid} mapped {path}", flush=True)
         if self.lib.dir is None:
@@ -407,6 +428,9 @@ class Slirp4netnsCase:
         except subprocess.TimeoutExpired:
             self.fail("slirp4netns did not exit on its exit-fd")
         self.assertEqual(code, 0, self.log())
+        if not self.prog.is_debian:
+            self.assertFalse(os.path.exists(self.api),
+                             "netstackd left its API socket" + self.log())
 
 
 class Slirp4netnsAsRootTest(Slirp4netnsCase, unittest.TestCase):

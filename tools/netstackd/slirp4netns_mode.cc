@@ -278,7 +278,9 @@ absl::StatusOr<std::vector<std::string>> NetstackdFlags(const Args& a) {
         "--netns-type=", a.netns_type, ": pid or path"));
   }
   if (!a.userns_path.empty()) f.push_back("--userns=" + a.userns_path);
-  f.push_back("--tap=" + a.tap);
+  // With --netns, --tap would name a host-mode link in that namespace;
+  // the guest's interface is set on the Config instead (ToConfig).
+  if (a.netns_type == "pid") f.push_back("--tap=" + a.tap);
   f.push_back(absl::StrCat("--mtu=", a.mtu));
   if (!a.cidr.empty()) f.push_back("--net=" + a.cidr);
   if (!a.disable_host_loopback) f.push_back("--host_loopback");
@@ -311,6 +313,11 @@ absl::StatusOr<Config> ToConfig(const Args& a,
                          argv.data());
   absl::StatusOr<Config> c = ParseConfig(CommandLine{});
   if (!c.ok()) return c.status();
+  if (a.tap.empty() || a.tap.size() > 15) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TAPNAME '", a.tap, "': an interface name of 1 to 15 bytes"));
+  }
+  c->guest_ifname = a.tap;
   c->configure_guest = a.configure;
   c->guest_static_ipv6 = false;
   c->backend->policy.ipv6 = a.ipv6;
@@ -385,11 +392,14 @@ int RunAsSlirp4netns(int argc, char** argv) {
                  std::string(config.status().message()).c_str());
     return 1;
   }
-  std::fprintf(stderr, "slirp4netns (netstackd): running as %s%s%s%s%s\n",
-               absl::StrJoin(*flags, " ").c_str(), a->configure ? " +configure" : "",
-               a->ipv6 ? " +ipv6" : " -ipv6", a->disable_dns ? " -dns" : "",
-               a->api_socket.empty() ? ""
-                                     : (" +api " + a->api_socket).c_str());
+  std::fprintf(stderr,
+               "slirp4netns (netstackd): running as %s (TAP %s%s, IPv6 %s%s%s)\n",
+               absl::StrJoin(*flags, " ").c_str(), a->tap.c_str(),
+               a->configure ? ", configured" : ", the caller's",
+               a->ipv6 ? "on" : "off", a->disable_dns ? ", no DNS" : "",
+               a->api_socket.empty()
+                   ? ""
+                   : absl::StrCat(", API socket ", a->api_socket).c_str());
   std::fflush(stderr);
   return RunDaemon(*config);
 }
