@@ -18,7 +18,7 @@ constexpr char kUsage[] =
     "         be the network behind a TAP device\n"
     "       netstackd --addr CIDR [FLAGS] (--tap NAME | --packet IFNAME)\n"
     "         host mode: a host on the link, with services of its own\n"
-    "       netstackd slirp4netns [OPTIONS] PID|PATH [TAPNAME]\n"
+    "       netstackd slirp4netns [OPTIONS] PID|PATH TAPNAME\n"
     "         slirp4netns's command line and API socket, for Podman and\n"
     "         rootlesskit (also when run under the name slirp4netns); see\n"
     "         netstackd slirp4netns --help\n";
