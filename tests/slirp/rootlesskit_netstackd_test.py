@@ -43,6 +43,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 from tests.backend.backend_topology import H4
@@ -84,6 +85,15 @@ def uid_of(pid):
         with open(f"/proc/{pid}/status") as f:
             return int(re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1))
     except (OSError, AttributeError):
+        return None
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        return stat[stat.rindex(")") + 2]
+    except OSError:
         return None
 
 
@@ -361,14 +371,17 @@ class RootlesskitCase(unittest.TestCase):
     def stop_and_check(self, sig):
         """Stops rootlesskit with `sig` and checks that nothing is left."""
         rk = self.rk
+        t0 = time.monotonic()
         os.kill(rk.proc.pid, sig)
         try:
             rk.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.fail(f"rootlesskit outlived {sig!r}{self.log()}")
-        self.assertTrue(iu.wait_for(
-            lambda: not os.path.exists(f"/proc/{rk.s4_pid}"), 10),
-            f"slirp4netns outlived rootlesskit ({sig!r})")
+        gone = lambda: uid_of(rk.s4_pid) is None or _state(rk.s4_pid) == "Z"
+        self.assertTrue(iu.wait_for(gone, 10, interval=0.01),
+                        f"slirp4netns outlived rootlesskit ({sig!r})")
+        print(f"slirp4netns ended {time.monotonic() - t0:.3f} s after "
+              f"rootlesskit's {sig!r}", flush=True)
         new = lambda: {p: c for p, c in processes_of(su.NOBODY_UID).items()
                        if p not in self.baseline}
         iu.wait_for(lambda: not new(), 10)

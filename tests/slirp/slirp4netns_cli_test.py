@@ -151,11 +151,13 @@ class Fixture:
         log of its own (self.log(p))."""
         self.host.assert_isolated()
         log_path = os.path.join(self.tmp, f"s4nn-{len(self.logs)}.log")
+        before = self.running_prog()
         with open(log_path, "w") as log:
             p = self.procs.start(self.host.in_ns(self.host.h, self.prog.path,
                                                  *args),
                                  stdout=log, stderr=log, pass_fds=pass_fds)
         p.log_path = log_path
+        p.before = before
         self.logs.append(log_path)
         return p
 
@@ -163,40 +165,64 @@ class Fixture:
         """Runs the program under test in H to its end: (returncode,
         stdout, stderr, leftovers)."""
         self.host.assert_isolated()
-        p = self.procs.start(self.host.in_ns(self.host.h, self.prog.path,
-                                             *args),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.procs.stop(p)
-            raise AssertionError(f"{self.prog.label} {args} did not end in "
-                                 f"{timeout} s")
+        before = self.running_prog()
+        # Files, not pipes: a process it leaves behind holding them must
+        # not make the wait longer, but show up in left_by.
+        with tempfile.TemporaryFile("w+") as out_f, \
+                tempfile.TemporaryFile("w+") as err_f:
+            p = self.procs.start(self.host.in_ns(self.host.h, self.prog.path,
+                                                 *args),
+                                 stdout=out_f, stderr=err_f)
+            p.before = before
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.procs.stop(p)
+                raise AssertionError(f"{self.prog.label} {args} did not end "
+                                     f"in {timeout} s")
+            out_f.seek(0)
+            err_f.seek(0)
+            out, err = out_f.read(), err_f.read()
         return p.returncode, out, err, self.left_by(p)
 
+    def running_prog(self):
+        """The pids of the processes running the program under test's
+        file."""
+        mine = os.stat(self.prog.exe)
+        found = set()
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                st = os.stat(f"/proc/{d}/exe")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                found.add(int(d))
+        return found
+
     def left_by(self, p):
-        """What is alive of `p`'s process group, and any process running
-        the program under test's file other than the live ones we
-        started: what `p` left behind once it ended."""
-        ours = {q.pid for q in self.procs.procs
-                if q is not p and q.poll() is None}
+        """What `p` left behind once it ended: the live processes of its
+        process group or session, and any process running the program
+        under test that started after `p` did (others may run Debian's
+        slirp4netns on this machine meanwhile)."""
+        new = self.running_prog() - p.before
         left = []
         for d in os.listdir("/proc"):
-            if not d.isdigit() or int(d) in ours:
+            if not d.isdigit():
                 continue
             try:
                 with open(f"/proc/{d}/stat") as f:
                     stat = f.read()
-                fields = stat[stat.rindex(")") + 2:].split()
-                if fields[0] == "Z":
-                    continue
-                exe = os.stat(f"/proc/{d}/exe")
             except OSError:
                 continue
-            mine = os.stat(self.prog.exe)
-            if (int(fields[2]) == p.pid or
-                    (exe.st_dev, exe.st_ino) == (mine.st_dev, mine.st_ino)):
+            fields = stat[stat.rindex(")") + 2:].split()
+            # fields[0] is the state, [2] the process group, [3] the
+            # session.
+            if fields[0] == "Z":
+                continue
+            if (p.pid in (int(fields[2]), int(fields[3])) or
+                    int(d) in new):
                 left.append(f"{d} {stat.split()[1]}")
         return left
 
