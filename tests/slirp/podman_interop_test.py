@@ -33,7 +33,9 @@ in a private mount namespace where H's resolv.conf names H's dnsmasq and
      --enable-ipv6, the container has a global fd00::/64 address, and
      the 16 MiB download from H also works over IPv6.
 Each running container's network command is checked to be the program
-under test (/proc/PID/exe), in H, and run as the user.
+under test (/proc/PID/exe), in H, and run as the user; its log (the
+unlinked file Podman gives it, held open through /proc/PID/fd/2) must
+hold no sanitizer report when it has exited.
 
 At the end the containers are removed, whatever of the user's still
 runs (podman's pause process above all) is killed by pid, and the test
@@ -66,6 +68,10 @@ SIZE = 16 << 20
 IMAGE = "localhost/nst-busybox:test"
 # busybox httpd in the container serves the image's /www.
 HTTPD = ["httpd", "-f", "-p", "80", "-h", "/www"]
+# What ASan, LSan and UBSan write when they find something.
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                     "LeakSanitizer has encountered", "runtime error:")
+LOG_TAIL = 4
 
 
 def _sha(data):
@@ -95,7 +101,6 @@ class PodmanTest(unittest.TestCase):
         cls.user = pu.TestUser(os.path.join(cls.tmp, "home"))
         cls.left_after_rm = []   # what Podman itself left running
         cls.left_after_kill = []
-        cls.asan_dir, cls.asan_reports = None, []
         cls.binds = None   # set once podman can run
         cls.s4 = None
         try:
@@ -128,20 +133,14 @@ class PodmanTest(unittest.TestCase):
             os.chmod(d, 0o700)
         pu.write_config(user, home, cls.run_dir, cls.s4.path)
         extra = {}
-        cls.asan_dir = None
         if pu.needs_asan(cls.s4.exe):
-            # Podman quotes the network command's output only when it
-            # fails to start, and unlinks it: ASan's reports go to files
-            # the test reads at the end (the command inherits podman's
-            # environment).
-            cls.asan_dir = os.path.join(tmp, "asan")
-            os.makedirs(cls.asan_dir)
-            os.chmod(cls.asan_dir, 0o1777)
-            for var, default, name in (
-                    ("ASAN_OPTIONS", "abort_on_error=1", "asan"),
-                    ("UBSAN_OPTIONS", "print_stacktrace=1", "ubsan")):
-                opts = os.environ.get(var, default)
-                extra[var] = f"{opts}:log_path={cls.asan_dir}/{name}"
+            # The network command inherits podman's environment: the
+            # sanitizer options of this run (--config=asan sets them).
+            # Its reports go to its log, which the checks read
+            # (hold_log).
+            for var, default in (("ASAN_OPTIONS", "abort_on_error=1"),
+                                 ("UBSAN_OPTIONS", "print_stacktrace=1")):
+                extra[var] = os.environ.get(var, default)
         cls.env = pu.podman_env(user, home, cls.run_dir, cls.user_tmp, extra)
 
         busybox = os.path.join(vm_image.fetch(), "busybox")
@@ -190,11 +189,6 @@ class PodmanTest(unittest.TestCase):
         user.kill_processes()
         left = user.wait_gone(30)
         cls.left_after_kill = [p for p in left if p[1] != "Z"]
-        cls.asan_reports = []
-        if cls.asan_dir and os.path.isdir(cls.asan_dir):
-            for name in sorted(os.listdir(cls.asan_dir)):
-                with open(os.path.join(cls.asan_dir, name)) as f:
-                    cls.asan_reports.append(f"--- {name}:\n{f.read()}")
         cls.procs.stop_all()
         cls.host.close()
         user.remove()
@@ -205,9 +199,6 @@ class PodmanTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls._teardown()
-        assert not cls.asan_reports, (
-            "the network command's sanitizer reports:\n"
-            + "\n".join(cls.asan_reports))
         assert not cls.left_after_kill, (
             f"the user's processes survive SIGKILL: {cls.left_after_kill}")
         left = cls.user.live_processes()
@@ -271,6 +262,35 @@ class PodmanTest(unittest.TestCase):
         print(f"network command {pid}: exe {exe}, argv {argv}", flush=True)
         return argv
 
+    def hold_log(self, pid):
+        """The network command's log, open for reading. Podman gives the
+        command an unlinked file as stdout and stderr, and quotes it only
+        when the start fails; holding it open keeps what the command
+        writes up to its exit (its exit counters, a sanitizer's report),
+        also after a sandbox (pivot_root) hid every other path from it."""
+        f = open(f"/proc/{pid}/fd/2", "rb")
+        self.addCleanup(f.close)
+        return f
+
+    @staticmethod
+    def read_log(f):
+        f.seek(0)
+        return f.read().decode(errors="replace")
+
+    def check_log_after_exit(self, pid, log):
+        """Waits for the network command to exit, then fails on any
+        sanitizer report in its log; prints the log's last lines."""
+        self.assertTrue(iu.wait_for(
+            lambda: (pu.proc_status(pid) or ("Z",))[0] == "Z", 10),
+            f"the network command {pid} outlived its container")
+        text = self.read_log(log)
+        for marker in SANITIZER_MARKERS:
+            self.assertNotIn(marker, text, f"network command {pid}'s log:\n"
+                             f"{text}")
+        tail = "\n  ".join(text.splitlines()[-LOG_TAIL:])
+        print(f"network command {pid}'s log ({len(text)} bytes), last "
+              f"lines:\n  {tail}", flush=True)
+
     def rootlessports(self):
         return [pid for pid, state, comm in self.user.processes()
                 if state != "Z" and comm == "rootlessport"]
@@ -287,17 +307,19 @@ class PodmanTest(unittest.TestCase):
         self.run_ok("run", "-d", "--name", name, "--network", network,
                     "-p", f"127.0.0.1:{port}:80", IMAGE, *HTTPD)
         try:
+            pid = self.network_command(name)
+            log = self.hold_log(pid)
+            argv = self.check_network_command(pid)
             ok = iu.wait_for(lambda: self.h_curl(port, "up.bin", 5).received
                              == SIZE, 30, interval=0.3)
             started = time.monotonic() - t0
             r = self.h_curl(port, "up.bin")
-            why = f"rc {r.returncode}, {r.received} bytes, {r.stderr}"
+            why = (f"rc {r.returncode}, {r.received} bytes, {r.stderr}\n"
+                   f"--- the network command's log:\n{self.read_log(log)}")
             self.assertTrue(ok, f"127.0.0.1:{port} never served: {why}")
             self.assertEqual(r.returncode, 0, why)
             self.assertEqual(r.received, SIZE, why)
             self.assertEqual(r.received_sha.hexdigest(), self.up_sha, why)
-            pid = self.network_command(name)
-            argv = self.check_network_command(pid)
             rlp = self.rootlessports()
             print(f"PODMAN_BENCH network_cmd={self.label} test=publish "
                   f"network={network} run_to_served_s={started:.2f} "
@@ -305,9 +327,7 @@ class PodmanTest(unittest.TestCase):
                   flush=True)
         finally:
             _, rm_secs = self.run_ok("rm", "-f", "-t", "0", name)
-        self.assertTrue(iu.wait_for(
-            lambda: (pu.proc_status(pid) or ("Z",))[0] == "Z", 10),
-            f"the network command {pid} outlived its container")
+        self.check_log_after_exit(pid, log)
         r = iu.run(*self.host.in_ns(self.host.h, "curl", "-sS", "-m", "5",
                                     f"http://127.0.0.1:{port}/"),
                    check=False)
@@ -367,7 +387,9 @@ echo "sha=$(sha256sum /tmp/dl.bin | cut -d' ' -f1)"
         self.run_ok("run", "-d", "--name", name, "--network", "slirp4netns",
                     IMAGE, "sleep", "600")
         try:
-            argv = self.check_network_command(self.network_command(name))
+            pid = self.network_command(name)
+            log = self.hold_log(pid)
+            argv = self.check_network_command(pid)
             self.assertIn("--enable-ipv6", argv)
             # The address comes by router advertisement (SLAAC).
             script = ("for i in $(seq 100); do "
@@ -383,12 +405,13 @@ echo "sha=$(sha256sum /tmp/dl.bin | cut -d' ' -f1)"
                       "dl.bin; echo wget_rc=$?; "
                       "echo sha=$(sha256sum /tmp/dl6.bin | cut -d' ' -f1)")
             out, secs = self.run_ok("exec", name, "sh", "-c", script)
-            self.assertIn("wget_rc=0", out)
+            self.assertIn("wget_rc=0", out, self.read_log(log))
             self.assertIn(f"sha={self.dl_sha}", out)
             print(f"PODMAN_BENCH network_cmd={self.label} test=ipv6_download "
                   f"exec_s={secs:.2f}", flush=True)
         finally:
             self.run_ok("rm", "-f", "-t", "0", name)
+        self.check_log_after_exit(pid, log)
 
 
 if __name__ == "__main__":
