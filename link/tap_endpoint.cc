@@ -45,6 +45,15 @@ std::string TapLabel(const std::string& name, const std::string& netns) {
   return absl::StrCat("TAP '", name, "' in ", NetnsLabel(netns));
 }
 
+// The same for a TAP opened by options: one given a namespace by fd is not
+// in "the current netns".
+std::string TapLabel(const TapOptions& o) {
+  if (o.netns.empty() && o.netns_fd >= 0) {
+    return absl::StrCat("TAP '", o.name, "' in the guest's network namespace");
+  }
+  return TapLabel(o.name, o.netns);
+}
+
 absl::Status ValidateOptions(const TapOptions& o) {
   if (!o.name.empty()) {
     if (absl::Status s = ValidateInterfaceName(o.name); !s.ok()) return s;
@@ -73,7 +82,7 @@ absl::Status ValidateOptions(const TapOptions& o) {
 absl::Status SetIff(int fd, ifreq& ifr, const TapOptions& o) {
   if (::ioctl(fd, TUNSETIFF, &ifr) == 0) return absl::OkStatus();
   const int err = errno;
-  const std::string label = TapLabel(o.name, o.netns);
+  const std::string label = TapLabel(o);
   switch (err) {
     case EBUSY:
       return absl::FailedPreconditionError(absl::StrCat(
@@ -152,8 +161,11 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
     // other kind (IFF_MULTI_QUEUE must match): take it as it was made,
     // one queue if it has one (queue_count() says so). If it is no TAP at
     // all, this fails too, and the first error says so.
+    // Busy (EBUSY: someone holds a one-queue TAP) is what the second try
+    // says, and the true reason.
     ifr.ifr_flags ^= IFF_MULTI_QUEUE;
-    if (SetIff(tun.get(), ifr, options).ok()) attached = absl::OkStatus();
+    absl::Status again = SetIff(tun.get(), ifr, options);
+    if (!absl::IsInvalidArgument(again)) attached = again;
   }
   if (!attached.ok()) return attached;
   if ((ifr.ifr_flags & IFF_MULTI_QUEUE) == 0) {
@@ -168,7 +180,7 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Open(
     if (::ioctl(tun.get(), TUNGETIFF, &got) != 0 ||
         (got.ifr_flags & IFF_PERSIST) == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
-          TapLabel(options.name, options.netns),
+          TapLabel(options),
           " is busy: another process or endpoint has it open"));
     }
   }

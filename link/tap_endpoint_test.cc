@@ -663,6 +663,24 @@ TEST_F(TapTest, SecondOpenOfTheSameTapIsBusy) {
       << second.status();
 }
 
+// A one-queue TAP another process holds (as a caller of slirp4netns's
+// command line may hand over a TAP already in use), opened asking for
+// several queues: busy, not "a TAP with other flags" from the first try.
+TEST_F(TapTest, SecondMultiQueueOpenOfAOneQueueTapIsBusy) {
+  TapOptions o;
+  o.queues = 1;
+  Open(o);
+  o.name = kTap;
+  o.netns = ns_->name();
+  o.queues = 4;
+  auto second = TapEndpoint::Open(o, chunks_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(second.status())) << second.status();
+  EXPECT_NE(std::string(second.status().message()).find("is busy"),
+            std::string::npos)
+      << second.status();
+}
+
 // With several queues, a TAP another endpoint made and holds is busy too
 // (the kernel would let a second reader attach).
 TEST_F(TapTest, SecondOpenOfAMultiQueueTapIsBusy) {
