@@ -1,0 +1,3 @@
+#include "netstack/policy/policy.h"
+
+// Implemented by the issue #33 work in progress.
