@@ -9,9 +9,13 @@
 //   [2001:db8::/32]:443   IPv6 in brackets when a port follows (brackets
 //                         are also accepted without one)
 //   tcp:example.com:443, udp:192.0.2.0/24:5000-5999, icmp:192.0.2.1
-// A rule without a protocol covers TCP, UDP and ICMP echo; an icmp: rule
-// takes no port. Names are compared without regard to ASCII case and
-// without a trailing dot; a name is 1..253 bytes of labels 1..63 bytes.
+// A rule without a protocol covers TCP, UDP and ICMP echo, or TCP and UDP
+// when it has a port; an icmp: rule takes no port. A CIDR with host bits
+// set is refused (192.0.2.7/24: the writer meant one of two things). A
+// CIDR written in an IPv4-embedding IPv6 form (below), /96 or longer, is
+// stored as the IPv4 CIDR it means. Names are compared without regard to
+// ASCII case and without a trailing dot; a name is 1..253 bytes of labels
+// 1..63 bytes of letters, digits, '-' and '_'.
 //
 // Modes:
 //   - open: no allow rule. Everything is allowed but what a deny rule
@@ -54,8 +58,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -159,9 +165,15 @@ class PinTable {
   struct Pin_ {
     std::string name;
     Instant expiry;
+    uint64_t seq;  // ties expiry_order_'s keys
   };
+  using ExpiryKey = std::pair<Instant, uint64_t>;
+  void Erase(const transport::IpAddress& address);
   size_t max_entries_;
   absl::flat_hash_map<transport::IpAddress, Pin_> pins_;
+  // The same entries by expiry: eviction and Expire take the first.
+  absl::btree_map<ExpiryKey, transport::IpAddress> expiry_order_;
+  uint64_t next_seq_ = 0;
   uint64_t evicted_ = 0;
 };
 
@@ -202,10 +214,17 @@ class Policy {
   // The lines a start line or the forward API's "policy get" shows.
   std::string Describe() const;
 
+  ~Policy();
+
  private:
+  // The rules of one verdict (allow or deny), indexed so that Decide
+  // costs a few hash lookups however many rules there are (policy.cc).
+  struct Index;
   explicit Policy(PolicyConfig config);
   PolicyConfig config_;
   bool allowlist_ = false;
+  std::unique_ptr<const Index> allow_;
+  std::unique_ptr<const Index> deny_;
 };
 
 }  // namespace netstack::policy
