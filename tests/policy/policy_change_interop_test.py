@@ -1,0 +1,158 @@
+"""A policy replaced while transfers run (issue #33, must-show 2): through
+the forward API's {"op":"policy"} and by SIGHUP rereading --policy FILE.
+
+The guest (policy_env.py) holds four endless downloads from H's stream
+server (port 9000): from allowed.test and keep.test, each over IPv4 and
+IPv6, all admitted by pins. The new policy allows keep.test only: the
+allowed.test downloads must be reset (the guest's recv fails with
+ECONNRESET) soon after the change, and the keep.test ones keep receiving
+until their end. A new connect to allowed.test's address is then refused.
+Needs root, dnsmasq, dig.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+from tests.interop import interop_util as iu
+from tests.policy.policy_env import PROBE, PolicyEnv
+
+HOLD_SECONDS = 6
+CHANGE_AT = 2.0
+FLOWS = {  # (address, still allowed after the change)
+    "198.51.100.10": False,
+    "2001:db8:1::10": False,
+    "198.51.100.11": True,
+    "2001:db8:1::11": True,
+}
+BEFORE = "allow allowed.test\nallow keep.test\n"
+AFTER = "allow keep.test\n"
+
+
+def api(path, request):
+    """One request to the forward API; its answer, parsed."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(path)
+        s.sendall(json.dumps(request).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf)
+
+
+class PolicyChangeTest(unittest.TestCase):
+    def setUp(self):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("needs root")
+        for tool in ("dnsmasq", "dig"):
+            if not iu.have(tool):
+                raise unittest.SkipTest(f"needs {tool}")
+        self.env = PolicyEnv()
+        self.addCleanup(self.env.close)
+        self.env.setup()
+        self.policy_file = os.path.join(self.env.tmp, "policy")
+        with open(self.policy_file, "w") as f:
+            f.write(BEFORE)
+        self.api_path = os.path.join(self.env.tmp, "api.sock")
+
+    def run_change(self, change):
+        """Starts the four downloads, calls change() CHANGE_AT seconds in,
+        and checks each download's end."""
+        env = self.env
+        for name in ("allowed.test", "keep.test"):
+            for qtype in ("A", "AAAA"):
+                status, answers, _, out = env.dig(name, qtype)
+                self.assertEqual(status, "NOERROR", out)
+                self.assertEqual(len(answers), 1, out)
+        procs = {}
+        for addr in FLOWS:
+            procs[addr] = subprocess.Popen(
+                env.g_cmd(sys.executable, PROBE, "hold", addr, "9000",
+                          str(HOLD_SECONDS)),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(CHANGE_AT)
+            t_change = time.monotonic()
+            change()
+            outs = {a: p.communicate(timeout=HOLD_SECONDS + 10)
+                    for a, p in procs.items()}
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+        # The probes started at about the same time as t_change - CHANGE_AT.
+        for addr, allowed_after in FLOWS.items():
+            out, err = outs[addr]
+            lines = out.strip().splitlines()
+            self.assertTrue(lines, f"{addr}: no output: {err}")
+            end = json.loads(lines[-1])
+            progress = [tuple(map(float, l.split()[1:3])) for l in lines[:-1]]
+            moved_before = [n for n, t in progress if t < CHANGE_AT - 0.3]
+            self.assertTrue(moved_before and moved_before[-1] > 0,
+                            f"{addr}: no data before the change: {out}{err}")
+            if allowed_after:
+                self.assertEqual(end["end"], "time", f"{addr}: {end}")
+                after = [n for n, t in progress if t > CHANGE_AT + 1.0]
+                self.assertTrue(after and after[-1] > moved_before[-1],
+                                f"{addr}: stopped after the change: {out}")
+                print(f"  {addr}: untouched, {end['bytes'] >> 20} MiB in "
+                      f"{end['seconds']:.1f} s", flush=True)
+            else:
+                self.assertEqual(end["end"], "reset", f"{addr}: {end}")
+                self.assertLess(end["seconds"], CHANGE_AT + 1.0,
+                                f"{addr}: reset late: {end}")
+                print(f"  {addr}: reset {end['seconds'] - CHANGE_AT:+.2f} s "
+                      f"from the change (probe clock)", flush=True)
+        # New flows follow the new policy.
+        for addr, allowed_after in FLOWS.items():
+            r = env.probe("connect", addr, 9000)
+            self.assertEqual(r["errno"] == 0, allowed_after, f"{addr}: {r}")
+        counters = env.counters()
+        resets = {k: v for k, v in counters.items() if "reset_on_change" in k}
+        self.assertTrue(resets and max(resets.values()) >= 2,
+                        f"no policy reset counter >= 2: {resets}")
+
+    def test_forward_api_replace(self):
+        self.env.start("--policy", self.policy_file, api=self.api_path)
+        got = api(self.api_path, {"op": "policy"})
+        self.assertTrue(got.get("ok"), got)
+        self.assertIn("allowed.test", json.dumps(got))
+
+        def change():
+            answer = api(self.api_path,
+                         {"op": "policy", "policy": AFTER})
+            self.assertTrue(answer.get("ok"), answer)
+
+        self.run_change(change)
+        got = api(self.api_path, {"op": "policy"})
+        self.assertIn("keep.test", json.dumps(got))
+        self.assertNotIn("allowed.test", json.dumps(got))
+        # A bad policy is refused and changes nothing.
+        bad = api(self.api_path, {"op": "policy", "policy": "allow tcp:x:0-"})
+        self.assertFalse(bad.get("ok"), bad)
+        self.assertIn("error", bad)
+        self.assertEqual(api(self.api_path, {"op": "policy"}), got)
+
+    def test_sighup_rereads_the_policy_file(self):
+        self.env.start("--policy", self.policy_file)
+
+        def change():
+            with open(self.policy_file, "w") as f:
+                f.write(AFTER)
+            self.env.nd.send_signal(signal.SIGHUP)
+
+        self.run_change(change)
+        self.assertIsNone(self.env.nd.poll(), "netstackd exited on SIGHUP")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
