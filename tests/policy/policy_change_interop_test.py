@@ -29,8 +29,8 @@ FLOWS = {  # (address, still allowed after the change)
     "198.51.100.11": True,
     "2001:db8:1::11": True,
 }
-BEFORE = "allow allowed.test\nallow keep.test\n"
-AFTER = "allow keep.test\n"
+BEFORE = ["allow allowed.test", "allow keep.test"]
+AFTER = ["allow keep.test"]
 
 
 def api(path, request):
@@ -60,7 +60,7 @@ class PolicyChangeTest(unittest.TestCase):
         self.env.setup()
         self.policy_file = os.path.join(self.env.tmp, "policy")
         with open(self.policy_file, "w") as f:
-            f.write(BEFORE)
+            f.write("".join(l + "\n" for l in BEFORE))
         self.api_path = os.path.join(self.env.tmp, "api.sock")
 
     def run_change(self, change):
@@ -125,19 +125,22 @@ class PolicyChangeTest(unittest.TestCase):
         self.env.start("--policy", self.policy_file, api=self.api_path)
         got = api(self.api_path, {"op": "policy"})
         self.assertTrue(got.get("ok"), got)
-        self.assertIn("allowed.test", json.dumps(got))
+        self.assertEqual(got.get("policy", {}).get("mode"), "allowlist", got)
+        self.assertIn("allowed.test", json.dumps(got["policy"]))
 
         def change():
-            answer = api(self.api_path,
-                         {"op": "policy", "policy": AFTER})
+            answer = api(self.api_path, {"op": "policy", "replace": AFTER})
             self.assertTrue(answer.get("ok"), answer)
+            # The two allowed.test downloads, IPv4 and IPv6.
+            self.assertEqual(answer.get("reset"), 2, answer)
 
         self.run_change(change)
         got = api(self.api_path, {"op": "policy"})
-        self.assertIn("keep.test", json.dumps(got))
-        self.assertNotIn("allowed.test", json.dumps(got))
+        self.assertIn("keep.test", json.dumps(got["policy"]))
+        self.assertNotIn("allowed.test", json.dumps(got["policy"]))
         # A bad policy is refused and changes nothing.
-        bad = api(self.api_path, {"op": "policy", "policy": "allow tcp:x:0-"})
+        bad = api(self.api_path, {"op": "policy",
+                                  "replace": ["allow tcp:x.test:0-"]})
         self.assertFalse(bad.get("ok"), bad)
         self.assertIn("error", bad)
         self.assertEqual(api(self.api_path, {"op": "policy"}), got)
@@ -147,7 +150,7 @@ class PolicyChangeTest(unittest.TestCase):
 
         def change():
             with open(self.policy_file, "w") as f:
-                f.write(AFTER)
+                f.write("".join(l + "\n" for l in AFTER))
             self.env.nd.send_signal(signal.SIGHUP)
 
         self.run_change(change)
