@@ -177,6 +177,68 @@ std::string ListOp(const PortForwards& forwards) {
   return w.text();
 }
 
+void WritePolicy(JsonWriter& w, const PolicySummary& p) {
+  w.Key("policy").BeginObject().Key("mode").String(p.mode);
+  w.Key("rules").BeginArray();
+  for (const std::string& r : p.rules) w.String(r);
+  w.EndArray().EndObject();
+}
+
+// {"op":"policy"}: the policy in force; with "replace" (an array of
+// policy file lines) or "file" (a file's text), a new one first.
+absl::StatusOr<std::string> PolicyOp(const PolicyHooks& hooks,
+                                     const JsonValue& req) {
+  if (!hooks.get || !hooks.replace) {
+    return absl::FailedPreconditionError(
+        "policy: no egress policy here (netstackd --backend, -- CMD or "
+        "--netns-pid has one)");
+  }
+  const JsonValue* replace = req.Find("replace");
+  const JsonValue* file = req.Find("file");
+  if (replace != nullptr && file != nullptr) {
+    return absl::InvalidArgumentError(
+        "policy: \"replace\" or \"file\", not both");
+  }
+  std::optional<uint64_t> reset;
+  if (replace != nullptr || file != nullptr) {
+    std::string text;
+    if (replace != nullptr) {
+      if (!replace->is_array()) {
+        return absl::InvalidArgumentError(
+            "policy: \"replace\" is an array of rules (\"allow RULE\", "
+            "\"deny RULE\", \"egress none\")");
+      }
+      for (const JsonValue& item : replace->items()) {
+        // A line break inside an item would make two lines of one.
+        if (!item.is_string() ||
+            item.string().find_first_of("\r\n") != std::string::npos) {
+          return absl::InvalidArgumentError(
+              "policy: each \"replace\" item is one rule, a string");
+        }
+        absl::StrAppend(&text, item.string(), "\n");
+      }
+    } else {
+      if (!file->is_string()) {
+        return absl::InvalidArgumentError(
+            "policy: \"file\" is a policy file's text, a string");
+      }
+      text = file->string();
+    }
+    absl::StatusOr<uint64_t> n = hooks.replace(text);
+    if (!n.ok()) {
+      return absl::Status(n.status().code(),
+                          absl::StrCat("policy: ", n.status().message()));
+    }
+    reset = *n;
+  }
+  JsonWriter w;
+  w.BeginObject().Key("ok").Bool(true);
+  if (reset) w.Key("reset").Uint(*reset);
+  WritePolicy(w, hooks.get());
+  w.EndObject();
+  return w.text();
+}
+
 std::string CountersOp(const std::string& text) {
   JsonWriter w;
   w.BeginObject().Key("ok").Bool(true).Key("counters").BeginObject();
@@ -199,7 +261,7 @@ std::string ForwardApi::Handle(std::string_view line) {
   }
   if (!req->is_object()) return fail("a request is a JSON object");
   const std::optional<std::string> op = req->GetString("op");
-  if (!op) return fail("no \"op\" (add, remove, list or counters)");
+  if (!op) return fail("no \"op\" (add, remove, list, counters or policy)");
   absl::StatusOr<std::string> reply;
   if (*op == "add") {
     reply = AddOp(forwards_, *req);
@@ -209,9 +271,11 @@ std::string ForwardApi::Handle(std::string_view line) {
     reply = ListOp(forwards_);
   } else if (*op == "counters") {
     reply = CountersOp(counter_text_ ? counter_text_() : std::string());
+  } else if (*op == "policy") {
+    reply = PolicyOp(policy_, *req);
   } else {
     return fail(absl::StrCat("unknown op '", *op,
-                             "' (add, remove, list or counters)"));
+                             "' (add, remove, list, counters or policy)"));
   }
   if (!reply.ok()) return fail(reply.status().message());
   return *std::move(reply);

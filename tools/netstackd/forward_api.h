@@ -10,6 +10,17 @@
 //   {"op":"counters"} -> {"ok":true,"counters":{"backend.tcp_flows_open":0,
 //                     ...}}  (the lines SIGUSR1 prints, as numbers where
 //                     they are numbers)
+//   {"op":"policy"} -> {"ok":true,"policy":{"mode":"allowlist",
+//                     "rules":["allow example.com","deny 10.0.0.0/8"]}}
+//                     (mode: open, allowlist or none; every rule in force)
+//   {"op":"policy","replace":["allow example.com","deny 10.0.0.0/8"]}
+//   {"op":"policy","file":"allow example.com\n# ...\n"}
+//                   -> {"ok":true,"reset":2,"policy":{...}}: the new rules
+//                     (each item a policy file's line, or a file's text)
+//                     replace --policy FILE's, beside --allow and --deny,
+//                     as SIGHUP does; "reset" counts the open flows it
+//                     denies, which are reset. A rule that does not parse
+//                     changes nothing: {"ok":false,"error":"line 2: ..."}.
 //   anything wrong  -> {"ok":false,"error":"..."}; the connection stays.
 //
 // Specs take the -t/-u shape, ranges, both families and unix: included
@@ -50,6 +61,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "netstack/eventloop/event_loop.h"
@@ -66,6 +79,21 @@ struct ForwardApiCounters {
   uint64_t refused_peers = 0;        // inside the fenced PID namespace
   uint64_t requests = 0;
   uint64_t errors = 0;  // answers with "ok":false
+};
+
+// The egress policy as the "policy" op shows it.
+struct PolicySummary {
+  std::string mode;                // "open", "allowlist" or "none"
+  std::vector<std::string> rules;  // each rule's text, "allow RULE"
+};
+
+// What the "policy" op reads and changes (the daemon's, which also does
+// SIGHUP's). Unset: the op answers that there is no egress policy here.
+struct PolicyHooks {
+  std::function<PolicySummary()> get;
+  // A policy file's text in place of --policy FILE's; an error (a line
+  // that does not parse) changes nothing. Returns the flows reset.
+  std::function<absl::StatusOr<uint64_t>(std::string_view text)> replace;
 };
 
 class ForwardApi {
@@ -92,6 +120,9 @@ class ForwardApi {
   // openat use (PidNamespaceFence's kProc way); -1 if none.
   int proc_dir_fd() const { return fence_ ? fence_->proc_dir_fd() : -1; }
 
+  // The "policy" op's (see above).
+  void SetPolicyHooks(PolicyHooks hooks) { policy_ = std::move(hooks); }
+
   // One request line (without its newline) to its answer (without one).
   // The socket's clients go through here; so do the unit tests.
   std::string Handle(std::string_view line);
@@ -105,6 +136,7 @@ class ForwardApi {
 
   runtime::PortForwards& forwards_;
   std::function<std::string()> counter_text_;
+  PolicyHooks policy_;
   ForwardApiCounters counters_;  // requests and errors; the server counts
                                  // connections
   std::unique_ptr<sandbox::PidNamespaceFence> fence_;  // before server_: it checks

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -216,8 +218,8 @@ TEST_F(ForwardApiTest, LinesOverTheSocket) {
   read_lines(2);
   EXPECT_EQ(got,
             "{\"ok\":true,\"forwards\":[]}\n"
-            "{\"ok\":false,\"error\":\"unknown op 'nope' (add, remove, list "
-            "or counters)\"}\n");
+            "{\"ok\":false,\"error\":\"unknown op 'nope' (add, remove, list, "
+            "counters or policy)\"}\n");
   got.clear();
   const std::string b = "\"counters\"}\n";
   ASSERT_EQ(write(c, b.data(), b.size()), static_cast<ssize_t>(b.size()));
@@ -273,6 +275,123 @@ TEST_F(ForwardApiTest, AnOverlongLineClosesThatClientOnly) {
   EXPECT_EQ(answer, "{\"ok\":true,\"forwards\":[]}\n");
   close(bad);
   close(good);
+}
+
+// The "policy" op without an egress policy (host mode): an error that says
+// so, not a crash or an empty policy.
+TEST_F(ForwardApiTest, PolicyWithoutHooksIsAnError) {
+  EXPECT_EQ(ErrorOf(R"({"op":"policy"})"),
+            "policy: no egress policy here (netstackd --backend, -- CMD or "
+            "--netns-pid has one)");
+}
+
+// A stand-in for the daemon's hooks: takes lines "allow X" and "deny X",
+// refuses anything else by its line, and counts one reset per deny.
+struct FakePolicy {
+  PolicySummary now{"open", {}};
+  std::vector<std::string> texts;  // what replace was given
+  PolicyHooks Hooks() {
+    PolicyHooks h;
+    h.get = [this] { return now; };
+    h.replace = [this](std::string_view text) -> absl::StatusOr<uint64_t> {
+      texts.emplace_back(text);
+      PolicySummary next{"open", {}};
+      uint64_t denies = 0;
+      int n = 0;
+      size_t start = 0;
+      while (start < text.size()) {
+        size_t end = text.find('\n', start);
+        if (end == std::string_view::npos) end = text.size();
+        const std::string line(text.substr(start, end - start));
+        start = end + 1;
+        ++n;
+        if (line.rfind("allow ", 0) == 0) {
+          next.mode = "allowlist";
+        } else if (line.rfind("deny ", 0) == 0) {
+          ++denies;
+        } else {
+          return absl::InvalidArgumentError(
+              absl::StrCat("line ", n, ": not a rule"));
+        }
+        next.rules.push_back(line);
+      }
+      now = next;
+      return denies;
+    };
+    return h;
+  }
+};
+
+TEST_F(ForwardApiTest, PolicyGetShowsTheModeAndRules) {
+  FakePolicy fake;
+  fake.now = {"allowlist", {"allow example.com", "deny 10.0.0.0/8"}};
+  api_->SetPolicyHooks(fake.Hooks());
+  EXPECT_EQ(api_->Handle(R"({"op":"policy"})"),
+            R"({"ok":true,"policy":{"mode":"allowlist","rules":)"
+            R"(["allow example.com","deny 10.0.0.0/8"]}})");
+  EXPECT_TRUE(fake.texts.empty()) << "a get replaced the policy";
+}
+
+TEST_F(ForwardApiTest, PolicyReplaceTakesRulesOneALine) {
+  FakePolicy fake;
+  api_->SetPolicyHooks(fake.Hooks());
+  const JsonValue v = Ask(
+      R"({"op":"policy","replace":["allow example.com","deny 10.0.0.0/8",)"
+      R"("deny 192.0.2.1"]})");
+  ASSERT_EQ(v.GetBool("ok"), true);
+  ASSERT_EQ(fake.texts.size(), 1u);
+  EXPECT_EQ(fake.texts[0],
+            "allow example.com\ndeny 10.0.0.0/8\ndeny 192.0.2.1\n");
+  EXPECT_EQ(v.GetInt("reset"), 2);
+  const JsonValue* p = v.Find("policy");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->GetString("mode"), "allowlist");
+  const JsonValue* rules = p->Find("rules");
+  ASSERT_NE(rules, nullptr);
+  ASSERT_EQ(rules->items().size(), 3u);
+  EXPECT_EQ(rules->items()[2].string(), "deny 192.0.2.1");
+  // An empty list is a policy too: no rule from the API.
+  const JsonValue empty = Ask(R"({"op":"policy","replace":[]})");
+  EXPECT_EQ(empty.GetBool("ok"), true);
+  EXPECT_EQ(fake.texts.back(), "");
+  EXPECT_EQ(empty.Find("policy")->GetString("mode"), "open");
+}
+
+TEST_F(ForwardApiTest, PolicyReplaceTakesAFilesText) {
+  FakePolicy fake;
+  api_->SetPolicyHooks(fake.Hooks());
+  const JsonValue v =
+      Ask(R"({"op":"policy","file":"allow a.example\ndeny b.example"})");
+  ASSERT_EQ(v.GetBool("ok"), true) << v.GetString("error").value_or("");
+  ASSERT_EQ(fake.texts.size(), 1u);
+  EXPECT_EQ(fake.texts[0], "allow a.example\ndeny b.example");
+  EXPECT_EQ(v.GetInt("reset"), 1);
+}
+
+TEST_F(ForwardApiTest, PolicyReplaceErrorsChangeNothing) {
+  FakePolicy fake;
+  fake.now = {"allowlist", {"allow example.com"}};
+  api_->SetPolicyHooks(fake.Hooks());
+  EXPECT_EQ(ErrorOf(R"({"op":"policy","replace":"allow x"})"),
+            "policy: \"replace\" is an array of rules (\"allow RULE\", "
+            "\"deny RULE\", \"egress none\")");
+  EXPECT_EQ(ErrorOf(R"({"op":"policy","replace":["allow x",7]})"),
+            "policy: each \"replace\" item is one rule, a string");
+  // One item may not smuggle in a second line.
+  EXPECT_EQ(ErrorOf(R"({"op":"policy","replace":["allow x\ndeny y"]})"),
+            "policy: each \"replace\" item is one rule, a string");
+  EXPECT_EQ(ErrorOf(R"({"op":"policy","file":["allow x"]})"),
+            "policy: \"file\" is a policy file's text, a string");
+  EXPECT_EQ(ErrorOf(R"({"op":"policy","replace":[],"file":""})"),
+            "policy: \"replace\" or \"file\", not both");
+  EXPECT_TRUE(fake.texts.empty()) << "a bad request reached replace";
+  // The hook's own refusal, named by its line.
+  EXPECT_EQ(ErrorOf(R"({"op":"policy","replace":["allow x","bogus"]})"),
+            "policy: line 2: not a rule");
+  EXPECT_EQ(api_->Handle(R"({"op":"policy"})"),
+            R"({"ok":true,"policy":{"mode":"allowlist","rules":)"
+            R"(["allow example.com"]}})");
+  EXPECT_EQ(api_->counters().errors, 6u);
 }
 
 }  // namespace
