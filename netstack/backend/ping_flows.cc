@@ -53,6 +53,9 @@ struct PingForwarder::Flow {
   Instant last_active;
   std::list<Flow*>::iterator lru;
   std::unique_ptr<FlowHandler> handler;
+  Instant opened;
+  uint64_t bytes_out = 0;  // echo data, guest to host
+  uint64_t bytes_in = 0;   // and back
 };
 
 PingForwarder::PingForwarder(stack::Stack& stack, buffer::ChunkPool& chunks,
@@ -88,8 +91,21 @@ bool PingForwarder::OnEchoRequest(const stack::EchoRequest& r, Instant now) {
   if (auto it = flows_.find(key); it != flows_.end()) {
     flow = it->second.get();
   } else {
+    if (options_.admit && !options_.admit(SocketAddress{key.guest, 0},
+                                          SocketAddress{dst, 0}, now)) {
+      ++counters_.refused_policy;
+      Refuse(r, now);
+      return true;
+    }
     flow = Open(key, now);
-    if (flow == nullptr) return true;  // dropped, counted: no forged reply
+    if (flow == nullptr) {
+      // Admitted, so its opening was logged: its end is too.
+      if (options_.closed) {
+        options_.closed(SocketAddress{key.guest, 0}, SocketAddress{dst, 0}, 0,
+                        0, now);
+      }
+      return true;  // dropped, counted: no forged reply
+    }
   }
   flow->last_active = std::max(flow->last_active, now);
   lru_.splice(lru_.end(), lru_, flow->lru);
@@ -107,8 +123,55 @@ bool PingForwarder::OnEchoRequest(const stack::EchoRequest& r, Instant now) {
   do {
     n = sendmsg(flow->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
-  if (n < 0) ++counters_.send_failed;
+  if (n < 0) {
+    ++counters_.send_failed;
+  } else {
+    flow->bytes_out += r.data.size();
+  }
   return true;
+}
+
+void PingForwarder::Refuse(const stack::EchoRequest& r, Instant now) {
+  // The quote is the request's first 8 bytes as the guest sent them,
+  // checksum included (rebuilt: the stack hands over the parsed request).
+  uint8_t hdr[kEchoHeaderLen] = {};
+  hdr[0] = r.v6 ? kEchoRequest6 : kEchoRequest4;
+  wire::StoreBe16(hdr + 4, r.id);
+  wire::StoreBe16(hdr + 6, r.seq);
+  wire::ChecksumAccumulator sum;
+  if (r.v6) {
+    sum.AddFolded(wire::Ipv6PseudoHeaderSum(
+        r.src6, r.dst6, kIcmpv6,
+        static_cast<uint32_t>(kEchoHeaderLen + r.data.size())));
+  }
+  sum.Add(std::span<const uint8_t>(hdr, kEchoHeaderLen));
+  sum.Add(r.data.bytes());
+  wire::StoreBe16(hdr + 2, sum.Checksum());
+  if (r.v6) {
+    (void)stack_.SendDestUnreachable(r.src6, r.dst6, kIcmpv6, hdr,
+                                     stack::IcmpErrorKind::kAdminProhibited,
+                                     now);
+  } else {
+    (void)stack_.SendDestUnreachable(r.src4, r.dst4, kIcmp, hdr,
+                                     stack::IcmpErrorKind::kAdminProhibited,
+                                     now);
+  }
+}
+
+size_t PingForwarder::CloseIf(
+    const std::function<bool(const SocketAddress& guest,
+                             const SocketAddress& peer)>& doomed) {
+  std::vector<Flow*> gone;
+  for (Flow* f : lru_) {
+    if (doomed(SocketAddress{f->key.guest, 0}, SocketAddress{f->key.peer, 0})) {
+      gone.push_back(f);
+    }
+  }
+  for (Flow* f : gone) {
+    ++counters_.closed_policy;
+    Close(f);
+  }
+  return gone.size();
 }
 
 PingForwarder::Flow* PingForwarder::Open(const Key& key, Instant now) {
@@ -152,6 +215,7 @@ PingForwarder::Flow* PingForwarder::Open(const Key& key, Instant now) {
   f->key = key;
   f->fd = *fd;
   f->last_active = now;
+  f->opened = now;
   f->handler = std::make_unique<FlowHandler>(*this, *f);
   if (!loop_.Add(f->fd, eventloop::EventLoop::kReadable, f->handler.get())
            .ok()) {
@@ -168,6 +232,11 @@ PingForwarder::Flow* PingForwarder::Open(const Key& key, Instant now) {
 void PingForwarder::Close(Flow* flow) {
   (void)loop_.Remove(flow->fd);
   close(flow->fd);
+  if (options_.closed) {
+    options_.closed(SocketAddress{flow->key.guest, 0},
+                    SocketAddress{flow->key.peer, 0}, flow->bytes_out,
+                    flow->bytes_in, flow->opened);
+  }
   lru_.erase(flow->lru);
   flows_.erase(Key(flow->key));
 }
@@ -238,6 +307,7 @@ void PingForwarder::ReadHost(Flow& flow, Instant now) {
     }
     if (sent) {
       ++counters_.replies;
+      flow.bytes_in += len - kEchoHeaderLen;
     } else {
       ++counters_.reply_send_failed;
     }

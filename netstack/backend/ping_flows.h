@@ -23,10 +23,17 @@
 //
 // Limits: max_flows sockets at once (a request past it is dropped,
 // counted), idle_timeout after the last request or reply.
+//
+// The egress policy (issue #33): PingOptions::admit is asked once per new
+// flow; a refused request is answered at once with destination
+// unreachable, administratively prohibited (ICMP 3/13, ICMPv6 1/1),
+// quoting it: the one error this forwarder sends, since the refusal is
+// ours and the guest must not wait for a silent peer.
 #ifndef NETSTACK_BACKEND_PING_FLOWS_H_
 #define NETSTACK_BACKEND_PING_FLOWS_H_
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <string>
@@ -48,6 +55,18 @@ struct PingOptions {
   Duration idle_timeout = absl::Seconds(60);
   OutboundBind bind;
   std::vector<transport::IpAddress> self_addresses;
+  // The egress policy's hooks (the Backend's), as UdpFlowOptions's:
+  // `admit` once per new flow (false: refused, ICMP administratively
+  // prohibited, no socket); `closed` when an admitted flow ends, with its
+  // echo data bytes each way (requests out, replies in) and when it
+  // opened. Addresses with port 0.
+  std::function<bool(const transport::SocketAddress& guest,
+                     const transport::SocketAddress& peer, Instant now)>
+      admit;
+  std::function<void(const transport::SocketAddress& guest,
+                     const transport::SocketAddress& peer, uint64_t bytes_out,
+                     uint64_t bytes_in, Instant opened)>
+      closed;
 };
 
 // X(field, "name")
@@ -55,9 +74,14 @@ struct PingOptions {
   X(opened, "opened")                                              \
   X(closed_idle, "closed.idle")                                    \
   X(closed_shutdown, "closed.shutdown")                            \
+  /* CloseIf: a new egress policy denies them. */                  \
+  X(closed_policy, "closed.policy")                                \
   X(requests, "requests")                                          \
   X(replies, "replies")                                            \
   X(refused_limit, "refused.limit")                                \
+  /* PingOptions::admit said no: answered administratively */      \
+  /* prohibited. */                                                \
+  X(refused_policy, "refused.policy")                              \
   /* The kernel refused a ping socket (ping_group_range). */       \
   X(refused_forbidden, "refused.forbidden")                        \
   X(refused_socket, "refused.socket")                              \
@@ -94,6 +118,13 @@ class PingForwarder final : public stack::EchoHandler,
   Instant NextDeadline() const override;
   void Poll(Instant now) override;
 
+  // Closes each flow `doomed` says must go (a new egress policy denies
+  // it; closed.policy); the guest's next request is judged again.
+  // Returns how many.
+  size_t CloseIf(
+      const std::function<bool(const transport::SocketAddress& guest,
+                               const transport::SocketAddress& peer)>& doomed);
+
   size_t size() const { return flows_.size(); }
   const PingCounters& counters() const { return counters_; }
 
@@ -112,6 +143,8 @@ class PingForwarder final : public stack::EchoHandler,
   class FlowHandler;
 
   Flow* Open(const Key& key, Instant now);
+  // Answers `r` with administratively prohibited (refused by policy).
+  void Refuse(const stack::EchoRequest& r, Instant now);
   void Close(Flow* flow);
   void ReadHost(Flow& flow, Instant now);
 

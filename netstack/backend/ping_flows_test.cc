@@ -186,5 +186,103 @@ TEST_F(PingFlowsTest, IdleFlowsClose) {
   EXPECT_EQ(fwd_->counters().closed_idle, 1u);
 }
 
+// The egress policy's hooks (PingOptions::admit, closed; the Backend
+// wires them to the policy).
+class PingPolicyTest : public PingFlowsTest {
+ protected:
+  void Remake(PingOptions o) {
+    fwd_.reset();
+    o.self_addresses = {IpAddress(our_ip4_), IpAddress(our_ip6_)};
+    fwd_ = std::make_unique<PingForwarder>(*stack_, chunks_, packets_, *loop_,
+                                           o);
+  }
+};
+
+TEST_F(PingPolicyTest, RefusedEchoIsAnsweredAdminProhibitedQuotingIt) {
+  PingOptions o;
+  o.admit = [](const transport::SocketAddress&,
+               const transport::SocketAddress& peer, Instant) {
+    EXPECT_EQ(peer.port, 0);
+    return false;
+  };
+  Remake(o);
+  for (const IpAddress& dst : {kLo4, kLo6}) {
+    SCOPED_TRACE(dst.ToString());
+    const std::vector<uint8_t> echo =
+        dst.is_v4() ? stack::testing::Icmpv4Echo(0x77, 5, 56)
+                    : stack::testing::Icmpv6Echo(peer_.ip6, dst.v6(), 0x77, 5,
+                                                 56);
+    Ping(dst, 0x77, 5, 56);
+    // At once: the answer is already on the link, no loop turn needed.
+    std::vector<std::vector<uint8_t>> frames = TakeSent();
+    ASSERT_EQ(frames.size(), 1u);
+    SentFrame f = ParseSent(frames[0]);
+    const std::vector<uint8_t>& icmp = f.l4;
+    size_t quoted_l4;
+    if (dst.is_v4()) {
+      ASSERT_EQ(f.protocol, 1);
+      EXPECT_EQ(icmp[0], 3);
+      EXPECT_EQ(icmp[1], 13);
+      ASSERT_GE(icmp.size(), 8u + 20 + 8);
+      EXPECT_EQ(icmp[8 + 9], 1);  // the quoted datagram is ICMP
+      EXPECT_TRUE(std::equal(icmp.begin() + 8 + 16, icmp.begin() + 8 + 20,
+                             dst.v4().bytes.begin()));
+      quoted_l4 = 8 + 20;
+      EXPECT_EQ(wire::InternetChecksum(icmp), 0);
+    } else {
+      ASSERT_EQ(f.protocol, 58);
+      EXPECT_EQ(icmp[0], 1);
+      EXPECT_EQ(icmp[1], 1);
+      ASSERT_GE(icmp.size(), 8u + 40 + 8);
+      EXPECT_EQ(icmp[8 + 6], 58);
+      EXPECT_TRUE(std::equal(icmp.begin() + 8 + 24, icmp.begin() + 8 + 40,
+                             dst.v6().bytes.begin()));
+      quoted_l4 = 8 + 40;
+      EXPECT_TRUE(wire::Icmpv6Packet(icmp).ChecksumValid(f.ip6.src, peer_.ip6));
+    }
+    // The request's first 8 bytes, as the guest sent them: type, code,
+    // checksum, id, sequence.
+    EXPECT_TRUE(std::equal(echo.begin(), echo.begin() + 8,
+                           icmp.begin() + quoted_l4));
+  }
+  EXPECT_EQ(fwd_->size(), 0u);
+  EXPECT_EQ(fwd_->counters().refused_policy, 2u);
+  EXPECT_EQ(fwd_->counters().opened, 0u);
+}
+
+TEST_F(PingPolicyTest, AdmittedFlowIsAskedOnceAndClosesOnAPolicyChange) {
+  PingOptions o;
+  int asked = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> closed;
+  o.admit = [&](const transport::SocketAddress&,
+                const transport::SocketAddress&, Instant) {
+    ++asked;
+    return true;
+  };
+  o.closed = [&](const transport::SocketAddress&,
+                 const transport::SocketAddress&, uint64_t out, uint64_t in,
+                 Instant) { closed.push_back({out, in}); };
+  Remake(o);
+  for (uint16_t seq = 1; seq <= 2; ++seq) {
+    Ping(kLo4, 8, seq, 56);
+    ASSERT_EQ(Replies(1).size(), 1u);
+  }
+  Ping(kLo6, 8, 1, 16);
+  ASSERT_EQ(Replies(1).size(), 1u);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(fwd_->CloseIf([&](const transport::SocketAddress&,
+                              const transport::SocketAddress& peer) {
+              return peer.ip == kLo4;
+            }),
+            1u);
+  EXPECT_EQ(fwd_->size(), 1u);
+  EXPECT_EQ(fwd_->counters().closed_policy, 1u);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0], (std::pair<uint64_t, uint64_t>{112, 112}));
+  fwd_.reset();  // before `closed` goes
+  ASSERT_EQ(closed.size(), 2u);  // every admitted flow's end is reported
+  EXPECT_EQ(closed[1], (std::pair<uint64_t, uint64_t>{16, 16}));
+}
+
 }  // namespace
 }  // namespace netstack::backend

@@ -55,6 +55,11 @@ struct UdpFlowTable::Flow {
   sockaddr_storage client_name;
   socklen_t client_name_len = 0;
   InboundUdpCounts* counts = nullptr;
+  // Outbound: when it opened and its payload bytes each way, for
+  // UdpFlowOptions::closed (the flow log).
+  Instant opened;
+  uint64_t bytes_out = 0;
+  uint64_t bytes_in = 0;
 };
 
 void UdpFlowTable::FlowHandler::OnReadable(Instant now) {
@@ -128,15 +133,17 @@ bool UdpFlowTable::OnUnmatchedDatagram(const SocketAddress& src,
     ++counters_.refused_bad_address;
     return false;
   }
-  Flow* flow = Open(Key{src, dst}, now);
+  const uint16_t udp_len =
+      static_cast<uint16_t>(std::min<size_t>(payload.size() + 8, 65535));
+  Flow* flow = Open(Key{src, dst}, udp_len, now);
   if (flow == nullptr) return true;  // answered (ICMP) and counted
   Touch(*flow, now);
   SendToHost(*flow, payload, now);
   return true;
 }
 
-UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, Instant now) {
-  const uint16_t udp_len = 8;
+UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, uint16_t udp_len,
+                                       Instant now) {
   // The guest's own share: inbound flows never count against it.
   if (outbound_lru_.size() >= options_.max_flows) {
     ++counters_.refused_limit;
@@ -144,10 +151,24 @@ UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, Instant now) {
                              key.local, key.remote, udp_len, now);
     return nullptr;
   }
+  // Refused at once and visibly: a datagram dropped in silence would
+  // leave the guest's client waiting for its own timeout.
+  if (options_.admit && !options_.admit(key.local, key.remote, now)) {
+    ++counters_.refused_policy;
+    (void)SendUdpUnreachable(stack_, packets_, Unreachable::kAdminProhibited,
+                             key.local, key.remote, udp_len, now);
+    return nullptr;
+  }
+  // Admitted: from here every way out tells `closed`, so each opened
+  // flow the policy logged is closed in the log too.
+  auto never_opened = [&] {
+    if (options_.closed) options_.closed(key.local, key.remote, 0, 0, now);
+  };
   absl::StatusOr<int> fd =
       OpenHostDatagramSocket(key.remote.ip.family(), 0, options_.bind);
   if (!fd.ok()) {
     ++counters_.refused_socket;
+    never_opened();
     return nullptr;  // EMFILE and the like: the guest sees a lost datagram
   }
   const bool v4 = key.remote.ip.is_v4();
@@ -160,6 +181,7 @@ UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, Instant now) {
     const int err = errno;
     close(*fd);
     ++counters_.refused_connect;
+    never_opened();
     (void)SendUdpUnreachable(stack_, packets_,
                              err == EHOSTUNREACH ? Unreachable::kHost
                              : err == EACCES || err == EPERM
@@ -173,11 +195,13 @@ UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, Instant now) {
   f->key = key;
   f->fd = *fd;
   f->last_active = now;
+  f->opened = now;
   f->handler = std::make_unique<FlowHandler>(*this, *f);
   if (!loop_.Add(f->fd, eventloop::EventLoop::kReadable, f->handler.get())
            .ok()) {
     close(f->fd);
     ++counters_.refused_socket;
+    never_opened();
     return nullptr;
   }
   Link(*f, outbound_lru_);
@@ -193,6 +217,10 @@ void UdpFlowTable::Close(Flow* flow) {
   } else {
     (void)loop_.Remove(flow->fd);
     close(flow->fd);
+    if (options_.closed) {
+      options_.closed(flow->key.local, flow->key.remote, flow->bytes_out,
+                      flow->bytes_in, flow->opened);
+    }
   }
   flow->list->erase(flow->lru);
   // Last: the key lives in the flow.
@@ -238,6 +266,7 @@ void UdpFlowTable::SendToHost(Flow& flow, const buffer::PayloadView& payload,
     if (n >= 0) {
       ++counters_.datagrams_to_host;
       counters_.bytes_to_host += payload.size();
+      flow.bytes_out += payload.size();
       if (flow.counts != nullptr) {
         ++flow.counts->datagrams_from_guest;
         flow.counts->bytes_from_guest += payload.size();
@@ -309,6 +338,7 @@ bool UdpFlowTable::SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n,
   }
   ++counters_.datagrams_to_guest;
   counters_.bytes_to_guest += n;
+  flow.bytes_in += n;
   return true;
 }
 
@@ -520,6 +550,20 @@ void UdpFlowTable::ReadInbound(int host_fd, const SocketAddress& guest,
     ++counts.datagrams_to_guest;
     counts.bytes_to_guest += static_cast<uint64_t>(n);
   }
+}
+
+size_t UdpFlowTable::CloseOutbound(
+    const std::function<bool(const SocketAddress& guest,
+                             const SocketAddress& peer)>& doomed) {
+  std::vector<Flow*> gone;
+  for (Flow* f : outbound_lru_) {
+    if (doomed(f->key.local, f->key.remote)) gone.push_back(f);
+  }
+  for (Flow* f : gone) {
+    ++counters_.closed_policy;
+    Close(f);
+  }
+  return gone.size();
 }
 
 void UdpFlowTable::CloseInbound(int host_fd) {

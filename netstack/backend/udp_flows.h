@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <string>
@@ -72,6 +73,19 @@ struct UdpFlowOptions {
   // Destinations that are the stack itself (the gateway, the DNS
   // address): never relayed; the stack answers port unreachable.
   std::vector<transport::IpAddress> self_addresses;
+  // The egress policy's hooks (the Backend's; issue #33). `admit` is
+  // asked once for each new outbound flow, never per datagram nor for
+  // inbound flows: false refuses it before any host socket, with ICMP
+  // administratively prohibited quoting the datagram (refused.policy).
+  // `closed` is told when a flow `admit` let in ends, however it ends:
+  // its payload bytes each way and when it opened. Unset: every flow.
+  std::function<bool(const transport::SocketAddress& guest,
+                     const transport::SocketAddress& peer, Instant now)>
+      admit;
+  std::function<void(const transport::SocketAddress& guest,
+                     const transport::SocketAddress& peer, uint64_t bytes_out,
+                     uint64_t bytes_in, Instant opened)>
+      closed;
 };
 
 // X(field, "name")
@@ -80,7 +94,11 @@ struct UdpFlowOptions {
   X(closed_idle, "closed.idle")                                           \
   X(closed_shutdown, "closed.shutdown")                                   \
   X(closed_socket_error, "closed.socket_error")                           \
+  /* Closed by CloseOutbound: a new egress policy denies them. */         \
+  X(closed_policy, "closed.policy")                                       \
   X(refused_limit, "refused.limit")                                       \
+  /* UdpFlowOptions::admit said no (the egress policy). */                \
+  X(refused_policy, "refused.policy")                                     \
   X(refused_self, "refused.self")                                         \
   /* Port 0 either way, an unspecified destination, or one that */       \
   /* embeds IPv4 (::ffff:0:0/96, ::/96): never relayed. */                \
@@ -185,6 +203,13 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   // Closes the inbound flows of `host_fd` (its forward is going).
   void CloseInbound(int host_fd);
 
+  // Closes each of the guest's own flows `doomed` says must go (a new
+  // egress policy denies it; counted closed.policy); the guest's next
+  // datagram on it is a new flow, judged again. Returns how many.
+  size_t CloseOutbound(
+      const std::function<bool(const transport::SocketAddress& guest,
+                               const transport::SocketAddress& peer)>& doomed);
+
   size_t size() const { return flows_.size(); }
   const UdpFlowCounters& counters() const { return counters_; }
   // The host socket of the guest's (src, dst) flow; -1 if none (tests).
@@ -196,7 +221,9 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   class FlowHandler;
   using Key = transport::FourTuple;  // local: the guest, remote: the peer
 
-  Flow* Open(const Key& key, Instant now);
+  // `udp_len`: the guest's datagram's (header included), for the quote
+  // of an error that refuses the flow.
+  Flow* Open(const Key& key, uint16_t udp_len, Instant now);
   // An inbound flow for `client` on `host_fd`; null when refused (counted).
   Flow* OpenInbound(int host_fd, const transport::SocketAddress& client,
                     const transport::SocketAddress& guest,

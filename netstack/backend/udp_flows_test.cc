@@ -635,5 +635,100 @@ TEST_F(InboundFloodTest, WhenEveryFlowIsAnsweredTheLeastRecentGoes) {
   EXPECT_EQ(counts_.refused_limit, 1u);
 }
 
+// The egress policy's hooks (UdpFlowOptions::admit, closed; the Backend
+// wires them to the policy): a refused flow is answered at once with
+// administratively prohibited quoting the datagram, and gets no host
+// socket; an admitted one is asked about once, and its end reports its
+// bytes.
+TEST_F(UdpFlowsTest, FlowTheAdmitHookRefusesGetsAdminProhibitedAndNoSocket) {
+  UdpFlowOptions o;
+  int asked = 0;
+  o.admit = [&](const SocketAddress&, const SocketAddress&, Instant) {
+    ++asked;
+    return false;
+  };
+  MakeTable(o);
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    SCOPED_TRACE(lo.ToString());
+    HostServer server(lo);
+    const SocketAddress guest = Guest(lo, 40002);
+    InjectUdp(guest, server.addr, Pattern(100, 1));
+    // At once, in the same turn: no loop turn is needed for the answer.
+    std::vector<Got> got = Datagrams(TakeSent());
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].src, lo);
+    EXPECT_EQ(got[0].dst, guest.ip);
+    const std::vector<uint8_t>& icmp = got[0].l4;
+    if (lo.is_v4()) {
+      ASSERT_EQ(got[0].protocol, 1);
+      ASSERT_EQ(icmp.size(), 36u);
+      EXPECT_EQ(icmp[0], 3);
+      EXPECT_EQ(icmp[1], 13);
+      EXPECT_EQ(icmp[8 + 9], 17);
+      EXPECT_EQ(wire::LoadBe16(&icmp[8 + 2]), 20 + 108);  // total length
+      EXPECT_EQ(wire::LoadBe16(&icmp[28]), guest.port);
+      EXPECT_EQ(wire::LoadBe16(&icmp[30]), server.addr.port);
+      EXPECT_EQ(wire::LoadBe16(&icmp[32]), 108);  // the datagram's length
+    } else {
+      ASSERT_EQ(got[0].protocol, 58);
+      ASSERT_EQ(icmp.size(), 56u);
+      EXPECT_EQ(icmp[0], 1);
+      EXPECT_EQ(icmp[1], 1);
+      EXPECT_EQ(icmp[8 + 6], 17);
+      EXPECT_EQ(wire::LoadBe16(&icmp[48]), guest.port);
+      EXPECT_EQ(wire::LoadBe16(&icmp[50]), server.addr.port);
+      EXPECT_EQ(wire::LoadBe16(&icmp[52]), 108);
+    }
+    EXPECT_EQ(table_->HostFd(guest, server.addr), -1);
+    pollfd p{server.fd, POLLIN, 0};
+    EXPECT_EQ(poll(&p, 1, 50), 0);  // nothing reached the host
+  }
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(table_->size(), 0u);
+  EXPECT_EQ(table_->counters().refused_policy, 2u);
+  EXPECT_EQ(table_->counters().opened, 0u);
+}
+
+TEST_F(UdpFlowsTest, AdmittedFlowIsAskedOnceAndItsCloseReportsItsBytes) {
+  UdpFlowOptions o;
+  int asked = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> closed;
+  o.admit = [&](const SocketAddress&, const SocketAddress&, Instant) {
+    ++asked;
+    return true;
+  };
+  o.closed = [&](const SocketAddress&, const SocketAddress&, uint64_t out,
+                 uint64_t in, Instant) { closed.push_back({out, in}); };
+  MakeTable(o);
+  HostServer a(kLo4), b(kLo4);
+  const SocketAddress guest = Guest(kLo4, 40003);
+  for (int i = 0; i < 3; ++i) {
+    InjectUdp(guest, a.addr, Pattern(10, 2));
+    ASSERT_TRUE(a.Receive(nullptr, /*echo=*/i == 0));
+  }
+  ASSERT_EQ(Datagrams(RunUntilSent()).size(), 1u);  // the echo
+  InjectUdp(guest, b.addr, Pattern(5, 3));
+  ASSERT_TRUE(b.Receive(nullptr, false));
+  EXPECT_EQ(asked, 2);  // once per flow, not per datagram
+  // A policy change closes the one it now denies.
+  EXPECT_EQ(table_->CloseOutbound([&](const SocketAddress& g,
+                                      const SocketAddress& peer) {
+              EXPECT_EQ(g, guest);
+              return peer == a.addr;
+            }),
+            1u);
+  EXPECT_EQ(table_->size(), 1u);
+  EXPECT_EQ(table_->HostFd(guest, a.addr), -1);
+  EXPECT_NE(table_->HostFd(guest, b.addr), -1);
+  EXPECT_EQ(table_->counters().closed_policy, 1u);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0], (std::pair<uint64_t, uint64_t>{30, 10}));
+  // The guest's next datagram to it is a new flow, asked again.
+  InjectUdp(guest, a.addr, Pattern(10, 2));
+  EXPECT_EQ(asked, 3);
+  table_.reset();
+  EXPECT_EQ(closed.size(), 3u);  // every admitted flow's end is reported
+}
+
 }  // namespace
 }  // namespace netstack::backend
