@@ -56,7 +56,9 @@
 #include "netstack/backend/dns_config.h"
 #include "netstack/backend/ping_flows.h"
 #include "netstack/tcp/tcp_layer.h"
+#include "netstack/transport/address.h"
 #include "netstack/transport/notifier.h"
+#include "netstack/policy/policy.h"
 #include "netstack/udp/udp_layer.h"
 #include "tools/common/cli.h"
 #include "netstack/runtime/link_chain.h"
@@ -310,11 +312,146 @@ ABSL_FLAG(std::string, sandbox_test, "",
 ABSL_FLAG(bool, verbose, false,
           "With -- CMD: print the start lines and the counters at exit "
           "(otherwise netstackd is silent but for errors).");
+// --allow and --deny are taken off the command line before Abseil parses
+// it (they repeat); these two carry the help.
+ABSL_FLAG(std::vector<std::string>, allow, {},
+          "--allow RULE: let the guest reach RULE, repeatable; with any "
+          "allow rule everything else is denied (allowlist). RULE is "
+          "[tcp:|udp:|icmp:]TARGET[:PORT[-PORT]], TARGET a DNS name "
+          "(example.com exactly, *.example.com any name below it), an IPv4 "
+          "address or CIDR, or an IPv6 one in brackets ([2001:db8::/32]:443). "
+          "A name admits the addresses the backend's DNS answered the guest "
+          "with for it, never loopback, private or link-local ones; a CIDR "
+          "rule must name those (docs/POLICY.md).");
+ABSL_FLAG(std::vector<std::string>, deny, {},
+          "--deny RULE: never let the guest reach RULE, repeatable; RULE as "
+          "for --allow. A deny beats an allow.");
+ABSL_FLAG(std::string, policy, "",
+          "Rules from FILE, one a line: 'allow RULE', 'deny RULE' or 'egress "
+          "none'; '#' starts a comment. Added to --allow and --deny. SIGHUP "
+          "(and the --forward-api op 'policy') reads it again: flows the new "
+          "policy denies are reset; a file that does not parse keeps the "
+          "old policy. With --policy, SIGHUP is not passed on to CMD.");
+ABSL_FLAG(std::string, egress, "open",
+          "open: the guest reaches what the rules allow (no rule: "
+          "everything), and never the cloud metadata addresses "
+          "169.254.169.254 and fd00:ec2::254 unless a rule names them. "
+          "none: no outbound flow at all, DNS included; port forwards into "
+          "the guest still work.");
+ABSL_FLAG(std::string, flow_log, "",
+          "Write one JSON object per line to FILE for each outbound flow "
+          "opened, refused or closed and each DNS query denied "
+          "(docs/POLICY.md has the fields). At --flow-log-max-bytes FILE "
+          "becomes FILE.1 and a new FILE starts; past --flow-log-rate lines "
+          "a second, lines are dropped and counted.");
+ABSL_FLAG(int64_t, flow_log_max_bytes, int64_t{64} << 20,
+          "The flow log's size before it is rotated (at most twice this on "
+          "disk).");
+ABSL_FLAG(int, flow_log_rate, 1000,
+          "Flow log lines a second at most (a second's burst).");
 
 namespace netstack::tools {
 
 using runtime::ParseForwardSpec;
 using sandbox::RunAs;
+
+absl::StatusOr<std::shared_ptr<const PolicyFileRef>> PolicyFileRef::Open(
+    const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0              ? "/"
+                                                    : path.substr(0, slash);
+  auto ref = std::make_shared<PolicyFileRef>();
+  ref->name_ = slash == std::string::npos ? path : path.substr(slash + 1);
+  ref->path_ = path;
+  if (ref->name_.empty() || ref->name_ == "." || ref->name_ == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' does not name a file"));
+  }
+  ref->dir_.reset(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!ref->dir_.valid()) {
+    return link::ErrnoStatus(errno, absl::StrCat("open directory '", dir, "'"));
+  }
+  return std::shared_ptr<const PolicyFileRef>(std::move(ref));
+}
+
+absl::StatusOr<std::string> PolicyFileRef::Read() const {
+  link::UniqueFd fd(
+      ::openat(dir_.get(), name_.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  if (!fd.valid()) return link::ErrnoStatus(errno, "open");
+  std::string text;
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return link::ErrnoStatus(errno, "read");
+    }
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("longer than ", kMaxBytes, " bytes"));
+    }
+  }
+  return text;
+}
+
+absl::StatusOr<std::shared_ptr<const policy::Policy>> MakeEgressPolicy(
+    const std::vector<policy::Rule>& command_line_rules, bool egress_none,
+    std::string_view file_text, std::string_view file_label) {
+  policy::PolicyConfig config;
+  config.rules = command_line_rules;
+  config.egress_none = egress_none;
+  if (!file_text.empty()) {
+    absl::StatusOr<policy::PolicyConfig> file =
+        policy::ParsePolicyFile(file_text);
+    if (!file.ok()) {
+      return absl::InvalidArgumentError(
+          file_label.empty()
+              ? std::string(file.status().message())
+              : absl::StrCat(std::string(file_label), ": ",
+                             file.status().message()));
+    }
+    for (policy::Rule& r : file->rules) config.rules.push_back(std::move(r));
+    config.egress_none = config.egress_none || file->egress_none;
+  }
+  absl::StatusOr<std::shared_ptr<const policy::Policy>> p =
+      policy::Policy::Create(std::move(config));
+  if (!p.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("egress policy: ", p.status().message()));
+  }
+  return *std::move(p);
+}
+
+std::string DescribeEgress(const policy::Policy& p) {
+  const size_t n = p.rules().size();
+  const std::string rules =
+      n == 0 ? std::string() : absl::StrCat(", ", n, n == 1 ? " rule" : " rules");
+  if (p.egress_none()) {
+    return absl::StrCat("egress: none", rules, " (no outbound flow, DNS "
+                        "included)");
+  }
+  // The metadata addresses are denied in every mode unless a rule names
+  // them (policy.h): say which, so nobody has to guess.
+  std::vector<std::string> denied, allowed;
+  for (const char* a : {"169.254.169.254", "fd00:ec2::254"}) {
+    const std::optional<transport::IpAddress> ip = transport::IpAddress::Parse(a);
+    (ip && p.ExplicitlyAllowed(*ip, policy::kTcp) ? allowed : denied)
+        .push_back(a);
+  }
+  std::string metadata;
+  if (!denied.empty()) {
+    metadata = absl::StrCat("metadata ", absl::StrJoin(denied, ", "), " denied");
+  }
+  if (!allowed.empty()) {
+    absl::StrAppend(&metadata, metadata.empty() ? "" : "; ", "metadata ",
+                    absl::StrJoin(allowed, ", "), " allowed by a rule");
+  }
+  return absl::StrCat("egress: ", p.allowlist() ? "allowlist" : "open", rules,
+                      " (", metadata, ")");
+}
 
 namespace {
 
@@ -730,6 +867,59 @@ absl::Status ParseForwards(const CommandLine& cl, bool own_tap, Config& c) {
   return absl::OkStatus();
 }
 
+// --allow, --deny, --egress, --policy and --flow-log: the egress policy
+// (netstack/policy/policy.h) and its log.
+absl::Status ParseEgress(const CommandLine& cl, Config& c) {
+  for (const CommandLine::PolicyRule& r : cl.policy_rules) {
+    absl::StatusOr<policy::Rule> rule = policy::ParseRule(r.rule, r.allow);
+    if (!rule.ok()) {
+      return Usage(absl::StrCat(r.allow ? "--allow " : "--deny ", r.rule,
+                                ": ", rule.status().message()));
+    }
+    c.policy_rules.push_back(*std::move(rule));
+  }
+  const std::string egress = absl::GetFlag(FLAGS_egress);
+  if (egress != "open" && egress != "none") {
+    return Usage(absl::StrCat("--egress '", egress, "': want open or none"));
+  }
+  c.egress_none = egress == "none";
+  std::string file_text;
+  if (const std::string path = absl::GetFlag(FLAGS_policy); !path.empty()) {
+    absl::StatusOr<std::shared_ptr<const PolicyFileRef>> ref =
+        PolicyFileRef::Open(path);
+    absl::StatusOr<std::string> text =
+        ref.ok() ? (*ref)->Read() : absl::StatusOr<std::string>(ref.status());
+    if (!text.ok()) {
+      return Usage(absl::StrCat("--policy ", path, ": ",
+                                text.status().message()));
+    }
+    c.policy_file = *std::move(ref);
+    file_text = *std::move(text);
+  }
+  if (!c.policy_rules.empty() || c.egress_none || c.policy_file) {
+    absl::StatusOr<std::shared_ptr<const policy::Policy>> p = MakeEgressPolicy(
+        c.policy_rules, c.egress_none, file_text,
+        c.policy_file ? absl::StrCat("--policy ", c.policy_file->path())
+                      : std::string("--policy"));
+    if (!p.ok()) return Usage(std::string(p.status().message()));
+    c.egress = *std::move(p);
+  }
+  c.flow_log = absl::GetFlag(FLAGS_flow_log);
+  const int64_t max_bytes = absl::GetFlag(FLAGS_flow_log_max_bytes);
+  if (max_bytes < 4096) {
+    return Usage(absl::StrCat("--flow-log-max-bytes ", max_bytes,
+                              " is below 4096"));
+  }
+  c.flow_log_max_bytes = static_cast<uint64_t>(max_bytes);
+  const int rate = absl::GetFlag(FLAGS_flow_log_rate);
+  if (rate < 1 || rate > 1000000) {
+    return Usage(absl::StrCat("--flow-log-rate ", rate,
+                              " out of range [1, 1000000]"));
+  }
+  c.flow_log_rate = static_cast<uint32_t>(rate);
+  return absl::OkStatus();
+}
+
 // --backend (or a guest namespace, which implies it): the address plan,
 // the policy and limits, then the forwards.
 absl::Status ParseBackend(const CommandLine& cl, bool own_tap, Config& c) {
@@ -740,6 +930,7 @@ absl::Status ParseBackend(const CommandLine& cl, bool own_tap, Config& c) {
   if (absl::Status s = ParseOutboundPolicy(b.policy); !s.ok()) return s;
   if (absl::Status s = ParseBackendLimits(b.limits); !s.ok()) return s;
   if (absl::Status s = ParseDnsUpstreams(b.policy); !s.ok()) return s;
+  if (absl::Status s = ParseEgress(cl, c); !s.ok()) return s;
   c.backend = b;
   return ParseForwards(cl, own_tap, c);
 }
@@ -758,6 +949,12 @@ absl::Status ParseHostMode(const CommandLine& cl, Config& c) {
       !absl::GetFlag(FLAGS_dns_upstream).empty()) {
     return Usage(
         "--host-loopback, --outbound-bind and --dns-upstream need --backend");
+  }
+  if (!cl.policy_rules.empty() || !absl::GetFlag(FLAGS_policy).empty() ||
+      absl::GetFlag(FLAGS_egress) != "open" ||
+      !absl::GetFlag(FLAGS_flow_log).empty()) {
+    return Usage("--allow, --deny, --policy, --egress and --flow-log judge "
+                 "a guest's flows: they need --backend (or -- CMD)");
   }
   if (c.addrs.empty() && c.addrs6.empty()) {
     return Usage("at least one --addr or --addr6 is required (or --backend)");
@@ -975,6 +1172,14 @@ std::string StartSummary(const Config& c) {
     absl::StrAppend(&out, "netstackd: backend: ", stack::ToString(p.net4),
                     " (gateway ", p.gateway4.ToString(), dns4, ", lease ",
                     p.lease4.ToString(), "), ", v6, ", MTU ", p.mtu, "\n");
+    absl::StrAppend(
+        &out, "netstackd: ",
+        DescribeEgress(c.egress ? *c.egress : *policy::Policy::Open()),
+        c.policy_file ? absl::StrCat(", --policy ", c.policy_file->path())
+                      : std::string(),
+        c.flow_log.empty() ? std::string()
+                           : absl::StrCat(", flow log ", c.flow_log),
+        "\n");
   } else {
     std::vector<std::string> addrs;
     for (const auto& a : c.addrs) addrs.push_back(stack::ToString(a));

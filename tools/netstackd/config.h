@@ -7,14 +7,18 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "link/fault_injector.h"
+#include "link/fd_util.h"
 #include "netstack/backend/backend.h"
+#include "netstack/policy/policy.h"
 #include "netstack/runtime/forward_spec.h"
 #include "netstack/runtime/port_forwards.h"
 #include "netstack/stack/route_table.h"
@@ -25,6 +29,40 @@ namespace netstack::tools {
 
 using runtime::ForwardPath;
 using runtime::ForwardRule;
+
+// --policy FILE, held by its directory's fd so that SIGHUP can read it
+// again after the sandbox has detached the filesystem (the seccomp filter
+// lets openat open files read-only under that fd).
+class PolicyFileRef {
+ public:
+  static absl::StatusOr<std::shared_ptr<const PolicyFileRef>> Open(
+      const std::string& path);
+  // The file's text now (at most kMaxBytes; an editor's rename is
+  // followed, since the name is opened each time).
+  static constexpr size_t kMaxBytes = 16 << 20;
+  absl::StatusOr<std::string> Read() const;
+  const std::string& path() const { return path_; }
+  int dir_fd() const { return dir_.get(); }
+
+ private:
+  link::UniqueFd dir_;  // O_PATH
+  std::string name_;
+  std::string path_;
+};
+
+// The egress policy's sources (--allow, --deny, --egress=none and
+// --policy FILE's text) as one policy: the command line's rules first,
+// then the file's. A rule or file that does not parse is InvalidArgument
+// naming it ("--policy FILE: line 3: ..."); `file_label` names the file's
+// text in that message.
+absl::StatusOr<std::shared_ptr<const policy::Policy>> MakeEgressPolicy(
+    const std::vector<policy::Rule>& command_line_rules, bool egress_none,
+    std::string_view file_text, std::string_view file_label);
+
+// "egress: open (metadata 169.254.169.254, fd00:ec2::254 denied)" or
+// "egress: allowlist, 12 rules (...)" or "egress: none (...)", for the
+// start line and the log line of a policy replaced.
+std::string DescribeEgress(const policy::Policy& p);
 
 struct Config {
   std::vector<stack::Ipv4Cidr> addrs;
@@ -104,6 +142,18 @@ struct Config {
   // Any event on --exit-fd stops netstackd, data included (slirp4netns's
   // -e); otherwise only its end (EOF) does.
   bool exit_on_any_event = false;
+
+  // The egress policy (issue #33; netstack/policy/policy.h), in backend
+  // mode only.
+  std::vector<policy::Rule> policy_rules;  // --allow, --deny, in order
+  bool egress_none = false;                // --egress=none
+  std::shared_ptr<const PolicyFileRef> policy_file;  // --policy FILE
+  // All of them together; null when none was given (the backend's
+  // default, policy::Policy::Open()).
+  std::shared_ptr<const policy::Policy> egress;
+  std::string flow_log;  // --flow-log FILE
+  uint64_t flow_log_max_bytes = 64ull << 20;
+  uint32_t flow_log_rate = 1000;
 };
 
 // What main() takes off the command line before Abseil parses the flags.
@@ -113,6 +163,12 @@ struct CommandLine {
   std::vector<std::string> tcp_forwards;  // -t SPEC, in order
   std::vector<std::string> udp_forwards;  // -u SPEC, in order
   bool gso_given = false;                 // --gso was on the command line
+  // --allow RULE and --deny RULE, in order (they repeat, like -t).
+  struct PolicyRule {
+    bool allow = true;
+    std::string rule;
+  };
+  std::vector<PolicyRule> policy_rules;
 };
 
 // The flags (config.cc) as a Config. InvalidArgument says what is wrong,

@@ -27,6 +27,8 @@
 #include "netstack/backend/dns_forwarder.h"
 #include "netstack/backend/ping_flows.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/policy/flow_log.h"
+#include "netstack/policy/policy.h"
 #include "netstack/runtime/fd_limit.h"
 #include "netstack/runtime/runtime.h"
 #include "tools/netstackd/control_api.h"
@@ -348,6 +350,7 @@ class Daemon {
 
  private:
   std::optional<Failure> Start();
+  std::optional<Failure> OpenFlowLog();
   std::optional<Failure> StartServices();
   std::optional<Failure> HandleSignals();
   std::optional<Failure> WatchLifetime();
@@ -356,12 +359,27 @@ class Daemon {
   std::optional<Failure> FenceForwardApi();
   std::optional<Failure> Sandbox(bool* gone);
   void SignalReady();
+  // The egress policy: a new file text (SIGHUP's --policy FILE, or the
+  // forward API's) beside the command line's rules; an error keeps the
+  // policy in force. Returns the flows reset.
+  // `label` says where the text came from, in the log line; `file_label`
+  // prefixes a parse error ("" for none).
+  absl::StatusOr<uint64_t> ReplaceEgress(std::string_view file_text,
+                                         std::string_view label,
+                                         std::string_view file_label);
+  void ReloadPolicyFile();
+  PolicySummary EgressSummary() const;
   bool Watch(int fd, eventloop::Handler* handler, std::optional<Failure>* f);
   void PrintCounters(const char* why);
   std::string Counters() const { return rt_->FormatCounters(); }
 
   const Config& c_;
   Guest guest_;
+  // --flow-log: before rt_, so that it outlives the backend, which
+  // records the flows it closes while it goes.
+  std::unique_ptr<policy::FlowLog> flow_log_;
+  // The egress policy in force (the backend's; never null).
+  std::shared_ptr<const policy::Policy> egress_;
   std::unique_ptr<Runtime> rt_;
   const link::UnixStreamEndpoint* stream_ = nullptr;  // owned by rt_
   ServiceContext ctx_;
@@ -417,8 +435,10 @@ std::optional<Failure> Daemon::Start() {
   if (stream_ != nullptr) {
     rt_->AddCounters([this] { return StreamCounters(*stream_); });
   }
+  egress_ = c_.egress ? c_.egress : policy::Policy::Open();
   using Step = std::optional<Failure> (Daemon::*)();
-  for (Step step : {&Daemon::StartServices, &Daemon::HandleSignals,
+  for (Step step : {&Daemon::OpenFlowLog, &Daemon::StartServices,
+                    &Daemon::HandleSignals,
                     &Daemon::WatchLifetime, &Daemon::StartForwardsAndApis,
                     &Daemon::StartCommand, &Daemon::FenceForwardApi}) {
     if (std::optional<Failure> f = (this->*step)()) return f;
@@ -428,6 +448,67 @@ std::optional<Failure> Daemon::Start() {
   if (!c_.sandbox_test.empty()) AttemptForbiddenCall(c_.sandbox_test);
   SignalReady();
   return std::nullopt;
+}
+
+// --flow-log FILE, opened before the sandbox detaches the filesystem
+// (the log keeps its directory's fd for rotation), written once a turn.
+std::optional<Failure> Daemon::OpenFlowLog() {
+  if (c_.flow_log.empty()) return std::nullopt;
+  policy::FlowLog::Options o;
+  o.path = c_.flow_log;
+  o.max_bytes = c_.flow_log_max_bytes;
+  o.max_lines_per_second = c_.flow_log_rate;
+  absl::StatusOr<std::unique_ptr<policy::FlowLog>> log =
+      policy::FlowLog::Open(o, rt_->loop().Now());
+  if (!log.ok()) return Fail(log.status(), "--flow-log: ");
+  flow_log_ = *std::move(log);
+  rt_->AddSweep([this](Instant) { flow_log_->Flush(); });
+  rt_->AddCounters([this] { return flow_log_->FormatCounters(); });
+  return std::nullopt;
+}
+
+absl::StatusOr<uint64_t> Daemon::ReplaceEgress(std::string_view file_text,
+                                               std::string_view label,
+                                               std::string_view file_label) {
+  absl::StatusOr<std::shared_ptr<const policy::Policy>> p = MakeEgressPolicy(
+      c_.policy_rules, c_.egress_none, file_text, file_label);
+  if (!p.ok()) return p.status();
+  egress_ = *std::move(p);
+  const uint64_t reset = 0;
+  if (!c_.quiet) {
+    std::fprintf(stderr, "netstackd: %.*s: %s; %llu flows reset\n",
+                 static_cast<int>(label.size()), label.data(),
+                 DescribeEgress(*egress_).c_str(),
+                 static_cast<unsigned long long>(reset));
+    std::fflush(stderr);
+  }
+  return reset;
+}
+
+// SIGHUP: --policy FILE again. A file that cannot be read or does not
+// parse keeps the policy in force, and says why (even when quiet: the
+// operator asked for the change).
+void Daemon::ReloadPolicyFile() {
+  const std::string label =
+      absl::StrCat("SIGHUP: --policy ", c_.policy_file->path());
+  absl::StatusOr<std::string> text = c_.policy_file->Read();
+  absl::StatusOr<uint64_t> reset =
+      text.ok() ? ReplaceEgress(*text, label, "")
+                : absl::StatusOr<uint64_t>(text.status());
+  if (!reset.ok()) {
+    std::fprintf(stderr, "netstackd: %s: %s; the policy in force stays\n",
+                 label.c_str(), std::string(reset.status().message()).c_str());
+    std::fflush(stderr);
+  }
+}
+
+PolicySummary Daemon::EgressSummary() const {
+  PolicySummary out;
+  out.mode = egress_->egress_none() ? "none"
+             : egress_->allowlist() ? "allowlist"
+                                    : "open";
+  for (const policy::Rule& r : egress_->rules()) out.rules.push_back(r.text);
+  return out;
 }
 
 // The services come after the runtime, so they are destroyed first.
@@ -485,14 +566,16 @@ void Daemon::PrintCounters(const char* why) {
 // runs; before, or without CMD, they stop netstackd.
 std::optional<Failure> Daemon::HandleSignals() {
   std::vector<int> signals = {SIGINT, SIGTERM, SIGUSR1};
-  if (c_.guest == Config::Guest::kRun) {
+  if (c_.guest == Config::Guest::kRun || c_.policy_file) {
     signals.push_back(SIGHUP);
-    signals.push_back(SIGWINCH);
   }
+  if (c_.guest == Config::Guest::kRun) signals.push_back(SIGWINCH);
   absl::Status s =
       rt_->loop().HandleSignals(signals, [this](int signo, Instant) {
         if (signo == SIGUSR1) {
           PrintCounters("SIGUSR1");
+        } else if (signo == SIGHUP && c_.policy_file) {
+          ReloadPolicyFile();
         } else if (command_) {
           command_->Signal(signo);
         } else {
@@ -576,6 +659,12 @@ std::optional<Failure> Daemon::StartForwardsAndApis() {
       if (!api.ok()) return Fail(api.status());
       forward_api_ = *std::move(api);
       rt_->AddCounters([this] { return forward_api_->FormatCounters(); });
+      PolicyHooks hooks;
+      hooks.get = [this] { return EgressSummary(); };
+      hooks.replace = [this](std::string_view text) {
+        return ReplaceEgress(text, "--forward-api: policy replaced", "");
+      };
+      forward_api_->SetPolicyHooks(std::move(hooks));
     }
     if (!c_.slirp4netns_api.empty()) {
       auto api = Slirp4netnsApi::Create(rt_->loop(), *forwards,

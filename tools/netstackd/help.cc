@@ -35,7 +35,8 @@ constexpr char kDescription[] =
     "10.0.2.100/24 and fd00::100/64 with default routes, and CMD sees a "
     "resolv.conf naming the DNS address. Root there is the caller (nobody "
     "if the caller is root: --runas), with no capability outside. SIGINT, "
-    "SIGTERM and SIGHUP go on to CMD; when CMD "
+    "SIGTERM and SIGHUP (unless --policy: then it reads the file again) go "
+    "on to CMD; when CMD "
     "exits, whatever it left running is killed and netstackd exits with "
     "CMD's status."
     "\n\n"
@@ -44,8 +45,8 @@ constexpr char kDescription[] =
     "ping, and runs the services --http-root, --echo-port and "
     "--discard-port ask for."
     "\n\n"
-    "Counters go to stderr on SIGUSR1 and at exit. SIGINT or SIGTERM stop "
-    "netstackd.";
+    "Counters go to stderr on SIGUSR1 and at exit. SIGHUP reads --policy "
+    "FILE again. SIGINT or SIGTERM stop netstackd.";
 
 constexpr char kExitStatus[] =
     "Exit status:\n"
@@ -91,9 +92,12 @@ HelpPage NetstackdHelpPage() {
         "--tcp-guest-timeout D", "--busy-syn-rate N",
         "--reassembly-timeout D"}},
       {"Policy",
-       "when the guest must reach more or less of this host (its loopback, "
+       "when the guest must reach more or less: of the world (rules by name "
+       "or address, logged; docs/POLICY.md), or of this host (its loopback, "
        "a source address, a DNS server).",
-       {"--host-loopback", "--outbound-bind IP", "--dns-upstream ADDR[:PORT]"}},
+       {"--allow RULE", "--deny RULE", "--policy FILE", "--egress open|none",
+        "--flow-log FILE", "--flow-log-max-bytes N", "--flow-log-rate N",
+        "--host-loopback", "--outbound-bind IP", "--dns-upstream ADDR[:PORT]"}},
       {"Performance",
        "to tune throughput (segmentation offload, the TAP's queues); the "
        "defaults suit most uses.",

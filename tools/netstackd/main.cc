@@ -23,6 +23,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -113,6 +114,45 @@ bool TakeForwards(int& argc, char** argv, CommandLine& cl) {
   return true;
 }
 
+// --allow RULE and --deny RULE (or "--allow=RULE"), repeatable, taken out
+// of argv in order as TakeForwards does. False, after the message, when a
+// flag has no RULE.
+bool TakePolicyRules(int& argc, char** argv, CommandLine& cl) {
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    std::optional<bool> allow;
+    std::string_view rest;
+    for (auto [name, is_allow] : {std::pair{std::string_view("--allow"), true},
+                                  std::pair{std::string_view("-allow"), true},
+                                  std::pair{std::string_view("--deny"), false},
+                                  std::pair{std::string_view("-deny"), false}}) {
+      if (a == name) {
+        allow = is_allow;
+      } else if (a.size() > name.size() && a.starts_with(name) &&
+                 a[name.size()] == '=') {
+        allow = is_allow;
+        rest = a.substr(name.size() + 1);
+      }
+    }
+    if (!allow) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    if (rest.empty()) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "netstackd: %.*s needs a RULE (see --help)\n",
+                     static_cast<int>(a.size()), a.data());
+        return false;
+      }
+      rest = argv[++i];
+    }
+    cl.policy_rules.push_back({*allow, std::string(rest)});
+  }
+  argc = out;
+  return true;
+}
+
 // Whether --gso was given at all (its default alone does not ask for GSO).
 bool GsoGiven(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
@@ -143,6 +183,7 @@ int main(int argc, char** argv) {
   CommandLine cl;
   netstack::tools::TakeCommand(argc, argv, cl);
   if (!netstack::tools::TakeForwards(argc, argv, cl)) return 2;
+  if (!netstack::tools::TakePolicyRules(argc, argv, cl)) return 2;
   netstack::tools::DashesToUnderscores(argc, argv);
   cl.gso_given = netstack::tools::GsoGiven(argc, argv);
   netstack::tools::ParseCommandLineOrExit("netstackd", argc, argv);
