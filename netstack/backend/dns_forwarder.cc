@@ -102,6 +102,13 @@ std::string DnsCounters::Format() const {
   absl::StrAppend(&out, "backend.dns." name " ", f, "\n");
   NETSTACK_DNS_COUNTERS(NETSTACK_DNS_LINE)
 #undef NETSTACK_DNS_LINE
+  absl::StrAppend(
+      &out, "backend.dns.policy.queries_denied ", policy.queries_denied,
+      "\nbackend.dns.policy.answers_pinned ", policy.answers_pinned,
+      "\nbackend.dns.policy.addresses_pinned ", policy.addresses_pinned,
+      "\nbackend.dns.policy.records_stripped ", policy.records_stripped,
+      "\nbackend.dns.policy.answers_malformed ", policy.answers_malformed,
+      "\n");
   return out;
 }
 
@@ -375,6 +382,18 @@ void DnsForwarder::Forward(std::span<const uint8_t> query, const Origin& origin,
     ++counters_.answers_formerr;
     return Reply(origin, flags, kRcodeFormErr, {}, now);
   }
+  if (const policy::Policy* pol = options_.policy ? options_.policy() : nullptr;
+      pol != nullptr) {
+    std::array<char, policy::kNameTextMax> text;
+    const std::string_view qname = policy::QuestionNameText(question, text);
+    policy::Verdict verdict;
+    if (policy::DecideQuery(*pol, qname, counters_.policy, &verdict) ==
+        policy::QueryAction::kNxdomain) {
+      ReplyNxdomain(origin, query, now);
+      if (options_.on_denied) options_.on_denied(qname, verdict);
+      return;
+    }
+  }
   if (order_.size() >= options_.max_pending) {
     ++counters_.dropped_table_full;
     return;
@@ -593,12 +612,14 @@ void DnsForwarder::ReadUpstreamUdp(Pending& p, Instant now) {
     const std::span<uint8_t> a = room.first(static_cast<size_t>(n));
     if (!IsAnswer(p, a)) continue;
     wire::StoreBe16(a.data(), p.origin.guest_id);
+    const size_t length = FilterAnswer(p, room, a.size(), now);
+    if (length == 0) return Servfail(p, now);
     const Origin origin = p.origin;
     Finish(p);
-    if (DeliverAnswer(
-            origin,
-            buffer::PayloadView(std::move(chunk), 0, static_cast<uint32_t>(n)),
-            now)) {
+    if (DeliverAnswer(origin,
+                      buffer::PayloadView(std::move(chunk), 0,
+                                          static_cast<uint32_t>(length)),
+                      now)) {
       ++counters_.answers_udp;
     }
     return;
@@ -683,12 +704,15 @@ void DnsForwarder::ReadUpstreamTcp(Pending& p, Instant now) {
     return Finish(p);
   }
   wire::StoreBe16(a.data(), p.origin.guest_id);
+  const size_t filtered =
+      FilterAnswer(p, t.answer->unshared_tail(0), length, now);
+  if (filtered == 0) return Servfail(p, now);
   const Origin origin = p.origin;
   buffer::ChunkRef chunk = std::move(t.answer);
   Finish(p);
   if (DeliverAnswer(origin,
                     buffer::PayloadView(std::move(chunk), 0,
-                                        static_cast<uint32_t>(length)),
+                                        static_cast<uint32_t>(filtered)),
                     now)) {
     ++counters_.answers_tcp;
   }
@@ -705,9 +729,40 @@ void DnsForwarder::Finish(Pending& p) {
 
 void DnsForwarder::Fail(Pending& p, uint64_t& reason, Instant now) {
   ++reason;
+  Servfail(p, now);
+}
+
+void DnsForwarder::Servfail(Pending& p, Instant now) {
   ++counters_.answers_servfail;
   Reply(p.origin, p.flags, kRcodeServFail, p.question_bytes(), now);
   Finish(p);
+}
+
+size_t DnsForwarder::FilterAnswer(const Pending& p, std::span<uint8_t> a,
+                                  size_t len, Instant now) {
+  const policy::Policy* pol = options_.policy ? options_.policy() : nullptr;
+  if (pol == nullptr) return len;
+  std::array<char, policy::kNameTextMax> text;
+  const std::string_view qname =
+      policy::QuestionNameText(p.question_bytes(), text);
+  // FilterAnswer counts why it answers 0 (policy.answers_malformed).
+  return policy::FilterAnswer(*pol, options_.pins, now, qname, a, len,
+                              counters_.policy);
+}
+
+void DnsForwarder::ReplyNxdomain(const Origin& o,
+                                 std::span<const uint8_t> query, Instant now) {
+  buffer::ChunkRef chunk = chunks_.Allocate();
+  if (!chunk) {
+    ++counters_.dropped_reply_no_buffer;
+    return;
+  }
+  // Forward has checked the question, so this cannot be 0.
+  const size_t n = policy::WriteNxdomain(query, chunk->unshared_tail(0));
+  if (n == 0) return;
+  (void)DeliverAnswer(
+      o, buffer::PayloadView(std::move(chunk), 0, static_cast<uint32_t>(n)),
+      now);
 }
 
 void DnsForwarder::FailOver(size_t from) {

@@ -49,6 +49,14 @@
 // connections, each with one partial message buffered (at most 2 + 65535
 // bytes).
 //
+// The egress policy (issue #33, netstack/policy/dns_policy.h), when
+// `policy` gives one: a query for a name it denies is answered NXDOMAIN
+// here, over UDP or TCP, and never goes upstream; an answer is filtered
+// before the guest sees it (the addresses of an allowed name pinned,
+// rebinding records removed), and one that cannot be filtered becomes
+// SERVFAIL. The policy is asked again for each query and each answer, so
+// a replaced policy applies at once.
+//
 // Malformed input is dropped with a counted reason, never answered:
 // shorter than the 12-byte header, a response (QR=1) where a query
 // belongs, a TCP message shorter than a header (the connection is
@@ -60,11 +68,13 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -73,6 +83,8 @@
 #include "netstack/base/time.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/policy/dns_policy.h"
+#include "netstack/policy/policy.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/tcp/tcp_socket.h"
 #include "netstack/transport/address.h"
@@ -97,6 +109,16 @@ struct DnsForwarderOptions {
   bool tcp = true;  // listen on TCP too (needs a TcpLayer)
   // Query ids come from getrandom, never from a seed (review 2026-12-06,
   // finding 10).
+
+  // The egress policy now (it may be replaced while running). Unset, or
+  // returning null: no policy, every query forwarded as it is.
+  std::function<const policy::Policy*()> policy;
+  // Where an allowed name's addresses are pinned; null: nowhere.
+  policy::PinTable* pins = nullptr;
+  // A query the policy denied (answered NXDOMAIN), for the flow log:
+  // its name (QuestionNameText) and why.
+  std::function<void(std::string_view qname, const policy::Verdict&)>
+      on_denied;
 };
 
 // X(field, "name")
@@ -144,6 +166,8 @@ struct DnsCounters {
 #define NETSTACK_DNS_FIELD(f, name) uint64_t f = 0;
   NETSTACK_DNS_COUNTERS(NETSTACK_DNS_FIELD)
 #undef NETSTACK_DNS_FIELD
+  // The egress policy's ("backend.dns.policy.<name>").
+  policy::DnsPolicyCounters policy;
   // "backend.dns.<name> value" lines, every counter.
   std::string Format() const;
 };
@@ -218,11 +242,21 @@ class DnsForwarder final : public eventloop::Poller {
   void Finish(Pending& p);
   // `reason` counted, the guest answered SERVFAIL, then Finish.
   void Fail(Pending& p, uint64_t& reason, Instant now);
+  // The guest answered SERVFAIL (counted), then Finish.
+  void Servfail(Pending& p, Instant now);
   void FailOver(size_t from);
   // An answer made here: the guest's id, the query's opcode and RD
   // (`flags`, its byte 2), `rcode`, and `question` repeated (or none).
   void Reply(const Origin& o, uint8_t flags, uint8_t rcode,
              std::span<const uint8_t> question, Instant now);
+  // The policy's NXDOMAIN to `query` (policy::WriteNxdomain).
+  void ReplyNxdomain(const Origin& o, std::span<const uint8_t> query,
+                     Instant now);
+  // The policy's part of an upstream answer (`a`: the chunk's room,
+  // `len` octets of it the answer): its new length, or 0 for SERVFAIL.
+  // `len` unchanged without a policy.
+  size_t FilterAnswer(const Pending& p, std::span<uint8_t> a, size_t len,
+                      Instant now);
   // Sends an answer to the guest who asked; false (counted) if it could
   // not.
   bool DeliverAnswer(const Origin& o, buffer::PayloadView answer, Instant now);

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/policy/policy.h"
 #include "netstack/tcp/tcp_socket.h"
 #include "netstack/tcp/tcp_test_util.h"
 #include "netstack/udp/udp_layer.h"
@@ -111,6 +112,111 @@ std::vector<uint8_t> QueryFor(uint16_t id, std::string_view name,
 uint8_t Opcode(const std::vector<uint8_t>& m) { return (m[2] >> 3) & 0x0f; }
 uint8_t Rcode(const std::vector<uint8_t>& m) { return m[3] & 0x0f; }
 constexpr uint8_t kFormErr = 1, kServFail = 2, kNotImp = 4;  // RFC 1035 4.1.1
+constexpr uint8_t kNxDomain = 3;
+
+// Egress policy (issue #33): answers with records, built on the query
+// the upstream received (its id and question). Each record's owner is a
+// pointer to the question's name (offset 12) unless `owner` is given.
+std::vector<uint8_t> ARecord(std::string_view ip, uint32_t ttl = 300,
+                             std::vector<uint8_t> owner = {0xc0, 12}) {
+  const IpAddress a = *IpAddress::Parse(ip);
+  std::vector<uint8_t> r = owner;
+  const uint16_t type = a.is_v4() ? 1 : 28;
+  const size_t len = a.is_v4() ? 4 : 16;
+  r.insert(r.end(),
+           {static_cast<uint8_t>(type >> 8), static_cast<uint8_t>(type), 0, 1,
+            static_cast<uint8_t>(ttl >> 24), static_cast<uint8_t>(ttl >> 16),
+            static_cast<uint8_t>(ttl >> 8), static_cast<uint8_t>(ttl), 0,
+            static_cast<uint8_t>(len)});
+  const uint8_t* b = a.is_v4() ? a.v4().bytes.data() : a.v6().bytes.data();
+  r.insert(r.end(), b, b + len);
+  return r;
+}
+
+// A name in wire form, uncompressed.
+std::vector<uint8_t> WireName(std::string_view name) {
+  std::vector<uint8_t> q = QueryFor(0, name);
+  return std::vector<uint8_t>(q.begin() + 12, q.end() - 4);
+}
+
+std::vector<uint8_t> CnameRecord(std::string_view target,
+                                 std::vector<uint8_t> owner = {0xc0, 12}) {
+  std::vector<uint8_t> r = owner;
+  const std::vector<uint8_t> t = WireName(target);
+  r.insert(r.end(),
+           {0, 5, 0, 1, 0, 0, 1, 0, 0, static_cast<uint8_t>(t.size())});
+  r.insert(r.end(), t.begin(), t.end());
+  return r;
+}
+
+// `query` (header and question) answered with `records` in the answer
+// section.
+std::vector<uint8_t> AnswerWith(
+    const std::vector<uint8_t>& query,
+    const std::vector<std::vector<uint8_t>>& records) {
+  std::vector<uint8_t> a = query;
+  a[2] |= 0x80;
+  a[3] |= 0x80;
+  wire::StoreBe16(&a[6], static_cast<uint16_t>(records.size()));
+  for (const auto& r : records) a.insert(a.end(), r.begin(), r.end());
+  return a;
+}
+
+// The addresses of the A/AAAA records in `m`'s answer section, as text
+// (records whose owner is a pointer and names written out both read).
+std::vector<std::string> AnswerAddresses(const std::vector<uint8_t>& m) {
+  std::vector<std::string> out;
+  size_t at = 12;
+  while (m[at] != 0) at += 1 + m[at];  // the question's name
+  at += 5;
+  for (int i = 0; i < wire::LoadBe16(&m[6]) && at < m.size(); ++i) {
+    while ((m[at] & 0xc0) != 0xc0 && m[at] != 0) at += 1 + m[at];
+    at += (m[at] & 0xc0) == 0xc0 ? 2 : 1;
+    const uint16_t type = wire::LoadBe16(&m[at]);
+    const uint16_t len = wire::LoadBe16(&m[at + 8]);
+    at += 10;
+    if (type == 1) {
+      out.push_back(IpAddress(wire::Ipv4Address::FromBytes(&m[at])).ToString());
+    } else if (type == 28) {
+      out.push_back(IpAddress(wire::Ipv6Address::FromBytes(&m[at])).ToString());
+    }
+    at += len;
+  }
+  return out;
+}
+
+std::shared_ptr<const policy::Policy> MakePolicy(std::string_view file) {
+  absl::StatusOr<policy::PolicyConfig> c = policy::ParsePolicyFile(file);
+  EXPECT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<std::shared_ptr<const policy::Policy>> p =
+      policy::Policy::Create(*std::move(c));
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *p : policy::Policy::Open();
+}
+
+// The allowlist of the policy tests below.
+constexpr std::string_view kAllowlist =
+    "allow *.allowed.test\n"
+    "deny blocked.allowed.test\n";
+
+// What the forwarder reported through on_denied.
+struct Denied {
+  std::string qname;
+  policy::Verdict verdict;
+};
+
+// The options that put `policy` (and `pins`, `denied`) in force.
+DnsForwarderOptions WithPolicy(const std::shared_ptr<const policy::Policy>& p,
+                               policy::PinTable* pins,
+                               std::vector<Denied>* denied) {
+  DnsForwarderOptions o;
+  o.policy = [p] { return p.get(); };
+  o.pins = pins;
+  o.on_denied = [denied](std::string_view qname, const policy::Verdict& v) {
+    denied->push_back({std::string(qname), v});
+  };
+  return o;
+}
 
 // The fds this process has open.
 size_t OpenFds() {
@@ -631,6 +737,178 @@ TEST_F(DnsForwarderTest, ARefusedQueryIsAnsweredServfail) {
   EXPECT_EQ(fwd_->pending(), 0u);
 }
 
+// ---- The egress policy (issue #33, netstack/policy/dns_policy.h) ----
+
+// A denied name is answered NXDOMAIN here: nothing reaches the upstream,
+// and on_denied says which name and why.
+TEST_F(DnsForwarderTest, ADeniedNameGetsNxdomainWithoutAskingUpstream) {
+  policy::PinTable pins;
+  std::vector<Denied> denied;
+  Start(WithPolicy(MakePolicy(kAllowlist), &pins, &denied));
+  const std::vector<uint8_t> q1 = QueryFor(0x5101, "Evil.Test");
+  const std::vector<uint8_t> q2 = QueryFor(0x5102, "blocked.allowed.test", 28);
+  SendQuery(5100, q1);
+  SendQuery(5100, q2);
+  auto got = Answers(2);
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const std::vector<uint8_t>& q = i == 0 ? q1 : q2;
+    const std::vector<uint8_t>& a = got[i].second;
+    ASSERT_EQ(a.size(), q.size());  // the question, no record
+    EXPECT_EQ(wire::LoadBe16(a.data()), wire::LoadBe16(q.data()));
+    EXPECT_EQ(a[2], 0x81);  // QR, RD
+    EXPECT_EQ(Rcode(a), kNxDomain);
+    EXPECT_TRUE(std::equal(q.begin() + 12, q.end(), a.begin() + 12));
+  }
+  sockaddr_storage from;
+  socklen_t from_len;
+  EXPECT_FALSE(upstream_.Receive(&from, &from_len, 200).has_value());
+  ASSERT_EQ(denied.size(), 2u);
+  EXPECT_EQ(denied[0].qname, "evil.test");
+  EXPECT_FALSE(denied[0].verdict.allow);
+  EXPECT_EQ(denied[0].verdict.reason, policy::Reason::kNotAllowed);
+  EXPECT_EQ(denied[1].qname, "blocked.allowed.test");
+  EXPECT_EQ(denied[1].verdict.reason, policy::Reason::kDenyRule);
+  EXPECT_EQ(denied[1].verdict.rule, 1);
+  EXPECT_EQ(fwd_->counters().policy.queries_denied, 2u);
+  EXPECT_EQ(fwd_->pending(), 0u);
+  EXPECT_NE(
+      fwd_->counters().Format().find("backend.dns.policy.queries_denied 2\n"),
+      std::string::npos);
+}
+
+// An allowed name's answer reaches the guest unchanged, and its addresses
+// are pinned for the name.
+TEST_F(DnsForwarderTest, AnAllowedNamesAnswerPinsItsAddresses) {
+  policy::PinTable pins;
+  std::vector<Denied> denied;
+  Start(WithPolicy(MakePolicy(kAllowlist), &pins, &denied));
+  const std::vector<uint8_t> q = QueryFor(0x5201, "www.allowed.test");
+  SendQuery(5200, q);
+  sockaddr_storage from;
+  socklen_t from_len;
+  auto up = upstream_.Receive(&from, &from_len);
+  ASSERT_TRUE(up.has_value());
+  upstream_.Send(AnswerWith(*up, {ARecord("203.0.113.5", 300),
+                                  ARecord("2001:db8::5", 300)}),
+                 from, from_len);
+  auto got = Answers(1);
+  ASSERT_EQ(got.size(), 1u);
+  std::vector<uint8_t> want =
+      AnswerWith(q, {ARecord("203.0.113.5", 300), ARecord("2001:db8::5", 300)});
+  EXPECT_EQ(got[0].second, want);
+  const Instant now = loop_->Now();
+  EXPECT_EQ(pins.Find(*IpAddress::Parse("203.0.113.5"), now),
+            "www.allowed.test");
+  EXPECT_EQ(pins.Find(*IpAddress::Parse("2001:db8::5"), now),
+            "www.allowed.test");
+  EXPECT_FALSE(pins.Find(*IpAddress::Parse("203.0.113.5"),
+                         now + absl::Seconds(301) + policy::PinTable::kPinGrace)
+                   .has_value());
+  EXPECT_EQ(fwd_->counters().policy.answers_pinned, 1u);
+  EXPECT_EQ(fwd_->counters().policy.addresses_pinned, 2u);
+  EXPECT_TRUE(denied.empty());
+}
+
+// The rebinding case: an allowed name answered with loopback and private
+// addresses; they are taken out and the public one stays (and is the
+// only one pinned).
+TEST_F(DnsForwarderTest, RebindingRecordsAreRemovedFromTheAnswer) {
+  policy::PinTable pins;
+  std::vector<Denied> denied;
+  Start(WithPolicy(MakePolicy(kAllowlist), &pins, &denied));
+  SendQuery(5300, QueryFor(0x5301, "www.allowed.test"));
+  sockaddr_storage from;
+  socklen_t from_len;
+  auto up = upstream_.Receive(&from, &from_len);
+  ASSERT_TRUE(up.has_value());
+  upstream_.Send(AnswerWith(*up, {ARecord("127.0.0.1"), ARecord("10.0.0.1"),
+                                  ARecord("203.0.113.5")}),
+                 from, from_len);
+  auto got = Answers(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(wire::LoadBe16(&got[0].second[6]), 1);  // ANCOUNT
+  EXPECT_EQ(AnswerAddresses(got[0].second),
+            std::vector<std::string>{"203.0.113.5"});
+  EXPECT_EQ(got[0].second.size(), QueryFor(0, "www.allowed.test").size() + 16);
+  EXPECT_EQ(pins.size(), 1u);
+  EXPECT_EQ(fwd_->counters().policy.records_stripped, 2u);
+}
+
+// The chain from the question: www.allowed.test -> edge.cdn.test ->
+// e1.cdn.test, whose address is pinned for www.allowed.test.
+TEST_F(DnsForwarderTest, CnameChainsArePinnedForTheAllowedName) {
+  policy::PinTable pins;
+  std::vector<Denied> denied;
+  Start(WithPolicy(MakePolicy(kAllowlist), &pins, &denied));
+  SendQuery(5400, QueryFor(0x5401, "www.allowed.test"));
+  sockaddr_storage from;
+  socklen_t from_len;
+  auto up = upstream_.Receive(&from, &from_len);
+  ASSERT_TRUE(up.has_value());
+  upstream_.Send(
+      AnswerWith(*up, {CnameRecord("edge.cdn.test"),
+                       CnameRecord("e1.cdn.test", WireName("edge.cdn.test")),
+                       ARecord("198.51.100.7", 60, WireName("E1.cdn.test")),
+                       ARecord("198.51.100.8", 60, WireName("other.test"))}),
+      from, from_len);
+  auto got = Answers(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(Rcode(got[0].second), 0);
+  const Instant now = loop_->Now();
+  EXPECT_EQ(pins.Find(*IpAddress::Parse("198.51.100.7"), now),
+            "www.allowed.test");
+  EXPECT_FALSE(pins.Find(*IpAddress::Parse("198.51.100.8"), now).has_value());
+}
+
+// An allowed name's answer that cannot be read (an A record cut short)
+// becomes SERVFAIL: nothing in it could be pinned or checked.
+TEST_F(DnsForwarderTest, AnUnreadableAnswerForAnAllowedNameIsServfail) {
+  policy::PinTable pins;
+  std::vector<Denied> denied;
+  Start(WithPolicy(MakePolicy(kAllowlist), &pins, &denied));
+  const std::vector<uint8_t> q = QueryFor(0x5501, "www.allowed.test");
+  SendQuery(5500, q);
+  sockaddr_storage from;
+  socklen_t from_len;
+  auto up = upstream_.Receive(&from, &from_len);
+  ASSERT_TRUE(up.has_value());
+  std::vector<uint8_t> a = AnswerWith(*up, {ARecord("127.0.0.1")});
+  a.pop_back();
+  upstream_.Send(a, from, from_len);
+  auto got = Answers(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(Rcode(got[0].second), kServFail);
+  EXPECT_EQ(got[0].second.size(), q.size());
+  EXPECT_EQ(fwd_->counters().policy.answers_malformed, 1u);
+  EXPECT_EQ(fwd_->counters().answers_servfail, 1u);
+  EXPECT_EQ(pins.size(), 0u);
+}
+
+// A policy replaced while running applies to the next query; a getter
+// that returns null is no policy.
+TEST_F(DnsForwarderTest, ThePolicyIsAskedForEachQuery) {
+  std::shared_ptr<const policy::Policy> current = MakePolicy(kAllowlist);
+  DnsForwarderOptions o;
+  o.policy = [&current] { return current.get(); };
+  Start(o);
+  SendQuery(5600, QueryFor(0x5601, "evil.test"));
+  auto got = Answers(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(Rcode(got[0].second), kNxDomain);
+  current = nullptr;
+  SendQuery(5600, QueryFor(0x5602, "evil.test"));
+  sockaddr_storage from;
+  socklen_t from_len;
+  auto up = upstream_.Receive(&from, &from_len);
+  ASSERT_TRUE(up.has_value());
+  upstream_.Send(AnswerWith(*up, {ARecord("127.0.0.1")}), from, from_len);
+  got = Answers(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(AnswerAddresses(got[0].second),
+            std::vector<std::string>{"127.0.0.1"});
+}
+
 // Over TCP, with a guest on a second stack (testing::Network: host a is
 // the guest, host b runs the forwarder) and the forwarder's loop on the
 // network's fake clock.
@@ -914,6 +1192,52 @@ TEST_F(DnsForwarderTcpUpstreamTest, ARefusedTcpUpstreamIsAnsweredServfail) {
   EXPECT_EQ(got->size(), q.size());  // the question repeated
   EXPECT_EQ(fwd_->counters().upstream_refused, 1u);
   EXPECT_EQ(fwd_->pending(), 0u);
+}
+
+// The policy over TCP: a denied name's NXDOMAIN comes back with its
+// length prefix and no connection is made upstream; an allowed name's
+// answer is filtered and pinned.
+TEST_F(DnsForwarderTcpUpstreamTest, ThePolicyAppliesOverTcp) {
+  ASSERT_NE(fwd_, nullptr);
+  fwd_.reset();
+  policy::PinTable pins;
+  std::vector<Denied> denied;
+  DnsForwarderOptions o = WithPolicy(MakePolicy(kAllowlist), &pins, &denied);
+  o.listen = {SocketAddress{net_.b().v4(), 53}};
+  o.upstreams = {upstream_.addr};
+  auto f = DnsForwarder::Create(udp_, net_.b().tcp.get(), net_.b().chunks,
+                                *loop_, o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  fwd_ = *std::move(f);
+  TcpUpstream tcp_up(upstream_.addr);
+  tcp_up.answer = [](const std::vector<uint8_t>& q) {
+    return AnswerWith(q, {ARecord("192.168.1.1"), ARecord("203.0.113.44")});
+  };
+
+  const std::vector<uint8_t> deny_q = QueryFor(0x6101, "evil.test");
+  std::unique_ptr<tcp::TcpSocket> c1 = Ask(deny_q);
+  auto got = AnswerOn(*c1, &tcp_up);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->size(), deny_q.size());
+  EXPECT_EQ(wire::LoadBe16(got->data()), 0x6101);
+  EXPECT_EQ(Rcode(*got), kNxDomain);
+  EXPECT_TRUE(tcp_up.conns.empty());
+  ASSERT_EQ(denied.size(), 1u);
+  EXPECT_EQ(denied[0].qname, "evil.test");
+
+  const std::vector<uint8_t> allow_q = QueryFor(0x6102, "api.allowed.test");
+  std::unique_ptr<tcp::TcpSocket> c2 = Ask(allow_q);
+  got = AnswerOn(*c2, &tcp_up);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(wire::LoadBe16(got->data()), 0x6102);
+  EXPECT_EQ(Rcode(*got), 0);
+  EXPECT_EQ(AnswerAddresses(*got), std::vector<std::string>{"203.0.113.44"});
+  EXPECT_EQ(tcp_up.conns.size(), 1u);
+  EXPECT_EQ(pins.Find(*IpAddress::Parse("203.0.113.44"), net_.now()),
+            "api.allowed.test");
+  EXPECT_FALSE(pins.Find(*IpAddress::Parse("192.168.1.1"), net_.now()));
+  EXPECT_EQ(fwd_->counters().policy.records_stripped, 1u);
+  EXPECT_EQ(fwd_->counters().answers_tcp, 1u);
 }
 
 }  // namespace
