@@ -23,7 +23,7 @@ constexpr size_t kFlushThreshold = 64 * 1024;
 
 // O_APPEND: a line is never written over another process's (logrotate
 // copytruncate, an operator's `: > FILE`). The seccomp filter admits
-// openat with exactly these flags on the directory's fd
+// openat with these flags on the directory's fd, and renameat there
 // (netstack/sandbox/least_privilege.h, flow_log_dir_fd).
 constexpr int kOpenFlags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC;
 constexpr mode_t kOpenMode = 0640;
@@ -227,6 +227,8 @@ void FlowLog::Record(const FlowEvent& event, Instant now) {
 }
 
 void FlowLog::Flush() { state_->Write(counters_); }
+
+int FlowLog::dir_fd() const { return state_->dir.get(); }
 
 void FlowLog::State::Write(FlowLogCounters& c) {
   State& s = *this;

@@ -72,6 +72,9 @@ class FlowLog {
   void Flush();
 
   const FlowLogCounters& counters() const { return counters_; }
+  // The directory's O_PATH fd, which the sandbox's seccomp filter must let
+  // openat (O_WRONLY | O_CREAT | O_APPEND) and renameat use.
+  int dir_fd() const;
   std::string FormatCounters() const;  // "flow_log.lines N\n..."
 
  private:

@@ -268,6 +268,46 @@ absl::Status AllowFileReads(scmp_filter_ctx ctx,
   return absl::OkStatus();
 }
 
+// The flow log's rotation and --policy's reread, each only relative to
+// its directory's fd (the same limit as /proc's above: an absolute path
+// ignores the dirfd, but after step 0 every absolute path leads into the
+// empty root).
+absl::Status AllowPolicyFiles(scmp_filter_ctx ctx,
+                              const LeastPrivilegeOptions& options) {
+  if (options.flow_log_dir_fd >= 0) {
+    const auto dir = static_cast<scmp_datum_t>(options.flow_log_dir_fd);
+    int rc = seccomp_rule_add(
+        ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 2, SCMP_A0(SCMP_CMP_EQ, dir),
+        SCMP_A2(SCMP_CMP_MASKED_EQ,
+                O_ACCMODE | O_CREAT | O_TRUNC | O_APPEND | O_PATH,
+                O_WRONLY | O_CREAT | O_APPEND));
+    if (rc == 0) {
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(renameat), 2,
+                            SCMP_A0(SCMP_CMP_EQ, dir),
+                            SCMP_A2(SCMP_CMP_EQ, dir));
+    }
+    if (rc == 0) {
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(renameat2), 3,
+                            SCMP_A0(SCMP_CMP_EQ, dir),
+                            SCMP_A2(SCMP_CMP_EQ, dir),
+                            SCMP_A4(SCMP_CMP_EQ, 0));
+    }
+    if (rc != 0) return SeccompError("the flow log's rotation", rc);
+  }
+  if (options.policy_dir_fd >= 0) {
+    if (int rc = seccomp_rule_add(
+            ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 2,
+            SCMP_A0(SCMP_CMP_EQ,
+                    static_cast<scmp_datum_t>(options.policy_dir_fd)),
+            SCMP_A2(SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC | O_PATH,
+                    O_RDONLY));
+        rc != 0) {
+      return SeccompError("openat under --policy's directory", rc);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
   if (absl::Status s = InstallSigsysHandler(); !s.ok()) return s;
   FilterCtx ctx(seccomp_init(options.log_only ? SCMP_ACT_LOG : SCMP_ACT_TRAP));
@@ -282,6 +322,9 @@ absl::Status InstallFilter(const LeastPrivilegeOptions& options) {
     return s;
   }
   if (absl::Status s = AllowFileReads(ctx.get(), options); !s.ok()) return s;
+  if (absl::Status s = AllowPolicyFiles(ctx.get(), options); !s.ok()) {
+    return s;
+  }
   if (kSanitized) {
     if (absl::Status s = AllowCalls(ctx.get(), SanitizerCalls(), options);
         !s.ok()) {

@@ -58,6 +58,14 @@ struct LeastPrivilegeOptions {
   // (pid_namespace_fence.h, its kProc way): a directory fd of /proc that
   // openat may open <pid>/ns/pid under, read-only. -1: none.
   int proc_dir_fd = -1;
+  // --flow-log (netstack/policy/flow_log.h): the log's directory, an
+  // O_PATH fd, under which openat may create and append to a file
+  // (O_WRONLY | O_CREAT | O_APPEND, never O_TRUNC) and renameat (or
+  // renameat2 without flags) may rename within it: the rotation. -1: none.
+  int flow_log_dir_fd = -1;
+  // --policy FILE's directory: openat read-only under it (SIGHUP reads the
+  // file again). -1: none.
+  int policy_dir_fd = -1;
   // Step 0 (above).
   bool detach_filesystem = true;
   // Capabilities, no_new_privs and the mount namespace are per thread in

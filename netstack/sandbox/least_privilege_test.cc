@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -62,7 +63,9 @@ struct Filtered {
 // the filter is what is tested here) and runs `body`, then exits 0. A
 // call the filter traps ends it with 159 (128 + SIGSYS); `body` exits
 // with another status to report a call that failed when it should not.
-Filtered RunFiltered(const std::function<void()>& body, int proc_dir_fd = -1) {
+Filtered RunFiltered(
+    const std::function<void()>& body, int proc_dir_fd = -1,
+    const std::function<void(LeastPrivilegeOptions&)>& tune = nullptr) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return {-1, "pipe2"};
   const pid_t pid = fork();
@@ -71,6 +74,7 @@ Filtered RunFiltered(const std::function<void()>& body, int proc_dir_fd = -1) {
     LeastPrivilegeOptions o;
     o.detach_filesystem = false;
     o.proc_dir_fd = proc_dir_fd;
+    if (tune) tune(o);
     if (!DropPrivileges(o).ok()) _exit(2);
     body();
     _exit(0);
@@ -176,6 +180,104 @@ TEST(Filter, AllowsThePidNamespaceCheck) {
       [proc] { (void)openat(proc, "self/comm", O_RDONLY | O_CLOEXEC); });
   EXPECT_EQ(ExitCode(none), 128 + SIGSYS) << none.err;
   close(proc);
+}
+
+// --flow-log's rotation and --policy's reread (flow_log.h, netstackd's
+// SIGHUP): under the log's directory fd, a file created and appended to
+// and renamed within it; under the policy's, a file read. Nothing else:
+// no truncating open, no rename to another directory, no write open under
+// the policy's directory, no openat at all without the fds.
+TEST(Filter, AllowsTheFlowLogsRotationAndThePolicysReread) {
+  char dir[] = "/tmp/nst-lp-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  {
+    std::ofstream(d + "/policy") << "allow example.com\n";
+  }
+  const int dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir_fd, 0);
+  auto both = [dir_fd](LeastPrivilegeOptions& o) {
+    o.flow_log_dir_fd = dir_fd;
+    o.policy_dir_fd = dir_fd;
+  };
+  const Filtered r = RunFiltered(
+      [dir_fd] {
+        const int log = openat(dir_fd, "flows.log",
+                               O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+        if (log < 0) _exit(3);
+        if (write(log, "{}\n", 3) != 3) _exit(4);
+        close(log);
+        if (renameat(dir_fd, "flows.log", dir_fd, "flows.log.1") != 0) {
+          _exit(5);
+        }
+        if (syscall(SYS_renameat2, dir_fd, "flows.log.1", dir_fd,
+                    "flows.log.2", 0) != 0) {
+          _exit(6);
+        }
+        const int p = openat(dir_fd, "policy", O_RDONLY | O_CLOEXEC);
+        char buf[64];
+        if (p < 0 || read(p, buf, sizeof(buf)) != 18) _exit(7);
+        close(p);
+      },
+      -1, both);
+  EXPECT_EQ(ExitCode(r), 0) << r.err;
+  struct stat st;
+  EXPECT_EQ(stat((d + "/flows.log.2").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 3);
+  if (!kSanitized) {
+    // The sanitizers' runtimes may open any file (least_privilege.cc).
+    const struct {
+      const char* what;
+      const char* call;
+      std::function<void()> body;
+    } cases[] = {
+        {"O_TRUNC", "257 (openat)",
+         [dir_fd] {
+           (void)openat(dir_fd, "flows.log.2",
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+         }},
+        {"rename elsewhere", "264 (renameat)",
+         [dir_fd] {
+           (void)renameat(dir_fd, "flows.log.2", AT_FDCWD, "/tmp/x");
+         }},
+        {"RENAME_EXCHANGE", "316 (renameat2)",
+         [dir_fd] {
+           (void)syscall(SYS_renameat2, dir_fd, "flows.log.2", dir_fd,
+                         "policy", 2 /* RENAME_EXCHANGE */);
+         }},
+        {"another fd", "257 (openat)",
+         [] {
+           (void)openat(AT_FDCWD, "/tmp/x",
+                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+         }},
+    };
+    for (const auto& c : cases) {
+      const Filtered t = RunFiltered(c.body, -1, both);
+      EXPECT_EQ(ExitCode(t), 128 + SIGSYS) << c.what << ": " << t.err;
+      EXPECT_NE(t.err.find(std::string("system call ") + c.call +
+                           " is not allowed after setup"),
+                std::string::npos)
+          << c.what << ": " << t.err;
+    }
+    // The policy's directory alone: read-only.
+    const Filtered w = RunFiltered(
+        [dir_fd] {
+          (void)openat(dir_fd, "policy", O_WRONLY | O_APPEND | O_CLOEXEC);
+        },
+        -1, [dir_fd](LeastPrivilegeOptions& o) { o.policy_dir_fd = dir_fd; });
+    EXPECT_EQ(ExitCode(w), 128 + SIGSYS) << w.err;
+    // Neither: no openat, no renameat.
+    const Filtered none = RunFiltered([dir_fd] {
+      (void)renameat(dir_fd, "flows.log.2", dir_fd, "flows.log");
+    });
+    EXPECT_EQ(ExitCode(none), 128 + SIGSYS) << none.err;
+  }
+  close(dir_fd);
+  for (const char* f : {"/flows.log", "/flows.log.1", "/flows.log.2",
+                        "/policy"}) {
+    unlink((d + f).c_str());
+  }
+  rmdir(dir);
 }
 
 // The review's finding 15 (2026-12-06): ioctl, socket and unlinkat were

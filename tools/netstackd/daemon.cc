@@ -762,6 +762,8 @@ std::optional<Failure> Daemon::Sandbox(bool* gone) {
   lp.log_only = c_.sandbox_log;
   if (command_) lp.cmd_pid = command_->pid();
   if (forward_api_) lp.proc_dir_fd = forward_api_->proc_dir_fd();
+  if (flow_log_) lp.flow_log_dir_fd = flow_log_->dir_fd();
+  if (c_.policy_file) lp.policy_dir_fd = c_.policy_file->dir_fd();
   PortForwards* forwards = rt_->forwards();
   if (link::NetnsSockets* other =
           forwards != nullptr ? forwards->guest_sockets() : nullptr) {
