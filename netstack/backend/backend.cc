@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "netstack/backend/dns_config.h"
 #include "netstack/backend/tcp_flow.h"
+#include "netstack/policy/flow_log.h"
 
 namespace netstack::backend {
 namespace {
@@ -113,7 +114,12 @@ Backend::Backend(const BackendConfig& config, stack::Stack& stack,
       loop_(loop),
       chunks_(chunks),
       busy_connects_(config.limits.busy_connect_rate,
-                     config.limits.busy_connect_burst) {}
+                     config.limits.busy_connect_burst),
+      pins_(config.limits.max_pins) {
+  if (config_.policy.egress == nullptr) {
+    config_.policy.egress = policy::Policy::Open();
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
     const BackendConfig& config, stack::Stack& stack, stack::NicId nic,
@@ -174,12 +180,31 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   uo.idle_timeout = b->config_.limits.udp_idle_timeout;
   uo.bind = bind;
   uo.self_addresses = self;
+  Backend* be = b.get();
+  uo.admit = [be](const transport::SocketAddress& guest,
+                  const transport::SocketAddress& peer, Instant now) {
+    return be->JudgeEgress(policy::kUdp, guest, peer, now).allow;
+  };
+  uo.closed = [be](const transport::SocketAddress& guest,
+                   const transport::SocketAddress& peer, uint64_t out,
+                   uint64_t in, Instant opened) {
+    be->LogClosed(policy::kUdp, guest, peer, out, in, opened);
+  };
   b->udp_flows_ =
       std::make_unique<UdpFlowTable>(stack, udp, chunks, packets, loop, uo);
 
   PingOptions po;
   po.bind = bind;
   po.self_addresses = self;
+  po.admit = [be](const transport::SocketAddress& guest,
+                  const transport::SocketAddress& peer, Instant now) {
+    return be->JudgeEgress(policy::kIcmp, guest, peer, now).allow;
+  };
+  po.closed = [be](const transport::SocketAddress& guest,
+                   const transport::SocketAddress& peer, uint64_t out,
+                   uint64_t in, Instant opened) {
+    be->LogClosed(policy::kIcmp, guest, peer, out, in, opened);
+  };
   b->ping_ = std::make_unique<PingForwarder>(stack, chunks, packets, loop, po);
 
   if (policy.dns) {
@@ -267,6 +292,14 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
   }
   auto host = HostDestination(tuple.local);
   if (!host) return tcp::SynVerdict::kReset;
+  // The gateway's host loopback is host_loopback's to allow, not the
+  // egress policy's (which would deny 127.0.0.1 in allowlist mode).
+  const bool egress = host->ip == tuple.local.ip;
+  // Before the busy shedding: a refused SYN is answered at once, never
+  // left to the guest's retransmissions.
+  if (egress && !JudgeEgress(policy::kTcp, tuple.remote, *host, now).allow) {
+    return tcp::SynVerdict::kReset;
+  }
   if (config_.limits.busy_connect_rate != 0 && LinkBusy() &&
       !busy_connects_.Take(now)) {
     ++counters_.tcp_syns_shed;
@@ -281,8 +314,97 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
   if (flows_.contains(tuple)) return tcp::SynVerdict::kReset;
   auto it =
       flows_.emplace(tuple, std::make_unique<TcpFlow>(*this, tuple)).first;
-  it->second->Start(*host, now);
+  it->second->Start(*host, egress, now);
   return tcp::SynVerdict::kHold;
+}
+
+policy::Verdict Backend::JudgeEgress(policy::Protocol protocol,
+                                     const transport::SocketAddress& guest,
+                                     const transport::SocketAddress& dst,
+                                     Instant now) {
+  const policy::Policy& p = *config_.policy.egress;
+  policy::Verdict v = p.Decide(protocol, dst.ip, dst.port, &pins_, now);
+  if (v.allow) {
+    ++counters_.policy_allowed;
+  } else {
+    ++counters_.policy_refused[static_cast<size_t>(v.reason)];
+    ++counters_.policy_refused_protocol[protocol == policy::kTcp   ? 0
+                                        : protocol == policy::kUdp ? 1
+                                                                   : 2];
+  }
+  if (flow_log_ != nullptr) {
+    policy::FlowEvent e;
+    e.kind = v.allow ? policy::FlowEvent::Kind::kOpened
+                     : policy::FlowEvent::Kind::kRefused;
+    e.protocol = protocol;
+    e.guest = guest;
+    e.dst = dst;
+    e.name = v.name;
+    if (v.rule >= 0 && static_cast<size_t>(v.rule) < p.rules().size()) {
+      e.rule = p.rules()[static_cast<size_t>(v.rule)].text;
+    }
+    e.verdict = v;
+    flow_log_->Record(e, now);
+  }
+  return v;
+}
+
+void Backend::LogClosed(policy::Protocol protocol,
+                        const transport::SocketAddress& guest,
+                        const transport::SocketAddress& dst,
+                        uint64_t bytes_out, uint64_t bytes_in,
+                        Instant opened) {
+  if (flow_log_ == nullptr) return;
+  const Instant now = loop_.Now();
+  policy::FlowEvent e;
+  e.kind = policy::FlowEvent::Kind::kClosed;
+  e.protocol = protocol;
+  e.guest = guest;
+  e.dst = dst;
+  // The name it is pinned for now, if any (a pin outlives its flows'
+  // opening only by its TTL: a flow older than that has none).
+  std::optional<std::string_view> name = pins_.Find(dst.ip, now);
+  if (name) e.name = *name;
+  e.bytes_out = bytes_out;
+  e.bytes_in = bytes_in;
+  e.duration = now - opened;
+  flow_log_->Record(e, now);
+}
+
+bool Backend::DeniedNow(policy::Protocol protocol,
+                        const transport::SocketAddress& dst,
+                        Instant now) const {
+  return !config_.policy.egress->Decide(protocol, dst.ip, dst.port, &pins_, now)
+              .allow;
+}
+
+size_t Backend::SetEgressPolicy(std::shared_ptr<const policy::Policy> egress) {
+  config_.policy.egress =
+      egress != nullptr ? std::move(egress) : policy::Policy::Open();
+  const Instant now = loop_.Now();
+  size_t reset = 0;
+  for (auto& [tuple, flow] : flows_) {
+    if (!flow->egress() || flow->ended()) continue;
+    if (DeniedNow(policy::kTcp, flow->host_destination(), now)) {
+      flow->ResetForPolicy();  // frees it at the next Sweep
+      ++reset;
+    }
+  }
+  if (udp_flows_) {
+    reset += udp_flows_->CloseOutbound(
+        [&](const transport::SocketAddress&,
+            const transport::SocketAddress& peer) {
+          return DeniedNow(policy::kUdp, peer, now);
+        });
+  }
+  if (ping_) {
+    reset += ping_->CloseIf([&](const transport::SocketAddress&,
+                                const transport::SocketAddress& peer) {
+      return DeniedNow(policy::kIcmp, peer, now);
+    });
+  }
+  counters_.policy_reset_on_change += reset;
+  return reset;
 }
 
 absl::Status Backend::AdoptInboundTcp(
@@ -329,6 +451,12 @@ bool Backend::LinkBusy() const {
 void Backend::Sweep(Instant now) {
   if (std::optional<link::LinkStats> s = stack_.NicLinkStats(nic_)) {
     limit_hits_at_sweep_ = s->rx_batch_limit_hits;
+  }
+  // Lookups ignore expired pins already; this only gives their memory
+  // back, so once a second is plenty.
+  if (now >= next_pin_expiry_) {
+    pins_.Expire(now);
+    next_pin_expiry_ = now + absl::Seconds(1);
   }
   // Flows marked while sweeping wait for the next turn.
   sweep_batch_.swap(sweep_);
@@ -383,6 +511,28 @@ std::string Backend::FormatCounters() const {
       inbound_tcp_flows_, "\n", "backend.tcp_chunk_waiting ",
       chunk_waiters_.size(), "\n", "backend.tcp_buffered_bytes ",
       tcp_buffered_bytes(), "\n");
+  for (size_t i = 0; i < policy::kReasonCount; ++i) {
+    // Deny reasons only: the allowed ones are never refused.
+    static constexpr bool kAllows[] = {
+#define NETSTACK_POLICY_ALLOWS(e, name, allow) allow,
+        NETSTACK_POLICY_REASONS(NETSTACK_POLICY_ALLOWS)
+#undef NETSTACK_POLICY_ALLOWS
+    };
+    if (kAllows[i]) continue;
+    const std::string_view reason =
+        policy::ReasonName(static_cast<policy::Reason>(i));
+    absl::StrAppend(&out, "backend.policy.refused.",
+                    absl::string_view(reason.data(), reason.size()), " ",
+                    c.policy_refused[i], "\n");
+  }
+  absl::StrAppend(
+      &out, "backend.policy.refused_tcp ", c.policy_refused_protocol[0], "\n",
+      "backend.policy.refused_udp ", c.policy_refused_protocol[1], "\n",
+      "backend.policy.refused_icmp ", c.policy_refused_protocol[2], "\n",
+      "backend.policy.allowed ", c.policy_allowed, "\n",
+      "backend.policy.reset_on_change ", c.policy_reset_on_change, "\n",
+      "backend.policy.pins ", pins_.size(), "\n",
+      "backend.policy.pins_evicted ", pins_.evicted(), "\n");
   for (size_t i = 0; i < c.tcp_ends.size(); ++i) {
     absl::StrAppend(&out, "backend.tcp_end.",
                     FlowEndName(static_cast<FlowEnd>(i)), " ", c.tcp_ends[i],

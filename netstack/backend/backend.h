@@ -15,6 +15,16 @@
 // The Backend owns the host sockets; it registers them with the event
 // loop and closes each exactly once. Destroying it aborts every flow
 // (RST to the guest, SO_LINGER 0 on the host).
+//
+// The egress policy (netstack/policy/policy.h, issue #33) judges each new
+// outbound flow once, at its creation, never per packet: a TCP SYN, a new
+// UDP flow, a new ping flow, each to its destination after the backend's
+// own mapping (the gateway's host loopback stays under
+// BackendPolicy::host_loopback and is not judged; the DNS address is the
+// forwarder's). A refused flow fails at once: RST for TCP, ICMP
+// destination unreachable, administratively prohibited, for UDP and
+// echo. SetEgressPolicy replaces the policy and resets the open flows the
+// new one denies. Port forwards into the guest are not egress.
 #ifndef NETSTACK_BACKEND_BACKEND_H_
 #define NETSTACK_BACKEND_BACKEND_H_
 
@@ -35,12 +45,17 @@
 #include "netstack/buffer/chunk_arena.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/policy/policy.h"
 #include "netstack/stack/route_table.h"
 #include "netstack/stack/stack.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/address.h"
 #include "netstack/udp/udp_layer.h"
 #include "netstack/wire/address.h"
+
+namespace netstack::policy {
+class FlowLog;
+}  // namespace netstack::policy
 
 namespace netstack::backend {
 
@@ -89,6 +104,11 @@ struct BackendPolicy {
   // --enable-ipv6): no RAs or DHCPv6, and the stack drops every IPv6
   // frame (drop.ipv6_disabled; the runtime sets StackOptions::ipv6).
   bool ipv6 = true;
+  // What the guest may reach (--allow, --deny, --policy, --egress=none):
+  // judged for each new outbound flow and by the DNS forwarder. Null:
+  // policy::Policy::Open() (everything but the cloud metadata addresses).
+  // Backend::SetEgressPolicy replaces it while running.
+  std::shared_ptr<const policy::Policy> egress;
 };
 
 struct BackendLimits {
@@ -138,6 +158,10 @@ struct BackendLimits {
   // A UDP flow with no datagram either way for this long is closed
   // (--udp-timeout).
   Duration udp_idle_timeout = absl::Seconds(180);
+  // Addresses the DNS forwarder pinned for the egress policy's name rules
+  // at once (policy::PinTable); past it the pin that expires first goes
+  // (backend.policy.pins_evicted).
+  size_t max_pins = 16384;
 };
 
 struct BackendConfig {
@@ -159,7 +183,8 @@ struct BackendConfig {
   X(kConnectHostUnreachable, "connect_host_unreachable")                \
   X(kConnectTimedOut, "connect_timed_out")                              \
   X(kConnectProhibited, "connect_prohibited")                           \
-  X(kConnectFailed, "connect_failed") /* socket(), bind(), no memory */
+  X(kConnectFailed, "connect_failed") /* socket(), bind(), no memory */ \
+  X(kPolicyReset, "policy_reset")  /* a new egress policy denies it */
 
 enum class FlowEnd : uint8_t {
 #define NETSTACK_ENUM(e, name) e,
@@ -196,6 +221,14 @@ struct BackendCounters {
   uint64_t tcp_bytes_host_to_guest = 0;
   uint64_t tcp_host_fds_open = 0;  // now
   std::array<uint64_t, static_cast<size_t>(FlowEnd::kCount)> tcp_ends{};
+  // The egress policy: new outbound flows it refused, by the verdict's
+  // reason (policy::Reason) and by protocol (TCP, UDP, ICMP echo); those
+  // it allowed; and open flows a new policy denied, reset (TCP) or
+  // closed (UDP, ping) by SetEgressPolicy.
+  std::array<uint64_t, policy::kReasonCount> policy_refused{};
+  std::array<uint64_t, 3> policy_refused_protocol{};
+  uint64_t policy_allowed = 0;
+  uint64_t policy_reset_on_change = 0;
 };
 
 class TcpFlow;
@@ -272,6 +305,27 @@ class Backend : public tcp::SynHandler {
       const transport::SocketAddress& guest,
       std::shared_ptr<InboundTcpCounts> counts = nullptr);
 
+  // The egress policy now (never null).
+  const std::shared_ptr<const policy::Policy>& egress_policy() const {
+    return config_.policy.egress;
+  }
+  // Replaces the egress policy (null: policy::Policy::Open()) and judges
+  // every open outbound flow again under it: each it now denies is reset
+  // (TCP: RST to the guest, abortive close on the host) or closed (UDP,
+  // ping), and counted (policy_reset_on_change); each it allows is left
+  // alone. Pins stay: they are DNS facts, and admit an address only under
+  // a name rule of the policy in force. Returns how many were reset.
+  size_t SetEgressPolicy(std::shared_ptr<const policy::Policy> egress);
+  // --flow-log: each outbound flow opened (with its verdict), refused, and
+  // closed (bytes each way, duration) is recorded in `log`, which must
+  // outlive the Backend or be unset first. Null: none.
+  void SetFlowLog(policy::FlowLog* log) { flow_log_ = log; }
+  policy::FlowLog* flow_log() const { return flow_log_; }
+  // The addresses the DNS forwarder pinned for this guest (expired from
+  // Sweep, at most once a second).
+  policy::PinTable& pins() { return pins_; }
+  const policy::PinTable& pins() const { return pins_; }
+
   // tcp::SynHandler
   tcp::SynVerdict OnUnclaimedSyn(const transport::FourTuple& tuple,
                                  Instant now) override;
@@ -285,6 +339,20 @@ class Backend : public tcp::SynHandler {
   // (counted).
   std::optional<transport::SocketAddress> HostDestination(
       const transport::SocketAddress& dst);
+  // Judges a new outbound flow from `guest` to `dst` (the host's address,
+  // after HostDestination): counts the verdict and records it in the flow
+  // log (opened or refused).
+  policy::Verdict JudgeEgress(policy::Protocol protocol,
+                              const transport::SocketAddress& guest,
+                              const transport::SocketAddress& dst, Instant now);
+  // An outbound flow JudgeEgress allowed has ended: the flow log's record.
+  void LogClosed(policy::Protocol protocol,
+                 const transport::SocketAddress& guest,
+                 const transport::SocketAddress& dst, uint64_t bytes_out,
+                 uint64_t bytes_in, Instant opened);
+  // Whether the policy now in force denies an open flow to `dst`.
+  bool DeniedNow(policy::Protocol protocol, const transport::SocketAddress& dst,
+                 Instant now) const;
   // Whether the guest's link read hit its batch limit since the last Sweep.
   bool LinkBusy() const;
   // A flow has something for Sweep to do.
@@ -328,6 +396,11 @@ class Backend : public tcp::SynHandler {
   std::unique_ptr<GuestConfigServices> guest_config_;
   std::unique_ptr<eventloop::PollerRef<GuestConfigServices>>
       guest_config_poller_;
+  // The egress policy's pins (DNS answers) and flow log; the policy is
+  // config_.policy.egress.
+  policy::PinTable pins_;
+  Instant next_pin_expiry_ = absl::InfinitePast();
+  policy::FlowLog* flow_log_ = nullptr;
 };
 
 }  // namespace netstack::backend

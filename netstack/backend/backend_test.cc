@@ -5,8 +5,11 @@
 // nothing leaves the loopback interface.
 #include "netstack/backend/backend.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,6 +30,7 @@
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/policy/policy.h"
 #include "netstack/stack/fake_link.h"
 #include "netstack/stack/stack.h"
 #include "netstack/tcp/tcp_layer.h"
@@ -1076,6 +1080,256 @@ TEST_F(InboundTcpTest, ForwardedClientsPastTheirShareAreResetAndCounted) {
   EXPECT_EQ(backend_->tcp_inbound_flow_count(), 3u);
   EXPECT_EQ(backend_->counters().tcp_refused_inbound_limit, 1u);
   for (int fd : hosts) close(fd);
+}
+
+// The egress policy (issue #33). Destinations beyond the gateway are
+// addresses of this test's own namespace: 192.0.2.x on lo (its only
+// interface, isolated_netns_test_env), so an allowed flow reaches a real
+// host socket and a denied one must never try.
+
+// Puts `addr`/32 on lo under the label `label` ("lo:1").
+void AddLoopbackAddress(const char* label, const char* addr) {
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, label, IFNAMSIZ - 1);
+  auto* sin = reinterpret_cast<sockaddr_in*>(&ifr.ifr_addr);
+  sin->sin_family = AF_INET;
+  ASSERT_EQ(inet_pton(AF_INET, addr, &sin->sin_addr), 1);
+  const int rc = ioctl(fd, SIOCSIFADDR, &ifr);
+  const int err = errno;
+  if (rc == 0) {
+    inet_pton(AF_INET, "255.255.255.255", &sin->sin_addr);
+    EXPECT_EQ(ioctl(fd, SIOCSIFNETMASK, &ifr), 0) << std::strerror(errno);
+  }
+  close(fd);
+  ASSERT_TRUE(rc == 0 || err == EEXIST) << addr << ": " << std::strerror(err);
+}
+
+// A listening host socket on `addr` (one of lo's).
+struct AddrListener {
+  explicit AddrListener(const char* addr) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, addr, &a.sin_addr);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0)
+        << std::strerror(errno);
+    EXPECT_EQ(listen(fd, 16), 0);
+    socklen_t len = sizeof(a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~AddrListener() { close(fd); }
+  int Accept() {
+    return accept4(fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  }
+  int fd = -1;
+  uint16_t port = 0;
+};
+
+std::shared_ptr<const policy::Policy> PolicyOf(const char* text) {
+  absl::StatusOr<policy::PolicyConfig> c = policy::ParsePolicyFile(text);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return nullptr;
+  absl::StatusOr<std::shared_ptr<const policy::Policy>> p =
+      policy::Policy::Create(*std::move(c));
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *std::move(p) : nullptr;
+}
+
+class EgressPolicyTest : public BackendTest {
+ protected:
+  void SetUp() override {
+    AddLoopbackAddress("lo:1", "192.0.2.1");
+    AddLoopbackAddress("lo:2", "192.0.2.2");
+  }
+  void BuildWith(std::shared_ptr<const policy::Policy> egress) {
+    BackendConfig c;
+    c.policy.egress = std::move(egress);
+    Build(c);
+  }
+  std::unique_ptr<tcp::TcpSocket> ConnectTo(const char* addr, uint16_t port) {
+    auto s = guest_tcp_->Open(transport::Family::kIpv4);
+    EXPECT_TRUE(
+        s->Connect(SocketAddress{IpAddress(*wire::Ipv4Address::Parse(addr)),
+                                 port})
+            .ok());
+    return s;
+  }
+  // Runs until `s` reports an error; its errno (0: none in time) and how
+  // long it took.
+  int ErrorOf(tcp::TcpSocket& s, Duration* took = nullptr) {
+    const Instant t0 = loop_->Now();
+    absl::Status err;
+    if (!RunUntil([&] {
+          err = s.TakeError();
+          return !err.ok();
+        })) {
+      return 0;
+    }
+    if (took != nullptr) *took = loop_->Now() - t0;
+    return transport::ErrnoOf(err);
+  }
+  uint64_t Refused(policy::Reason r) const {
+    return backend_->counters().policy_refused[static_cast<size_t>(r)];
+  }
+  // A relayed flow works: `s` (established) and `host` echo a byte each
+  // way.
+  bool Relays(tcp::TcpSocket& s, int host) {
+    const uint8_t up = 'u', down = 'd';
+    if (!s.Write(std::span(&up, 1)).ok()) return false;
+    uint8_t b = 0;
+    if (!RunUntil([&] { return recv(host, &b, 1, MSG_DONTWAIT) == 1; }) ||
+        b != up) {
+      return false;
+    }
+    if (send(host, &down, 1, MSG_NOSIGNAL) != 1) return false;
+    b = 0;
+    return RunUntil([&] {
+      uint8_t r;
+      auto n = s.Read(std::span(&r, 1));
+      if (n.ok() && *n == 1) b = r;
+      return b == down;
+    });
+  }
+};
+
+TEST_F(EgressPolicyTest, DeniedTcpDestinationIsResetAtOnceWithoutAHostConnect) {
+  BuildWith(PolicyOf("deny tcp:192.0.2.1\n"));
+  AddrListener l("192.0.2.1");
+  auto s = ConnectTo("192.0.2.1", l.port);
+  Duration took;
+  EXPECT_EQ(ErrorOf(*s, &took), ECONNREFUSED);  // the guest's RST
+  EXPECT_LT(took, absl::Milliseconds(100));
+  EXPECT_EQ(l.Accept(), -1);  // no host connection was made
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 0u);
+  EXPECT_EQ(Refused(policy::Reason::kDenyRule), 1u);
+  EXPECT_EQ(backend_->counters().policy_refused_protocol[0], 1u);
+  const std::string text = backend_->FormatCounters();
+  EXPECT_NE(text.find("backend.policy.refused.deny_rule 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("backend.policy.refused_tcp 1\n"), std::string::npos);
+}
+
+TEST_F(EgressPolicyTest, AllowedTcpDestinationRelays) {
+  BuildWith(PolicyOf("allow tcp:192.0.2.1\n"));
+  AddrListener l("192.0.2.1");
+  auto s = ConnectTo("192.0.2.1", l.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+  ASSERT_TRUE(RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; }));
+  EXPECT_TRUE(Relays(*s, host));
+  EXPECT_EQ(backend_->counters().policy_allowed, 1u);
+  // Not allowed: the other address, and another protocol's rule.
+  AddrListener l2("192.0.2.2");
+  auto s2 = ConnectTo("192.0.2.2", l2.port);
+  EXPECT_EQ(ErrorOf(*s2), ECONNREFUSED);
+  EXPECT_EQ(Refused(policy::Reason::kNotAllowed), 1u);
+  EXPECT_EQ(l2.Accept(), -1);
+  close(host);
+}
+
+TEST_F(EgressPolicyTest, MetadataAddressIsRefusedInOpenMode) {
+  Build(BackendConfig{});  // no policy: the open one
+  auto s = ConnectTo("169.254.169.254", 80);
+  Duration took;
+  EXPECT_EQ(ErrorOf(*s, &took), ECONNREFUSED);
+  EXPECT_LT(took, absl::Milliseconds(100));
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 0u);
+  EXPECT_EQ(Refused(policy::Reason::kMetadata), 1u);
+}
+
+TEST_F(EgressPolicyTest, GatewayLoopbackIsHostLoopbacksNotThePolicys) {
+  // An allowlist that names nothing on the host: the gateway still
+  // reaches the host's 127.0.0.1 under host_loopback, unjudged.
+  BackendConfig c = Loopback();
+  c.policy.egress = PolicyOf("allow 192.0.2.2\n");
+  Build(c);
+  HostListener l;
+  auto s = Connect(l.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+  EXPECT_EQ(backend_->counters().policy_allowed, 0u);
+  EXPECT_EQ(Refused(policy::Reason::kSpecialAddress), 0u);
+  EXPECT_EQ(Refused(policy::Reason::kNotAllowed), 0u);
+  close(host);
+}
+
+TEST_F(EgressPolicyTest, PolicyChangeResetsTheFlowsItDeniesAndKeepsTheRest) {
+  BuildWith(PolicyOf("allow tcp:192.0.2.0/24\n"));
+  AddrListener l1("192.0.2.1"), l2("192.0.2.2");
+  auto kept = ConnectTo("192.0.2.1", l1.port);
+  auto gone = ConnectTo("192.0.2.2", l2.port);
+  int h1 = -1, h2 = -1;
+  ASSERT_TRUE(RunUntil([&] {
+    if (h1 < 0) h1 = l1.Accept();
+    if (h2 < 0) h2 = l2.Accept();
+    return h1 >= 0 && h2 >= 0 &&
+           kept->state() == tcp::TcpState::kEstablished &&
+           gone->state() == tcp::TcpState::kEstablished;
+  }));
+  EXPECT_EQ(backend_->SetEgressPolicy(PolicyOf("allow tcp:192.0.2.1\n")), 1u);
+  // The denied one: RST to the guest, RST to the host.
+  Duration took;
+  EXPECT_EQ(ErrorOf(*gone, &took), ECONNRESET);
+  EXPECT_LT(took, absl::Milliseconds(100));
+  char b;
+  ssize_t n = 0;
+  int err = 0;
+  ASSERT_TRUE(RunUntil([&] {
+    n = recv(h2, &b, 1, MSG_DONTWAIT);
+    err = errno;
+    return n == 0 || (n < 0 && err != EAGAIN);
+  }));
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(err, ECONNRESET);
+  EXPECT_EQ(End(FlowEnd::kPolicyReset), 1u);
+  EXPECT_EQ(backend_->counters().policy_reset_on_change, 1u);
+  // The allowed one: untouched.
+  EXPECT_TRUE(Relays(*kept, h1));
+  EXPECT_EQ(backend_->tcp_flow_count(), 1u);
+  // And a new flow is judged by the new policy.
+  auto again = ConnectTo("192.0.2.2", l2.port);
+  EXPECT_EQ(ErrorOf(*again), ECONNREFUSED);
+  close(h1);
+  close(h2);
+}
+
+TEST_F(EgressPolicyTest, PinsAdmitANameRulesAddressUntilTheyExpire) {
+  BuildWith(PolicyOf("allow tcp:api.example.test\n"));
+  AddrListener l1("192.0.2.1"), l2("192.0.2.2");
+  const Instant now = loop_->Now();
+  const IpAddress a1(*wire::Ipv4Address::Parse("192.0.2.1"));
+  const IpAddress a2(*wire::Ipv4Address::Parse("192.0.2.2"));
+  // Unpinned: the name rule admits nothing.
+  auto before = ConnectTo("192.0.2.1", l1.port);
+  EXPECT_EQ(ErrorOf(*before), ECONNREFUSED);
+  EXPECT_EQ(Refused(policy::Reason::kNotAllowed), 1u);
+  // Pinned by an answer for the allowed name: admitted.
+  backend_->pins().Pin(a1, "api.example.test", absl::Seconds(30), now);
+  auto pinned = ConnectTo("192.0.2.1", l1.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l1.Accept()) >= 0; }));
+  ASSERT_TRUE(
+      RunUntil([&] { return pinned->state() == tcp::TcpState::kEstablished; }));
+  EXPECT_EQ(backend_->counters().policy_allowed, 1u);
+  // A pin whose TTL and grace ran out admits nothing, and Sweep drops it.
+  backend_->pins().Pin(a2, "api.example.test", absl::ZeroDuration(),
+                       now - policy::PinTable::kPinGrace - absl::Seconds(1));
+  auto expired = ConnectTo("192.0.2.2", l2.port);
+  EXPECT_EQ(ErrorOf(*expired), ECONNREFUSED);
+  EXPECT_EQ(Refused(policy::Reason::kNotAllowed), 2u);
+  EXPECT_EQ(l2.Accept(), -1);
+  ASSERT_TRUE(RunUntil([&] { return backend_->pins().size() == 1; },
+                       absl::Seconds(3)));
+  // Pins stay across a policy change, but admit only under a name rule
+  // of the policy in force: the pinned flow is reset.
+  EXPECT_EQ(backend_->SetEgressPolicy(PolicyOf("allow tcp:other.test\n")), 1u);
+  EXPECT_EQ(ErrorOf(*pinned), ECONNRESET);
+  EXPECT_EQ(backend_->pins().size(), 1u);
+  close(host);
 }
 
 }  // namespace

@@ -41,8 +41,11 @@ TcpFlow::~TcpFlow() {
   CloseHost(true);
 }
 
-void TcpFlow::Start(const transport::SocketAddress& host, Instant now) {
-  (void)now;
+void TcpFlow::Start(const transport::SocketAddress& host, bool egress,
+                    Instant now) {
+  egress_ = egress;
+  host_ = host;
+  started_ = now;
   const int family = host.ip.is_v4() ? AF_INET : AF_INET6;
   fd_ = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return ConnectDone(errno);
@@ -94,6 +97,16 @@ uint64_t TcpFlow::buffered_bytes() const {
   for (size_t i = pending_first_; i < pending_n_; ++i) n += pending_[i].size();
   if (sock_ != nullptr) n += sock_->readable_bytes() + sock_->unsent_bytes();
   return n;
+}
+
+void TcpFlow::ResetForPolicy() {
+  if (phase_ == Phase::kEnded) return;
+  if (phase_ == Phase::kConnecting || phase_ == Phase::kConnectDone) {
+    // The guest's SYN is still held: refused as a SYN the policy denied.
+    (void)backend_.tcp_.RefuseHeld(tuple_, tcp::HeldSynRefusal::kReset,
+                                   backend_.loop_.Now());
+  }
+  End(FlowEnd::kPolicyReset, /*host_abortive=*/true, /*guest_reset=*/true);
 }
 
 void TcpFlow::ConnectDone(int error) {
@@ -309,6 +322,7 @@ bool TcpFlow::PumpGuestToHost() {
       return false;
     }
     backend_.counters_.tcp_bytes_guest_to_host += static_cast<uint64_t>(sent);
+    bytes_out_ += static_cast<uint64_t>(sent);
     if (inbound_counts_) {
       inbound_counts_->bytes_from_guest += static_cast<uint64_t>(sent);
     }
@@ -364,6 +378,7 @@ bool TcpFlow::PumpHostToGuest() {
         return false;
       }
       backend_.counters_.tcp_bytes_host_to_guest += static_cast<uint64_t>(n);
+      bytes_in_ += static_cast<uint64_t>(n);
       if (inbound_counts_) {
         inbound_counts_->bytes_to_guest += static_cast<uint64_t>(n);
       }
@@ -407,6 +422,10 @@ void TcpFlow::End(FlowEnd why, bool host_abortive, bool guest_reset) {
   phase_ = Phase::kEnded;
   ++backend_.counters_.tcp_flows_closed;
   ++backend_.counters_.tcp_ends[static_cast<size_t>(why)];
+  if (egress_) {
+    backend_.LogClosed(policy::kTcp, tuple_.remote, host_, bytes_out_,
+                       bytes_in_, started_);
+  }
   CloseHost(host_abortive);
   if (sock_ != nullptr) {
     sock_->set_callback(nullptr);

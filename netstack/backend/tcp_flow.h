@@ -47,8 +47,16 @@ class TcpFlow : public eventloop::Handler {
 
   // Starts the host connect to `host` (non-blocking). Whatever happens,
   // the outcome is applied at the next Sweep, never from inside the TCP
-  // layer's receive path.
-  void Start(const transport::SocketAddress& host, Instant now);
+  // layer's receive path. `egress`: the egress policy admitted it (not the
+  // gateway's host loopback): SetEgressPolicy judges it again, and its
+  // end goes to the flow log.
+  void Start(const transport::SocketAddress& host, bool egress, Instant now);
+  // A new egress policy denies it: RST to the guest (its held SYN, or its
+  // connection), abortive close on the host (FlowEnd::kPolicyReset).
+  void ResetForPolicy();
+  // Judged by the egress policy (Start's `egress`), and where it goes.
+  bool egress() const { return egress_; }
+  const transport::SocketAddress& host_destination() const { return host_; }
   // The other way (Backend::AdoptInboundTcp): `host_fd` is a connected
   // host socket of an inbound forward, `sock` a netstack connection
   // toward the guest, connecting. Relaying starts once the guest accepts;
@@ -129,6 +137,13 @@ class TcpFlow : public eventloop::Handler {
   bool host_eof_ = false;       // the host's EOF was read and relayed
   bool in_pump_ = false;
   bool inbound_ = false;
+  // The egress policy's: Start's `egress` and `host`; when it started and
+  // its bytes each way, for the flow log.
+  bool egress_ = false;
+  transport::SocketAddress host_;
+  Instant started_;
+  uint64_t bytes_out_ = 0;
+  uint64_t bytes_in_ = 0;
 };
 
 }  // namespace netstack::backend
