@@ -931,6 +931,7 @@ absl::Status ParseBackend(const CommandLine& cl, bool own_tap, Config& c) {
   if (absl::Status s = ParseBackendLimits(b.limits); !s.ok()) return s;
   if (absl::Status s = ParseDnsUpstreams(b.policy); !s.ok()) return s;
   if (absl::Status s = ParseEgress(cl, c); !s.ok()) return s;
+  b.policy.egress = c.egress;  // null: the backend's Policy::Open()
   c.backend = b;
   return ParseForwards(cl, own_tap, c);
 }

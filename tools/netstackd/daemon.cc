@@ -435,7 +435,9 @@ std::optional<Failure> Daemon::Start() {
   if (stream_ != nullptr) {
     rt_->AddCounters([this] { return StreamCounters(*stream_); });
   }
-  egress_ = c_.egress ? c_.egress : policy::Policy::Open();
+  egress_ = rt_->backend() != nullptr ? rt_->backend()->egress_policy()
+            : c_.egress                 ? c_.egress
+                                        : policy::Policy::Open();
   using Step = std::optional<Failure> (Daemon::*)();
   for (Step step : {&Daemon::OpenFlowLog, &Daemon::StartServices,
                     &Daemon::HandleSignals,
@@ -462,6 +464,8 @@ std::optional<Failure> Daemon::OpenFlowLog() {
       policy::FlowLog::Open(o, rt_->loop().Now());
   if (!log.ok()) return Fail(log.status(), "--flow-log: ");
   flow_log_ = *std::move(log);
+  // flow_log_ is declared before rt_: it outlives the backend.
+  if (rt_->backend() != nullptr) rt_->backend()->SetFlowLog(flow_log_.get());
   rt_->AddSweep([this](Instant) { flow_log_->Flush(); });
   rt_->AddCounters([this] { return flow_log_->FormatCounters(); });
   return std::nullopt;
@@ -474,7 +478,10 @@ absl::StatusOr<uint64_t> Daemon::ReplaceEgress(std::string_view file_text,
       c_.policy_rules, c_.egress_none, file_text, file_label);
   if (!p.ok()) return p.status();
   egress_ = *std::move(p);
-  const uint64_t reset = 0;
+  // The backend resets the open flows the new policy denies.
+  const uint64_t reset = rt_->backend() != nullptr
+                             ? rt_->backend()->SetEgressPolicy(egress_)
+                             : 0;
   if (!c_.quiet) {
     std::fprintf(stderr, "netstackd: %.*s: %s; %llu flows reset\n",
                  static_cast<int>(label.size()), label.data(),
