@@ -78,17 +78,18 @@ class PolicyChangeTest(unittest.TestCase):
                 env.g_cmd(sys.executable, PROBE, "hold", addr, "9000",
                           str(HOLD_SECONDS)),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        outs = {}
         try:
             time.sleep(CHANGE_AT)
-            t_change = time.monotonic()
             change()
-            outs = {a: p.communicate(timeout=HOLD_SECONDS + 10)
-                    for a, p in procs.items()}
+            for a, p in procs.items():
+                outs[a] = p.communicate(timeout=HOLD_SECONDS + 10)
         finally:
-            for p in procs.values():
-                if p.poll() is None:
-                    p.kill()
-                    p.communicate()
+            for a, p in procs.items():
+                if a not in outs:
+                    if p.poll() is None:
+                        p.kill()
+                    outs[a] = p.communicate()
         # The probes started at about the same time as t_change - CHANGE_AT.
         for addr, allowed_after in FLOWS.items():
             out, err = outs[addr]
