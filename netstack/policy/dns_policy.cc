@@ -79,15 +79,36 @@ struct Name {
   }
 };
 
+// Where names and their suffixes begin (a label's length octet or a
+// pointer, in place): the only places a pointer may lead (RFC 1035
+// 4.1.4, "a prior occurrence of the same name"). A pointer into other
+// bytes (a record's fixed part, the opaque RDATA of a type that carries
+// no names) is malformed: what it reads would not move with the records
+// when some are removed, so it could change meaning.
+class NameStarts {
+ public:
+  void Mark(size_t at) {
+    if (at < kMaxTarget) bits_[at / 64] |= uint64_t{1} << (at % 64);
+  }
+  bool Has(size_t at) const {
+    return at < kMaxTarget && (bits_[at / 64] >> (at % 64)) & 1;
+  }
+
+ private:
+  static constexpr size_t kMaxTarget = 0x4000;  // 14-bit pointers
+  std::array<uint64_t, kMaxTarget / 64> bits_{};
+};
+
 // The name at m[at]. Returns where it ends in place (after its root label
 // or its first pointer), or 0 if it is malformed: past the message, a
 // label type other than 0 and 11, longer than 255 octets, or a pointer
 // that does not go strictly back (before the part of the name that leads
-// to it; so it cannot loop) or lands in the header. `pointer`, if set,
-// gets the offset of the pointer that ends the name in place, or
-// kNoPointer. `out`, if set, gets the decoded name.
+// to it; so it cannot loop) or lands in the header, or (with `starts`)
+// anywhere but where a name begins; the name's own labels are marked
+// there. `pointer`, if set, gets the offset of the pointer that ends the
+// name in place, or kNoPointer. `out`, if set, gets the decoded name.
 size_t ReadName(std::span<const uint8_t> m, size_t at, Name* out,
-                size_t* pointer) {
+                size_t* pointer, NameStarts* starts = nullptr) {
   size_t end = 0;
   size_t limit = at;  // a pointer must go before this
   size_t pos = at;
@@ -97,6 +118,7 @@ size_t ReadName(std::span<const uint8_t> m, size_t at, Name* out,
   for (;;) {
     if (pos >= m.size()) return 0;
     const uint8_t b = m[pos];
+    if (end == 0 && starts != nullptr) starts->Mark(pos);
     if ((b & kPointerBits) == kPointerBits) {
       if (m.size() - pos < 2) return 0;
       const size_t target =
@@ -105,7 +127,8 @@ size_t ReadName(std::span<const uint8_t> m, size_t at, Name* out,
         end = pos + 2;
         if (pointer != nullptr) *pointer = pos;
       }
-      if (target >= limit || target < kHeaderLen || ++hops > kMaxHops) {
+      if (target >= limit || target < kHeaderLen || ++hops > kMaxHops ||
+          (starts != nullptr && !starts->Has(target))) {
         return 0;
       }
       limit = pos = target;
@@ -214,10 +237,11 @@ struct Record {
 // Walks the names in r's RDATA (if its type may compress them): each
 // must lie inside the RDATA, and the layout must fill it exactly. Calls
 // `name(offset)` for each name's start. With `follow`, names are read
-// with ReadName (checked to the end); without, only skipped in place.
+// with ReadName (checked to the end, against and into `starts`);
+// without, only skipped in place.
 template <typename F>
 bool WalkRdataNames(std::span<const uint8_t> m, const Record& r, bool follow,
-                    F&& name) {
+                    F&& name, NameStarts* starts = nullptr) {
   const std::optional<RdataLayout> layout = LayoutOf(r.type);
   if (!layout) return true;
   const size_t end = r.rdata + r.rdlength;
@@ -232,7 +256,7 @@ bool WalkRdataNames(std::span<const uint8_t> m, const Record& r, bool follow,
     size_t pointer;
     // Reading within `upto` keeps the name's own octets inside the RDATA;
     // a pointer may still lead anywhere before it.
-    const size_t next = follow ? ReadName(upto, at, nullptr, &pointer)
+    const size_t next = follow ? ReadName(upto, at, nullptr, &pointer, starts)
                                : SkipName(m, at, &pointer);
     if (next == 0) return false;
     name(at);
@@ -245,9 +269,11 @@ bool WalkRdataNames(std::span<const uint8_t> m, const Record& r, bool follow,
 // The record at m[at], checked: its owner name, its fixed part and its
 // RDATA inside the message; an IN A of 4 octets and an IN AAAA of 16;
 // the names in its RDATA well formed. `owner`, if set, gets the owner.
-bool ReadRecord(std::span<const uint8_t> m, size_t at, Record* r, Name* owner) {
+// `starts`: as ReadName's.
+bool ReadRecord(std::span<const uint8_t> m, size_t at, Record* r, Name* owner,
+                NameStarts* starts = nullptr) {
   r->start = at;
-  const size_t fixed = ReadName(m, at, owner, nullptr);
+  const size_t fixed = ReadName(m, at, owner, nullptr, starts);
   if (fixed == 0 || m.size() - fixed < kRrFixedLen) return false;
   const uint8_t* p = m.data() + fixed;
   r->type = wire::LoadBe16(p);
@@ -261,7 +287,8 @@ bool ReadRecord(std::span<const uint8_t> m, size_t at, Record* r, Name* owner) {
     if (r->type == kTypeA && r->rdlength != 4) return false;
     if (r->type == kTypeAaaa && r->rdlength != 16) return false;
   }
-  return WalkRdataNames(m, *r, /*follow=*/true, [](size_t) {});
+  return WalkRdataNames(
+      m, *r, /*follow=*/true, [](size_t) {}, starts);
 }
 
 transport::IpAddress AddressOf(std::span<const uint8_t> m, const Record& r) {
@@ -297,12 +324,13 @@ size_t CheckMessage(std::span<const uint8_t> m, Name* question) {
   if (m.size() < kHeaderLen || !(m[kFlagsOffset] & kQrBit)) return 0;
   const Counts c = ReadCounts(m);
   if (c.n[0] != 1) return 0;
-  size_t at = ReadName(m, kHeaderLen, question, nullptr);
+  NameStarts starts;
+  size_t at = ReadName(m, kHeaderLen, question, nullptr, &starts);
   if (at == 0 || m.size() - at < 4) return 0;
   at += 4;
   for (size_t i = 0; i < c.records(); ++i) {
     Record r;
-    if (!ReadRecord(m, at, &r, nullptr)) return 0;
+    if (!ReadRecord(m, at, &r, nullptr, &starts)) return 0;
     at = r.end;
   }
   return at;

@@ -650,6 +650,24 @@ TEST_F(FilterAnswerTest, MalformedAnswers) {
          m.Rr(kA, 1, [](Msg& r) { r.Bytes({1, 2, 3, 4}); });
          m.Counts(1, 2);
        }},
+      {"a pointer into a type's opaque RDATA",
+       [](Msg& m) {
+         // Type 254 carries no names (RFC 3597 4): the bytes that read as
+         // one there would not move with the records.
+         m.Name("", 12);
+         size_t data = 0;
+         m.Rr(254, 1, [&](Msg& r) { data = r.Name("x", 12); });
+         m.Name("", static_cast<int>(data));
+         m.Rr(kA, 1, [](Msg& r) { r.Bytes({1, 2, 3, 4}); });
+         m.Counts(1, 2);
+       }},
+      {"a pointer into a record's fixed part",
+       [](Msg& m) {
+         m.A("", 12, "203.0.113.1");
+         m.Name("", static_cast<int>(m.size() - 8));  // its TTL
+         m.Rr(kA, 1, [](Msg& r) { r.Bytes({1, 2, 3, 4}); });
+         m.Counts(1, 2);
+       }},
       {"an extended label type",
        [](Msg& m) {
          m.Bytes({0x41, 0});
