@@ -361,10 +361,22 @@ void Backend::LogClosed(policy::Protocol protocol,
   e.protocol = protocol;
   e.guest = guest;
   e.dst = dst;
-  // The name it is pinned for now, if any (a pin outlives its flows'
-  // opening only by its TTL: a flow older than that has none).
-  std::optional<std::string_view> name = pins_.Find(dst.ip, now);
-  if (name) e.name = *name;
+  // The verdict of the policy in force as it closes: the opened line has
+  // the one that let it in; a flow a new policy reset says why it was.
+  // (Only with a flow log; a flow keeps no verdict of its own.)
+  const policy::Policy& p = *config_.policy.egress;
+  e.verdict = p.Decide(protocol, dst.ip, dst.port, &pins_, now);
+  if (e.verdict.rule >= 0 &&
+      static_cast<size_t>(e.verdict.rule) < p.rules().size()) {
+    e.rule = p.rules()[static_cast<size_t>(e.verdict.rule)].text;
+  }
+  e.name = e.verdict.name;
+  if (e.name.empty()) {
+    // The name it is still pinned for, under whatever rule.
+    if (std::optional<std::string_view> name = pins_.Find(dst.ip, now)) {
+      e.name = *name;
+    }
+  }
   e.bytes_out = bytes_out;
   e.bytes_in = bytes_in;
   e.duration = now - opened;

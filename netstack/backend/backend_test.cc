@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -30,6 +31,7 @@
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/policy/flow_log.h"
 #include "netstack/policy/policy.h"
 #include "netstack/stack/fake_link.h"
 #include "netstack/stack/stack.h"
@@ -1329,6 +1331,56 @@ TEST_F(EgressPolicyTest, PinsAdmitANameRulesAddressUntilTheyExpire) {
   EXPECT_EQ(backend_->SetEgressPolicy(PolicyOf("allow tcp:other.test\n")), 1u);
   EXPECT_EQ(ErrorOf(*pinned), ECONNRESET);
   EXPECT_EQ(backend_->pins().size(), 1u);
+  close(host);
+}
+
+TEST_F(EgressPolicyTest, FlowLogRecordsEachFlowOpenedRefusedAndClosed) {
+  BuildWith(PolicyOf("allow tcp:192.0.2.1\n"));
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/backend_flows.log";
+  std::remove(path.c_str());
+  policy::FlowLog::Options o;
+  o.path = path;
+  auto log = policy::FlowLog::Open(o, loop_->Now());
+  ASSERT_TRUE(log.ok()) << log.status();
+  backend_->SetFlowLog(log->get());
+  AddrListener l1("192.0.2.1"), l2("192.0.2.2");
+  auto refused = ConnectTo("192.0.2.2", l2.port);
+  EXPECT_EQ(ErrorOf(*refused), ECONNREFUSED);
+  auto s = ConnectTo("192.0.2.1", l1.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l1.Accept()) >= 0; }));
+  ASSERT_TRUE(RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; }));
+  ASSERT_TRUE(Relays(*s, host));
+  s->Abort();
+  ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
+  (*log)->Flush();
+  backend_->SetFlowLog(nullptr);
+  std::vector<std::string> lines;
+  {
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[2048];
+    while (std::fgets(buf, sizeof(buf), f) != nullptr) lines.push_back(buf);
+    std::fclose(f);
+  }
+  ASSERT_EQ(lines.size(), 3u);
+  auto has = [](const std::string& line, const std::string& want) {
+    return line.find(want) != std::string::npos;
+  };
+  EXPECT_TRUE(has(lines[0], "\"event\":\"refused\"")) << lines[0];
+  EXPECT_TRUE(has(lines[0], "\"dst\":\"192.0.2.2\"")) << lines[0];
+  EXPECT_TRUE(has(lines[0], "\"reason\":\"not_allowed\"")) << lines[0];
+  EXPECT_TRUE(has(lines[0], "\"src\":\"10.0.2.100:")) << lines[0];
+  EXPECT_TRUE(has(lines[1], "\"event\":\"opened\"")) << lines[1];
+  EXPECT_TRUE(has(lines[1], "\"dst\":\"192.0.2.1\"")) << lines[1];
+  EXPECT_TRUE(has(lines[1], "\"reason\":\"allow_rule\"")) << lines[1];
+  EXPECT_TRUE(has(lines[1], "tcp:192.0.2.1\"")) << lines[1];  // the rule
+  EXPECT_TRUE(has(lines[2], "\"event\":\"closed\"")) << lines[2];
+  EXPECT_TRUE(has(lines[2], "\"port\":" + std::to_string(l1.port)))
+      << lines[2];
+  EXPECT_TRUE(has(lines[2], "\"bytes_out\":1,\"bytes_in\":1,")) << lines[2];
   close(host);
 }
 

@@ -2,13 +2,21 @@
 // backend's hooks: echo requests to the EchoHandler (the ping forwarder),
 // UDP to the UDP layer's unmatched handler (the UDP flow table). Crafted
 // frames, as a guest would send them; no forged reply either way.
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "netstack/backend/backend.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/policy/policy.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
@@ -327,6 +335,168 @@ TEST_F(FullBackendTest, DestroyingItGivesUdpBackToTheLayer) {
   const uint64_t before = udp_->counters().no_port;
   SendUdp4(A4("10.0.2.2"), 9);
   EXPECT_EQ(udp_->counters().no_port, before + 1);
+}
+
+// The egress policy in the whole backend: UDP and ping flows are judged
+// to their destination, refused with administratively prohibited at
+// once, and a new policy closes the open ones it denies.
+class EgressFullBackendTest : public FullBackendTest {
+ protected:
+  absl::Status BuildWith(const char* policy_text) {
+    BackendConfig c = WithUpstream();
+    if (policy_text != nullptr) {
+      auto pc = policy::ParsePolicyFile(policy_text);
+      if (!pc.ok()) return pc.status();
+      auto p = policy::Policy::Create(*std::move(pc));
+      if (!p.ok()) return p.status();
+      c.policy.egress = *std::move(p);
+    }
+    if (absl::Status s = Build(c); !s.ok()) return s;
+    // The guest makes itself known (ARP, NDP), so what the stack sends it
+    // goes out at once.
+    Peer g;
+    g.mac = guest_mac_;
+    g.ip4 = A4("10.0.2.100");
+    g.ip6 = A6("fd00::100");
+    link_->Inject(stack::testing::ArpRequest(g, A4("10.0.2.2")), now_);
+    const wire::Ipv6Address gw6 = A6("fd00::2");
+    link_->Inject(stack::testing::Icmpv6NeighborSolicitation(g, gw6), now_);
+    link_->sent.clear();
+    return absl::OkStatus();
+  }
+  void SendUdp6(const wire::Ipv6Address& dst, uint16_t port) {
+    const wire::Ipv6Address src = A6("fd00::100");
+    for (auto& p : stack::testing::Ipv6Packets(
+             src, dst, kUdp, 64, 1, Udp(40000, port, 20, &src, &dst, true),
+             1500)) {
+      link_->Inject(
+          stack::testing::WithEthernet(guest_mac_, our_mac_, kIpv6, p), now_);
+    }
+  }
+  void Ping4(const wire::Ipv4Address& dst) {
+    for (auto& p : stack::testing::Ipv4Packets(
+             A4("10.0.2.100"), dst, 1, 1, stack::testing::Icmpv4Echo(9, 1, 32),
+             1500)) {
+      link_->Inject(
+          stack::testing::WithEthernet(guest_mac_, our_mac_, kIpv4, p), now_);
+    }
+  }
+  // The ICMP (IPv4) or ICMPv6 messages sent to the guest so far, taken.
+  std::vector<std::vector<uint8_t>> TakeIcmp() {
+    std::vector<std::vector<uint8_t>> out;
+    for (const auto& f : link_->sent) {
+      if (f.size() < 14) continue;
+      const uint16_t type = static_cast<uint16_t>(f[12] << 8 | f[13]);
+      if (type == kIpv4 && f.size() >= 34 && f[14 + 9] == 1) {
+        const size_t ihl = size_t{f[14] & 0x0fu} * 4;
+        out.emplace_back(f.begin() + 14 + ihl, f.end());
+      } else if (type == kIpv6 && f.size() >= 54 && f[14 + 6] == 58 &&
+                 f[54] < 128) {  // an error, not NDP
+        out.emplace_back(f.begin() + 54, f.end());
+      }
+    }
+    link_->sent.clear();
+    return out;
+  }
+  uint64_t Refused(policy::Reason r) const {
+    return backend_->counters().policy_refused[static_cast<size_t>(r)];
+  }
+};
+
+// 192.0.2.1 on lo (this test's own namespace; isolated_netns_test_env).
+void AddLoopbackAddress(const char* label, const char* addr) {
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, label, IFNAMSIZ - 1);
+  auto* sin = reinterpret_cast<sockaddr_in*>(&ifr.ifr_addr);
+  sin->sin_family = AF_INET;
+  ASSERT_EQ(inet_pton(AF_INET, addr, &sin->sin_addr), 1);
+  const int rc = ioctl(fd, SIOCSIFADDR, &ifr);
+  const int err = errno;
+  if (rc == 0) {
+    inet_pton(AF_INET, "255.255.255.255", &sin->sin_addr);
+    EXPECT_EQ(ioctl(fd, SIOCSIFNETMASK, &ifr), 0);
+  }
+  close(fd);
+  ASSERT_TRUE(rc == 0 || err == EEXIST) << std::strerror(err);
+}
+
+TEST_F(EgressFullBackendTest, MetadataUdpAndPingAreRefusedInOpenMode) {
+  ASSERT_TRUE(BuildWith(nullptr).ok());  // no policy: the open one
+  SendUdp4(A4("169.254.169.254"), 80);
+  std::vector<std::vector<uint8_t>> icmp = TakeIcmp();
+  ASSERT_EQ(icmp.size(), 1u);
+  EXPECT_EQ(icmp[0][0], 3);
+  EXPECT_EQ(icmp[0][1], 13);
+  EXPECT_EQ(icmp[0][8 + 9], kUdp);  // quoting the datagram
+  EXPECT_EQ(icmp[0][8 + 20 + 2] << 8 | icmp[0][8 + 20 + 3], 80);
+  SendUdp6(A6("fd00:ec2::254"), 80);
+  icmp = TakeIcmp();
+  ASSERT_EQ(icmp.size(), 1u);
+  EXPECT_EQ(icmp[0][0], 1);
+  EXPECT_EQ(icmp[0][1], 1);
+  Ping4(A4("169.254.169.254"));
+  icmp = TakeIcmp();
+  ASSERT_EQ(icmp.size(), 1u);
+  EXPECT_EQ(icmp[0][0], 3);
+  EXPECT_EQ(icmp[0][1], 13);
+  EXPECT_EQ(icmp[0][8 + 9], 1);       // quoting the echo request
+  EXPECT_EQ(icmp[0][8 + 20], 8);
+  EXPECT_EQ(backend_->udp_flows()->size(), 0u);
+  EXPECT_EQ(backend_->ping()->size(), 0u);
+  EXPECT_EQ(backend_->udp_flows()->counters().refused_policy, 2u);
+  EXPECT_EQ(backend_->ping()->counters().refused_policy, 1u);
+  EXPECT_EQ(Refused(policy::Reason::kMetadata), 3u);
+  EXPECT_EQ(backend_->counters().policy_refused_protocol[1], 2u);
+  EXPECT_EQ(backend_->counters().policy_refused_protocol[2], 1u);
+}
+
+TEST_F(EgressFullBackendTest, DeniedPingIsAdminProhibitedAndAllowedUdpFlows) {
+  AddLoopbackAddress("lo:1", "192.0.2.1");
+  ASSERT_TRUE(BuildWith("allow udp:192.0.2.0/24\n").ok());
+  Ping4(A4("192.0.2.1"));  // udp: only
+  std::vector<std::vector<uint8_t>> icmp = TakeIcmp();
+  ASSERT_EQ(icmp.size(), 1u);
+  EXPECT_EQ(icmp[0][1], 13);
+  EXPECT_EQ(Refused(policy::Reason::kNotAllowed), 1u);
+  SendUdp4(A4("192.0.2.1"), 5000);  // no one listens: fine, it is UDP
+  EXPECT_TRUE(TakeIcmp().empty());
+  EXPECT_EQ(backend_->udp_flows()->size(), 1u);
+  EXPECT_EQ(backend_->counters().policy_allowed, 1u);
+}
+
+TEST_F(EgressFullBackendTest, PolicyChangeClosesTheUdpFlowsItDenies) {
+  AddLoopbackAddress("lo:1", "192.0.2.1");
+  ASSERT_TRUE(BuildWith(nullptr).ok());
+  const int server = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(5353);
+  inet_pton(AF_INET, "192.0.2.1", &a.sin_addr);
+  ASSERT_EQ(bind(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  SendUdp4(A4("192.0.2.1"), 5353);
+  char b[64];
+  EXPECT_EQ(recv(server, b, sizeof(b), MSG_DONTWAIT), 20);
+  ASSERT_EQ(backend_->udp_flows()->size(), 1u);
+  // Still allowed: untouched.
+  EXPECT_EQ(backend_->SetEgressPolicy(nullptr), 0u);
+  EXPECT_EQ(backend_->udp_flows()->size(), 1u);
+  auto pc = policy::ParsePolicyFile("deny udp:192.0.2.1\n");
+  ASSERT_TRUE(pc.ok());
+  auto p = policy::Policy::Create(*std::move(pc));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(backend_->SetEgressPolicy(*p), 1u);
+  EXPECT_EQ(backend_->udp_flows()->size(), 0u);
+  EXPECT_EQ(backend_->counters().policy_reset_on_change, 1u);
+  EXPECT_EQ(backend_->udp_flows()->counters().closed_policy, 1u);
+  // The next datagram is a new flow, refused.
+  SendUdp4(A4("192.0.2.1"), 5353);
+  std::vector<std::vector<uint8_t>> icmp = TakeIcmp();
+  ASSERT_EQ(icmp.size(), 1u);
+  EXPECT_EQ(icmp[0][1], 13);
+  EXPECT_EQ(recv(server, b, sizeof(b), MSG_DONTWAIT), -1);
+  close(server);
 }
 
 }  // namespace
