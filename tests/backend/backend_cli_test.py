@@ -3,6 +3,7 @@
 status 2 before anything is opened; --help names the backend flags."""
 import os
 import subprocess
+import tempfile
 import unittest
 
 RUNFILES = os.environ.get("TEST_SRCDIR", "")
@@ -50,6 +51,66 @@ class BackendCli(unittest.TestCase):
                           "--dns-upstream:")
         self.expect_usage(["--tap", "t0", "--addr", "10.0.0.2/24",
                            "--dns-upstream", "10.0.0.1"], "need --backend")
+
+    def test_bad_egress_policy_flags(self):
+        backend = ["--tap", "t0", "--backend"]
+
+        def expect_usage(args, message):
+            # A check that regressed starts netstackd: fail in 10 s.
+            try:
+                p = subprocess.run(["unshare", "--net", NETSTACKD, *args],
+                                   capture_output=True, text=True, timeout=10)
+            except subprocess.TimeoutExpired:
+                self.fail(f"{args}: netstackd started")
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(message, p.stderr)
+
+        # A bad rule is named, with what is wrong with it.
+        expect_usage(backend + ["--allow", "exa mple.com"],
+                     "--allow exa mple.com: ")
+        expect_usage(backend + ["--deny=10.0.0.0/33"],
+                     "--deny 10.0.0.0/33: ")
+        expect_usage(backend + ["--allow"], "--allow needs a RULE")
+        expect_usage(backend + ["--egress", "closed"],
+                     "--egress 'closed': want open or none")
+        expect_usage(backend + ["--policy", "/nonexistent/policy"],
+                     "--policy /nonexistent/policy: ")
+        expect_usage(backend + ["--flow-log-rate", "0"],
+                     "--flow-log-rate 0 out of range")
+        expect_usage(["--tap", "t0", "--addr", "10.0.0.2/24",
+                      "--allow", "example.com"], "need --backend")
+        with tempfile.NamedTemporaryFile("w", suffix=".policy") as f:
+            f.write("allow example.com\n# a comment\nfrobnicate x\n")
+            f.flush()
+            expect_usage(backend + ["--policy", f.name],
+                         f"--policy {f.name}: line 3: ")
+
+    def test_every_allow_and_deny_counts(self):
+        # Abseil would keep only the last of a repeated flag: the start
+        # line counts all of them, in both spellings, with the file's.
+        with tempfile.TemporaryDirectory() as d, \
+                open(os.path.join(d, "policy"), "w") as f:
+            f.write("allow a.example\ndeny 10.0.0.0/8\n")
+            f.flush()
+            p = subprocess.Popen(
+                ["unshare", "--net", NETSTACKD, "--backend", "--unix",
+                 os.path.join(d, "vm.sock"), "--allow", "example.com",
+                 "--allow=tcp:192.0.2.0/24:443", "--deny", "192.0.2.7",
+                 "--policy", f.name],
+                stderr=subprocess.PIPE, text=True)
+            try:
+                lines = []
+                for line in p.stderr:
+                    lines.append(line)
+                    if "GSO:" in line:
+                        break
+            finally:
+                p.terminate()
+                p.communicate(timeout=30)
+        egress = [l for l in lines if "egress:" in l]
+        self.assertEqual(len(egress), 1, "".join(lines))
+        self.assertIn("egress: allowlist, 5 rules (metadata 169.254.169.254, "
+                      "fd00:ec2::254 denied)", egress[0])
 
     def test_bad_fd_flags(self):
         self.expect_usage(["--backend", "--fd", "0"], "--fd needs --fd-type")
