@@ -110,6 +110,13 @@ class FlowLogTest(unittest.TestCase):
         self.assertEqual(unknown, set(), f"undocumented fields: {text}")
         return obj
 
+    def tap_tx(self):
+        """The guest's tap0: (TX packets, TX dropped)."""
+        out = self.env.g_run("cat", "/sys/class/net/tap0/statistics/tx_packets",
+                             "/sys/class/net/tap0/statistics/tx_dropped")
+        packets, dropped = map(int, out.stdout.split())
+        return packets, dropped
+
     def wait_lines(self, predicate, timeout=5):
         found = []
         def ok():
@@ -179,6 +186,7 @@ class FlowLogTest(unittest.TestCase):
         status, _, _, out = env.dig("allowed.test")
         self.assertEqual(status, "NOERROR", out)
         c0 = env.counters()
+        tx0 = self.tap_tx()
         rss_before = rss_kib(pid)
         peak = [rss_before]
         stop = threading.Event()
@@ -221,6 +229,7 @@ class FlowLogTest(unittest.TestCase):
         alone = rate(first + 0.5, f["start"])
         during = rate(f["start"], f["end"])
         c = env.counters()
+        tx = self.tap_tx()
         lines_flood = c["flow_log.lines"] - c0["flow_log.lines"]
         rotated = self.log_path + ".1"
         sizes = [os.path.getsize(p) for p in (self.log_path, rotated)
@@ -232,6 +241,16 @@ class FlowLogTest(unittest.TestCase):
               f"{lines_flood} lines, {size} bytes; download "
               f"{alone / 1e6:.0f} MB/s alone, {during / 1e6:.0f} MB/s during "
               f"({during / alone:.2f})", flush=True)
+        # Every connect is a SYN that netstackd refused or that the TAP's
+        # queue dropped before netstackd read it (the guest's tap0 TX
+        # dropped).
+        refused = (c["backend.policy.refused_tcp"]
+                   - c0["backend.policy.refused_tcp"])
+        tap_dropped = tx[1] - tx0[1]
+        print(f"  SYNs: {refused} refused by netstackd, {tap_dropped} "
+              f"dropped by the guest's TAP queue, {tx[0] - tx0[0]} frames "
+              f"sent by the guest", flush=True)
+        self.assertGreaterEqual(refused + tap_dropped, FLOOD)
         print("  counters: " + " ".join(
             f"{k}={v}" for k, v in sorted(c.items())
             if "policy" in k or "flow_log" in k), flush=True)
