@@ -9,7 +9,8 @@ do not: each command prints one JSON object and exits 0.
   connect ADDR PORT          {"errno": N, "ms": T} (0: connected)
   hold ADDR PORT SECONDS     reads a stream; "progress" lines (bytes so far,
                              seconds, CLOCK_MONOTONIC) every 0.1 s, then
-                             {"end": "reset"|"eof"|"time"|"stalled"|"errno N", ...}
+                             {"end": "reset"|"eof"|"time"|"stalled"|"errno N", "at":
+                             CLOCK_MONOTONIC, ...}
   flood ADDR PORT N          N nonblocking connects, each socket closed at
                              once; {"sent": N, "seconds": T, "start": T0,
                              "end": T1} (CLOCK_MONOTONIC, as hold's)
@@ -125,7 +126,8 @@ def hold(addr, port, seconds):
         end = "stalled"  # nothing for 5 s: neither data nor an end
     except OSError as e:
         end = f"errno {e.errno}"
-    out({"end": end, "bytes": n, "seconds": time.monotonic() - t0})
+    t1 = time.monotonic()
+    out({"end": end, "bytes": n, "seconds": t1 - t0, "at": t1})
 
 
 def flood(addr, port, n):
