@@ -33,12 +33,12 @@ wire::Ipv6Address Host6(const stack::Ipv6Cidr& net, uint8_t host) {
 }
 
 // The DNS forwarder at the plan's DNS addresses, to the policy's
-// upstreams or, without them, the nameservers of its resolv.conf.
+// upstreams or, without them, the nameservers of its resolv.conf. `dopt`
+// holds its egress policy hooks (the Backend's).
 absl::StatusOr<std::unique_ptr<DnsForwarder>> StartDns(
     const BackendPolicy& policy, const AddressPlan& p, const OutboundBind& bind,
     udp::UdpLayer& udp, tcp::TcpLayer& tcp, buffer::ChunkPool& chunks,
-    eventloop::EventLoop& loop) {
-  DnsForwarderOptions dopt;
+    eventloop::EventLoop& loop, DnsForwarderOptions dopt) {
   dopt.listen = {
       transport::SocketAddress{transport::IpAddress(p.dns4), kDnsPort},
       transport::SocketAddress{transport::IpAddress(p.dns6), kDnsPort}};
@@ -208,8 +208,17 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   b->ping_ = std::make_unique<PingForwarder>(stack, chunks, packets, loop, po);
 
   if (policy.dns) {
+    // The egress policy in force (read per query, so SetEgressPolicy
+    // applies at once), the pins its answers make, and denied names to
+    // the flow log.
+    DnsForwarderOptions dopt;
+    dopt.policy = [be] { return be->config_.policy.egress.get(); };
+    dopt.pins = &be->pins_;
+    dopt.on_denied = [be](std::string_view qname, const policy::Verdict& v) {
+      be->LogDnsDenied(qname, v);
+    };
     absl::StatusOr<std::unique_ptr<DnsForwarder>> dns =
-        StartDns(policy, p, bind, udp, tcp, chunks, loop);
+        StartDns(policy, p, bind, udp, tcp, chunks, loop, std::move(dopt));
     if (!dns.ok()) return dns.status();
     b->dns_ = *std::move(dns);
   }
@@ -380,6 +389,25 @@ void Backend::LogClosed(policy::Protocol protocol,
   e.bytes_out = bytes_out;
   e.bytes_in = bytes_in;
   e.duration = now - opened;
+  flow_log_->Record(e, now);
+}
+
+void Backend::LogDnsDenied(std::string_view qname, const policy::Verdict& v) {
+  if (flow_log_ == nullptr) return;
+  const Instant now = loop_.Now();
+  const policy::Policy& p = *config_.policy.egress;
+  policy::FlowEvent e;
+  e.kind = policy::FlowEvent::Kind::kDnsDenied;
+  e.protocol = policy::kUdp;
+  // The forwarder does not say which of the guest's addresses asked, or
+  // over which transport: the guest's IPv4 lease and UDP stand for it.
+  e.guest = transport::SocketAddress{transport::IpAddress(config_.plan.lease4), 0};
+  e.dst = transport::SocketAddress{transport::IpAddress(config_.plan.dns4), 53};
+  e.name = qname;
+  e.verdict = v;
+  if (v.rule >= 0 && static_cast<size_t>(v.rule) < p.rules().size()) {
+    e.rule = p.rules()[static_cast<size_t>(v.rule)].text;
+  }
   flow_log_->Record(e, now);
 }
 

@@ -350,6 +350,9 @@ class Backend : public tcp::SynHandler {
                  const transport::SocketAddress& guest,
                  const transport::SocketAddress& dst, uint64_t bytes_out,
                  uint64_t bytes_in, Instant opened);
+  // The DNS forwarder answered a query NXDOMAIN for the policy: the flow
+  // log's record.
+  void LogDnsDenied(std::string_view qname, const policy::Verdict& v);
   // Whether the policy now in force denies an open flow to `dst`.
   bool DeniedNow(policy::Protocol protocol, const transport::SocketAddress& dst,
                  Instant now) const;

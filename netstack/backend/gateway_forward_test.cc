@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -16,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "netstack/backend/backend.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/policy/flow_log.h"
 #include "netstack/policy/policy.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/buffer/chunk.h"
@@ -497,6 +500,163 @@ TEST_F(EgressFullBackendTest, PolicyChangeClosesTheUdpFlowsItDenies) {
   EXPECT_EQ(icmp[0][1], 13);
   EXPECT_EQ(recv(server, b, sizeof(b), MSG_DONTWAIT), -1);
   close(server);
+}
+
+// A DNS query (A, RD) for `name` with id `id`.
+std::vector<uint8_t> DnsQuery(uint16_t id, const std::string& name) {
+  std::vector<uint8_t> q = {static_cast<uint8_t>(id >> 8),
+                            static_cast<uint8_t>(id & 0xff), 0x01, 0x00, 0, 1,
+                            0, 0, 0, 0, 0, 0};
+  size_t start = 0;
+  while (start < name.size()) {
+    size_t dot = name.find('.', start);
+    if (dot == std::string::npos) dot = name.size();
+    q.push_back(static_cast<uint8_t>(dot - start));
+    q.insert(q.end(), name.begin() + start, name.begin() + dot);
+    start = dot + 1;
+  }
+  q.insert(q.end(), {0, 0, 1, 0, 1});
+  return q;
+}
+
+// The DNS forwarder answers from the backend's policy and pins into the
+// backend's table: a name rule admits the address its answer gave, and
+// only then.
+TEST_F(EgressFullBackendTest, DnsAnswersPinAddressesForNameRules) {
+  AddLoopbackAddress("lo:1", "192.0.2.1");
+  // A stand-in upstream on 127.0.0.1 that answers every A query with
+  // 192.0.2.1, TTL 30.
+  const int up = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_in ua{};
+  ua.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &ua.sin_addr);
+  ASSERT_EQ(bind(up, reinterpret_cast<sockaddr*>(&ua), sizeof(ua)), 0);
+  socklen_t ulen = sizeof(ua);
+  getsockname(up, reinterpret_cast<sockaddr*>(&ua), &ulen);
+  BackendConfig c;
+  c.policy.dns_upstreams = {*transport::SocketAddress::Parse(
+      "127.0.0.1:" + std::to_string(ntohs(ua.sin_port)))};
+  auto pc = policy::ParsePolicyFile("allow example.test\n");
+  ASSERT_TRUE(pc.ok());
+  auto pol = policy::Policy::Create(*std::move(pc));
+  ASSERT_TRUE(pol.ok());
+  c.policy.egress = *pol;
+  ASSERT_TRUE(Build(c).ok());
+  Peer g;
+  g.mac = guest_mac_;
+  g.ip4 = A4("10.0.2.100");
+  g.ip6 = A6("fd00::100");
+  link_->Inject(stack::testing::ArpRequest(g, A4("10.0.2.2")), now_);
+  link_->sent.clear();
+
+  // Unpinned: the name rule admits nothing yet.
+  SendUdp4(A4("192.0.2.1"), 5000);
+  ASSERT_EQ(TakeIcmp().size(), 1u);
+  EXPECT_EQ(backend_->udp_flows()->size(), 0u);
+
+  const wire::Ipv4Address src = A4("10.0.2.100"), dns = A4("10.0.2.3");
+  auto send_query = [&](uint16_t id, const std::string& name) {
+    const std::vector<uint8_t> q = DnsQuery(id, name);
+    std::vector<uint8_t> u = Udp(40053, 53, q.size(), &src, &dns, false);
+    // Udp() fills the payload with 0x42: the query goes in its place,
+    // with no checksum (allowed over IPv4).
+    std::copy(q.begin(), q.end(), u.begin() + 8);
+    u[6] = u[7] = 0;
+    for (auto& p : stack::testing::Ipv4Packets(src, dns, kUdp, 1, u, 1500)) {
+      link_->Inject(
+          stack::testing::WithEthernet(guest_mac_, our_mac_, kIpv4, p), now_);
+    }
+  };
+  // A name no rule allows: NXDOMAIN from the forwarder, nothing upstream,
+  // and a line in the flow log.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/gateway_dns_flows.log";
+  std::remove(path.c_str());
+  policy::FlowLog::Options lo;
+  lo.path = path;
+  auto log = policy::FlowLog::Open(lo, loop_->Now());
+  ASSERT_TRUE(log.ok()) << log.status();
+  backend_->SetFlowLog(log->get());
+  send_query(0x1111, "denied.test");
+  std::optional<std::vector<uint8_t>> reply;
+  auto take_dns_reply = [&]() -> std::optional<std::vector<uint8_t>> {
+    for (const auto& f : link_->sent) {
+      if (f.size() > 14 + 20 + 8 + 12 && f[12] == 0x08 && f[13] == 0 &&
+          f[14 + 9] == kUdp) {
+        const size_t ihl = size_t{f[14] & 0x0fu} * 4;
+        std::vector<uint8_t> m(f.begin() + 14 + ihl + 8, f.end());
+        link_->sent.clear();
+        return m;
+      }
+    }
+    return std::nullopt;
+  };
+  for (int i = 0; i < 100 && !(reply = take_dns_reply()); ++i) {
+    (void)loop_->RunOnce(absl::Milliseconds(10));
+    notifier_.Dispatch();
+    stack_->Flush(loop_->Now());
+  }
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ((*reply)[0] << 8 | (*reply)[1], 0x1111);
+  EXPECT_EQ((*reply)[3] & 0x0f, 3);  // NXDOMAIN
+  uint8_t buf[512];
+  EXPECT_EQ(recv(up, buf, sizeof(buf), MSG_DONTWAIT), -1);
+  backend_->SetFlowLog(nullptr);
+  log->reset();  // flushes
+  {
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char line[1024] = {};
+    ASSERT_NE(std::fgets(line, sizeof(line), f), nullptr);
+    std::fclose(f);
+    const std::string l(line);
+    EXPECT_NE(l.find("\"name\":\"denied.test\""), std::string::npos) << l;
+    EXPECT_NE(l.find("\"verdict\":\"deny\""), std::string::npos) << l;
+    EXPECT_NE(l.find("\"src\":\"10.0.2.100:0\""), std::string::npos) << l;
+  }
+
+  // The allowed name: asked upstream, answered, pinned.
+  send_query(0x2222, "example.test");
+  ssize_t n = -1;
+  sockaddr_in from{};
+  socklen_t flen = sizeof(from);
+  for (int i = 0; i < 100 && n < 0; ++i) {
+    (void)loop_->RunOnce(absl::Milliseconds(10));
+    notifier_.Dispatch();
+    stack_->Flush(loop_->Now());
+    n = recvfrom(up, buf, sizeof(buf), MSG_DONTWAIT,
+                 reinterpret_cast<sockaddr*>(&from), &flen);
+  }
+  ASSERT_GT(n, 12);
+  std::vector<uint8_t> ans(buf, buf + n);
+  ans[2] = 0x81;
+  ans[3] = 0x80;  // QR, RD, RA, NOERROR
+  ans[7] = 1;     // one answer
+  ans.insert(ans.end(), {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 192, 0,
+                         2, 1});
+  ASSERT_EQ(sendto(up, ans.data(), ans.size(), 0,
+                   reinterpret_cast<sockaddr*>(&from), flen),
+            static_cast<ssize_t>(ans.size()));
+  reply.reset();
+  for (int i = 0; i < 100 && !(reply = take_dns_reply()); ++i) {
+    (void)loop_->RunOnce(absl::Milliseconds(10));
+    notifier_.Dispatch();
+    stack_->Flush(loop_->Now());
+  }
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ((*reply)[3] & 0x0f, 0);
+  const std::optional<std::string_view> pinned = backend_->pins().Find(
+      transport::IpAddress(A4("192.0.2.1")), loop_->Now());
+  ASSERT_TRUE(pinned.has_value());
+  EXPECT_EQ(*pinned, "example.test");
+
+  // Now the name rule admits the address.
+  SendUdp4(A4("192.0.2.1"), 5000);
+  EXPECT_TRUE(TakeIcmp().empty());
+  EXPECT_EQ(backend_->udp_flows()->size(), 1u);
+  EXPECT_EQ(backend_->counters().policy_allowed, 1u);
+  close(up);
 }
 
 }  // namespace
