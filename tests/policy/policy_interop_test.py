@@ -3,10 +3,10 @@ real clients (curl, dig, ping, socat, and guest_probe.py for UDP and for
 timing ICMP), over IPv4 and IPv6. policy_env.py describes the namespaces,
 the names dnsmasq answers and the servers.
 
-AllowlistTest runs netstackd with ALLOWLIST; OpenTest with no rule (open
-mode, where only the metadata addresses are refused) and doubles as the
-control: what AllowlistTest sees refused is reachable there, so a refusal
-is the policy's and not a missing server or route.
+AllowlistTest runs netstackd with ALLOWLIST; OpenTest with no allow rule
+(open mode: only two deny rules and the metadata addresses refused) and
+doubles as the control: what AllowlistTest sees refused is reachable
+there, so a refusal is the policy's and not a missing server or route.
 
 Every refusal is timed by the client itself (curl's time_total, dig's
 query time, guest_probe's clock) and must take under 100 ms.
@@ -267,7 +267,20 @@ class AllowlistTest(PolicyCase):
 
 
 class OpenTest(PolicyCase):
-    FLAGS = []
+    """Open mode: no allow rule; two deny rules."""
+    FLAGS = ["--deny", "denied.test", "--deny", "198.51.100.21"]
+
+    def test_deny_rules_in_open_mode(self):
+        """A deny name rule answers NXDOMAIN; a deny address rule refuses
+        the address. Open mode pins nothing, so the denied name's address
+        reached as a literal is not refused (docs/POLICY.md):
+        test_control_everything_else_is_reached reaches it."""
+        self.assert_nxdomain("denied.test")
+        self.assert_nxdomain("denied.test", "AAAA", "fd00::3")
+        self.assert_answers("unlisted.test", "A", ["198.51.100.21"])
+        self.assert_refused("http://198.51.100.21/")
+        self.assert_udp_refused("198.51.100.21", 7000)
+        self.assert_ping_refused("198.51.100.21")
 
     def test_metadata_refused_in_open_mode(self):
         for addr in METADATA:
@@ -285,7 +298,9 @@ class OpenTest(PolicyCase):
         self.assert_works("http://198.51.100.40:8081/", "ok 198.51.100.40")
         self.assert_works("http://10.1.2.3/", "ok 10.1.2.3")
         self.assert_answers("wild.test", "A", ["198.51.100.30"])
-        self.assert_answers("denied.test", "A", ["198.51.100.20"])
+        self.assert_answers("sub.wild.test", "A", ["198.51.100.31"])
+        self.assert_answers("rebind.test", "A",
+                            ["127.0.0.1", "10.1.2.3", "198.51.100.50"])
         self.assert_answers("allowed.test", "A", ["198.51.100.10"], RESOLVER)
         for port in (853, 443):
             r = self.env.probe("connect", RESOLVER, port)
