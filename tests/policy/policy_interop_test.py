@@ -311,5 +311,20 @@ class OpenTest(PolicyCase):
         self.assertEqual(p.returncode, 0, p.stdout)
 
 
+class EgressNoneTest(PolicyCase):
+    """--egress none: nothing out, DNS included."""
+    FLAGS = ["--egress", "none"]
+
+    def test_nothing_leaves(self):
+        self.assert_nxdomain("allowed.test")
+        self.assert_nxdomain("allowed.test", "AAAA", "fd00::3")
+        self.assert_refused("http://198.51.100.10/")
+        self.assert_refused("http://[2001:db8:1::10]/")
+        self.assert_udp_refused("198.51.100.10", 7000)
+        self.assert_udp_refused(RESOLVER, 53)
+        self.assert_ping_refused("198.51.100.10")
+        self.assert_ping_refused("2001:db8:1::10")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
