@@ -306,8 +306,11 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
   const bool egress = host->ip == tuple.local.ip;
   // Before the busy shedding: a refused SYN is answered at once, never
   // left to the guest's retransmissions.
-  if (egress && !JudgeEgress(policy::kTcp, tuple.remote, *host, now).allow) {
-    return tcp::SynVerdict::kReset;
+  std::string pinned_name;
+  if (egress) {
+    policy::Verdict v = JudgeEgress(policy::kTcp, tuple.remote, *host, now);
+    if (!v.allow) return tcp::SynVerdict::kReset;
+    if (v.reason == policy::Reason::kPinnedName) pinned_name = std::move(v.name);
   }
   if (config_.limits.busy_connect_rate != 0 && LinkBusy() &&
       !busy_connects_.Take(now)) {
@@ -323,6 +326,7 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
   if (flows_.contains(tuple)) return tcp::SynVerdict::kReset;
   auto it =
       flows_.emplace(tuple, std::make_unique<TcpFlow>(*this, tuple)).first;
+  it->second->set_pinned_name(std::move(pinned_name));
   it->second->Start(*host, egress, now);
   return tcp::SynVerdict::kHold;
 }
@@ -425,7 +429,19 @@ size_t Backend::SetEgressPolicy(std::shared_ptr<const policy::Policy> egress) {
   size_t reset = 0;
   for (auto& [tuple, flow] : flows_) {
     if (!flow->egress() || flow->ended()) continue;
-    if (DeniedNow(policy::kTcp, flow->host_destination(), now)) {
+    bool denied = DeniedNow(policy::kTcp, flow->host_destination(), now);
+    if (denied && !flow->pinned_name().empty()) {
+      // Admitted by a pin that may have expired since: judged by its name
+      // under the new policy, as if freshly pinned.
+      policy::PinTable one(1);
+      one.Pin(flow->host_destination().ip, flow->pinned_name(),
+              absl::Hours(1), now);
+      denied = !config_.policy.egress
+                    ->Decide(policy::kTcp, flow->host_destination().ip,
+                             flow->host_destination().port, &one, now)
+                    .allow;
+    }
+    if (denied) {
       flow->ResetForPolicy();  // frees it at the next Sweep
       ++reset;
     }

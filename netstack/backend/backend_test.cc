@@ -1326,6 +1326,13 @@ TEST_F(EgressPolicyTest, PinsAdmitANameRulesAddressUntilTheyExpire) {
   EXPECT_EQ(l2.Accept(), -1);
   ASSERT_TRUE(RunUntil([&] { return backend_->pins().size() == 1; },
                        absl::Seconds(3)));
+  // A flow a pin admitted stays while a rule allows its name, even when
+  // the pin is gone (expired: a pin admits new flows for its TTL).
+  backend_->pins().Clear();
+  EXPECT_EQ(
+      backend_->SetEgressPolicy(PolicyOf("allow tcp:api.example.test\n")), 0u);
+  EXPECT_TRUE(Relays(*pinned, host));
+  backend_->pins().Pin(a1, "api.example.test", absl::Seconds(30), now);
   // Pins stay across a policy change, but admit only under a name rule
   // of the policy in force: the pinned flow is reset.
   EXPECT_EQ(backend_->SetEgressPolicy(PolicyOf("allow tcp:other.test\n")), 1u);

@@ -24,6 +24,8 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "netstack/backend/backend.h"
 #include "netstack/buffer/chunk.h"
@@ -56,6 +58,12 @@ class TcpFlow : public eventloop::Handler {
   void ResetForPolicy();
   // Judged by the egress policy (Start's `egress`), and where it goes.
   bool egress() const { return egress_; }
+  // The name whose pin admitted it (policy::Reason::kPinnedName), kept so
+  // that a policy change judges it by that name, not by whether the pin
+  // has expired since: a pin admits new flows for its TTL, and an open
+  // flow it admitted stays while a rule still allows the name.
+  void set_pinned_name(std::string name) { pinned_name_ = std::move(name); }
+  const std::string& pinned_name() const { return pinned_name_; }
   const transport::SocketAddress& host_destination() const { return host_; }
   // The other way (Backend::AdoptInboundTcp): `host_fd` is a connected
   // host socket of an inbound forward, `sock` a netstack connection
@@ -141,6 +149,7 @@ class TcpFlow : public eventloop::Handler {
   // its bytes each way, for the flow log.
   bool egress_ = false;
   transport::SocketAddress host_;
+  std::string pinned_name_;
   Instant started_;
   uint64_t bytes_out_ = 0;
   uint64_t bytes_in_ = 0;
