@@ -125,8 +125,20 @@ class PolicyChangeTest(unittest.TestCase):
         self.assertTrue(resets and max(resets.values()) >= 2,
                         f"no policy reset counter >= 2: {resets}")
 
+    def closed_lines(self, log):
+        """The flow log's 'closed' lines for the downloads (port 9000)."""
+        def read():
+            with open(log) as f:
+                objs = [json.loads(l) for l in f.read().splitlines()]
+            return {o["dst"]: o for o in objs
+                    if o["event"] == "closed" and o["port"] == 9000}
+        iu.wait_for(lambda: len(read()) >= len(FLOWS), 5)
+        return read()
+
     def test_forward_api_replace(self):
-        self.env.start("--policy", self.policy_file, api=self.api_path)
+        log = os.path.join(self.env.tmp, "flows.jsonl")
+        self.env.start("--policy", self.policy_file, api=self.api_path,
+                       flow_log=log)
         got = api(self.api_path, {"op": "policy"})
         self.assertTrue(got.get("ok"), got)
         self.assertEqual(got.get("policy", {}).get("mode"), "allowlist", got)
@@ -148,6 +160,15 @@ class PolicyChangeTest(unittest.TestCase):
         self.assertFalse(bad.get("ok"), bad)
         self.assertIn("error", bad)
         self.assertEqual(api(self.api_path, {"op": "policy"}), got)
+        # The flow log closes each download: the reset ones denied by the
+        # new policy, the others allowed, each with its bytes.
+        closed = self.closed_lines(log)
+        for addr, allowed_after in FLOWS.items():
+            o = closed.get(addr)
+            self.assertIsNotNone(o, f"{addr}: no closed line: {closed}")
+            self.assertEqual(o["verdict"], "allow" if allowed_after else "deny",
+                             o)
+            self.assertGreater(o["bytes_in"], 1 << 20, o)
 
     def test_sighup_rereads_the_policy_file(self):
         self.env.start("--policy", self.policy_file)
