@@ -9,8 +9,8 @@
      netstackd runs here. H's veth carries the addresses of NAMES below and
      a few more, policy_servers.py serves them all, and dnsmasq on
      127.0.0.1 (netstackd's --dns-upstream) answers NAMES. It also listens
-     on RESOLVER (the stand-in for a public resolver the guest should not
-     reach around the forwarder).
+     on RESOLVER and RESOLVER6 (the stand-ins for a public resolver the
+     guest should not reach around the forwarder).
 
 close() removes the namespaces, the resolv.conf and every process, also
 after a failure. Needs root, dnsmasq.
@@ -51,12 +51,13 @@ NAMES = {
 }
 CNAMES = {"cname.test": "target.test"}
 RESOLVER = "198.51.100.70"
+RESOLVER6 = "2001:db8:1::70"
 METADATA = ("169.254.169.254", "fd00:ec2::254")
 # NAT64 forms of a denied address and of the metadata address, put on H so
 # that, unrefused, they would be reached (the open-mode control).
 NAT64_DENIED = "64:ff9b::c633:6414"    # 198.51.100.20
 NAT64_METADATA = "64:ff9b::a9fe:a9fe"  # 169.254.169.254
-EXTRA_ADDRESSES = ["10.1.2.3", "fd12::3", RESOLVER, *METADATA, NAT64_DENIED,
+EXTRA_ADDRESSES = ["10.1.2.3", "fd12::3", RESOLVER, RESOLVER6, *METADATA, NAT64_DENIED,
                    NAT64_METADATA]
 
 
@@ -100,7 +101,8 @@ class PolicyEnv:
         dnsmasq = ["dnsmasq", "--keep-in-foreground", "--no-resolv",
                    "--no-hosts", "--no-poll", "--bind-interfaces",
                    "--listen-address=127.0.0.1",
-                   f"--listen-address={RESOLVER}", "--port=53",
+                   f"--listen-address={RESOLVER}",
+                   f"--listen-address={RESOLVER6}", "--port=53",
                    "--local-ttl=30", f"--pid-file={self.tmp}/dnsmasq.pid",
                    "--user=root"]
         for name, (a4, a6) in NAMES.items():

@@ -24,7 +24,7 @@ import unittest
 
 from tests.interop import interop_util as iu
 from tests.policy.policy_env import (NAT64_DENIED, NAT64_METADATA, METADATA,
-                                     PIN_TTL, RESOLVER, PolicyEnv)
+                                     PIN_TTL, RESOLVER, RESOLVER6, PolicyEnv)
 
 FAST_MS = 100
 PIN_GRACE = 60
@@ -205,25 +205,29 @@ class AllowlistTest(PolicyCase):
 
     def test_other_resolvers_are_refused(self):
         """Plain DNS, DoT and DoH to an address not admitted (H's RESOLVER
-        runs dnsmasq on 53 and listeners on 853 and 443; OpenTest reaches
-        them)."""
-        for extra in ((), ("+tcp",)):
-            t0 = time.monotonic()
-            status, _, _, out = self.env.dig("allowed.test", "A", RESOLVER,
-                                             *extra)
-            ms = (time.monotonic() - t0) * 1000
-            self.assertIsNone(status, out)
-            self.assertNotIn("timed out", out)
-            self.assertLess(ms, 1000, f"dig {extra} took {ms:.0f} ms: {out}")
-        for port in (853, 443):
-            r = self.env.probe("connect", RESOLVER, port)
-            self.assertEqual(r["errno"], errno.ECONNREFUSED, r)
-            self.assertLess(r["ms"], FAST_MS, r)
-            p = self.env.g_run("socat", "-T2", "-", f"TCP:{RESOLVER}:{port}")
-            self.assertIn("Connection refused", p.stderr)
-        self.assert_refused(f"https://{RESOLVER}/dns-query")
-        self.assert_udp_refused(RESOLVER, 53)
-        self.assert_udp_refused(RESOLVER, 443, 1200, 0xC3)
+        and RESOLVER6 run dnsmasq on 53 and listeners on 853 and 443;
+        OpenTest reaches them)."""
+        for server in (RESOLVER, RESOLVER6):
+            host = f"[{server}]" if ":" in server else server
+            for extra in ((), ("+tcp",)):
+                t0 = time.monotonic()
+                status, _, _, out = self.env.dig("allowed.test", "A", server,
+                                                 *extra)
+                ms = (time.monotonic() - t0) * 1000
+                self.assertIsNone(status, out)
+                self.assertNotIn("timed out", out)
+                self.assertLess(ms, 1000,
+                                f"dig {extra} took {ms:.0f} ms: {out}")
+            for port in (853, 443):
+                r = self.env.probe("connect", server, port)
+                self.assertEqual(r["errno"], errno.ECONNREFUSED, r)
+                self.assertLess(r["ms"], FAST_MS, r)
+                p = self.env.g_run("socat", "-T2", "-",
+                                   f"TCP:{host}:{port}")
+                self.assertIn("Connection refused", p.stderr)
+            self.assert_refused(f"https://{host}/dns-query")
+            self.assert_udp_refused(server, 53)
+            self.assert_udp_refused(server, 443, 1200, 0xC3)
 
     def test_mapped_and_nat64_forms_of_a_denied_address(self):
         self.assert_refused("http://[::ffff:198.51.100.20]/")
@@ -301,10 +305,12 @@ class OpenTest(PolicyCase):
         self.assert_answers("sub.wild.test", "A", ["198.51.100.31"])
         self.assert_answers("rebind.test", "A",
                             ["127.0.0.1", "10.1.2.3", "198.51.100.50"])
-        self.assert_answers("allowed.test", "A", ["198.51.100.10"], RESOLVER)
-        for port in (853, 443):
-            r = self.env.probe("connect", RESOLVER, port)
-            self.assertEqual(r["errno"], 0, r)
+        for server in (RESOLVER, RESOLVER6):
+            self.assert_answers("allowed.test", "A", ["198.51.100.10"],
+                                server)
+            for port in (853, 443):
+                r = self.env.probe("connect", server, port)
+                self.assertEqual(r["errno"], 0, r)
         self.assert_udp_echo("198.51.100.20", 7000)
         self.assert_udp_echo("2001:db8:1::20", 443, 1200, 0xC3)
         p = self.env.g_run("ping", "-c1", "-W2", "198.51.100.20")
