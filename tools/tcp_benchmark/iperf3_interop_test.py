@@ -419,7 +419,7 @@ class CommandLine(unittest.TestCase):
     def test_help_lists_only_our_flags(self):
         rc, out, err = Proc([binary(), "--help"]).wait()
         text = out + err
-        self.assertIn("--recv_mode", text)
+        self.assertIn("--recv-mode", text)
         self.assertIn("iperf3", text)
         self.assertNotIn("--flagfile", text)
 
