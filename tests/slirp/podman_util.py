@@ -28,6 +28,7 @@ import tarfile
 import time
 
 from tests.interop import interop_util as iu
+from tests.slirp import slirp_util as su
 
 USER_NAME = "nstpodman"
 # setpriv leaves the environment alone: the user's runs get only this one.
@@ -300,28 +301,13 @@ def run(cmd, env, cwd, timeout=120):
     return rc, out, err, time.monotonic() - t0
 
 
-def _tree(pid):
-    """`pid` and every process below it."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for tid in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except OSError:
-            pass
-    return out
-
-
 def hung_logs(pid):
     """What a hung podman shows: each process below `pid` with its command
     line, and the unlinked files they hold open (Podman gives the network
     command an unlinked log file and quotes it only when the command
     fails, not when it never says it is ready)."""
     parts, seen = [], set()
-    for p in _tree(pid):
+    for p in su.descendants(pid):
         parts.append(f"\n  {p} {' '.join(cmdline(p))[:300]}")
         try:
             fds = os.listdir(f"/proc/{p}/fd")

@@ -49,7 +49,6 @@ FWD_PORT = 18082
 SIZE = 16 << 20
 SUBID_START = 200000
 SUBID_COUNT = 65536
-SUBID_FILES = ("/etc/subuid", "/etc/subgid")
 # The command inside rootlesskit's namespaces. What it finds goes to files
 # in $OUT; the test checks them (it does not trust the script's verdict).
 CHILD = """#!/bin/sh
@@ -87,30 +86,11 @@ class RootlesskitTest(unittest.TestCase):
 
     @classmethod
     def _add_subids(cls):
-        for path in SUBID_FILES:
-            try:
-                with open(path, "rb") as f:
-                    cls.subids[path] = f.read()
-            except FileNotFoundError:
-                cls.subids[path] = None   # removed again after
-            lines = (cls.subids[path] or b"").decode().splitlines()
-            if any(l.split(":")[0] in ("nobody", str(su.NOBODY_UID))
-                   for l in lines):
-                continue  # the machine has a range for nobody already
-            with open(path, "ab") as f:
-                if cls.subids[path] and not cls.subids[path].endswith(b"\n"):
-                    f.write(b"\n")
-                f.write(f"nobody:{SUBID_START}:{SUBID_COUNT}\n".encode())
+        su.add_nobody_subids(cls.subids, SUBID_START, SUBID_COUNT)
 
     @classmethod
     def _restore_subids(cls):
-        for path, data in cls.subids.items():
-            if data is None:
-                os.unlink(path)
-                continue
-            with open(path, "wb") as f:
-                f.write(data)
-        cls.subids = {}
+        su.restore_subids(cls.subids)
 
     @classmethod
     def _setup(cls):

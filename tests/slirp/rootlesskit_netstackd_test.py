@@ -56,7 +56,6 @@ SIZE = 16 << 20
 UP_SIZE = 4 << 20
 SUBID_START = 200000
 SUBID_COUNT = 65536
-SUBID_FILES = ("/etc/subuid", "/etc/subgid")
 # The command inside. What it finds goes to files in $OUT; the test
 # checks them. One process serves ports 80 and 81, so that it is the only
 # process rootlesskit's child started (a server left in the background
@@ -187,30 +186,11 @@ class RootlesskitCase(unittest.TestCase):
 
     @classmethod
     def _add_subids(cls):
-        for path in SUBID_FILES:
-            try:
-                with open(path, "rb") as f:
-                    cls.subids[path] = f.read()
-            except FileNotFoundError:
-                cls.subids[path] = None
-            lines = (cls.subids[path] or b"").decode().splitlines()
-            if any(l.split(":")[0] in ("nobody", str(su.NOBODY_UID))
-                   for l in lines):
-                continue
-            with open(path, "ab") as f:
-                if cls.subids[path] and not cls.subids[path].endswith(b"\n"):
-                    f.write(b"\n")
-                f.write(f"nobody:{SUBID_START}:{SUBID_COUNT}\n".encode())
+        su.add_nobody_subids(cls.subids, SUBID_START, SUBID_COUNT)
 
     @classmethod
     def _restore_subids(cls):
-        for path, data in cls.subids.items():
-            if data is None:
-                os.unlink(path)
-                continue
-            with open(path, "wb") as f:
-                f.write(data)
-        cls.subids = {}
+        su.restore_subids(cls.subids)
 
     @classmethod
     def _setup(cls):

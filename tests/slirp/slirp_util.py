@@ -446,6 +446,41 @@ class Host(BackendTopology):
             rf"^{re.escape(n)}\b", have, re.M)]
 
 
+SUBID_FILES = ("/etc/subuid", "/etc/subgid")
+
+
+def add_nobody_subids(saved, start=200000, count=65536):
+    """Gives uid 65534 (nobody) a subordinate id range in /etc/subuid and
+    /etc/subgid, as rootless tools need, unless the machine has one for it
+    already. `saved` (a dict) gets each file's bytes before (None: it did
+    not exist), file by file, so that restore_subids(saved) undoes what
+    was done even when this stops half way."""
+    for path in SUBID_FILES:
+        try:
+            with open(path, "rb") as f:
+                saved[path] = f.read()
+        except FileNotFoundError:
+            saved[path] = None   # removed again after
+        lines = (saved[path] or b"").decode().splitlines()
+        if any(l.split(":")[0] in ("nobody", str(NOBODY_UID)) for l in lines):
+            continue  # the machine has a range for nobody already
+        with open(path, "ab") as f:
+            if saved[path] and not saved[path].endswith(b"\n"):
+                f.write(b"\n")
+            f.write(f"nobody:{start}:{count}\n".encode())
+
+
+def restore_subids(saved):
+    """Puts back what add_nobody_subids changed, and empties `saved`."""
+    for path, data in saved.items():
+        if data is None:
+            os.unlink(path)
+            continue
+        with open(path, "wb") as f:
+            f.write(data)
+    saved.clear()
+
+
 def private_tun(directory):
     """A /dev/net/tun node (10:200) at mode 0666 in `directory`, to
     bind-mount over /dev/net/tun in a mount namespace of the unprivileged
