@@ -77,7 +77,124 @@ GsoLayout ParseGsoHeaders(std::span<const uint8_t> h, size_t frame_len,
   return out;
 }
 
+// The TCP super-frame layout ValidateVnetRx demands of a guest's GSO
+// frame; returns kOk and fills *l4 (TCP header offset) and *l3_hdrs (IP +
+// TCP header bytes), or the reason.
+VnetRxVerdict ParseGuestGsoFrame(std::span<const uint8_t> f, uint8_t type,
+                                 size_t* l4_out, size_t* hdrs_out) {
+  if (f.size() < kEthHeaderLen) return VnetRxVerdict::kShortFrame;
+  size_t l3 = kEthHeaderLen;
+  uint16_t ethertype = wire::LoadBe16(&f[12]);
+  if (ethertype == kTypeVlan || ethertype == kTypeQinQ) {
+    if (f.size() < kEthHeaderLen + kVlanTagLen) {
+      return VnetRxVerdict::kGsoTypeMismatch;
+    }
+    l3 += kVlanTagLen;
+    ethertype = wire::LoadBe16(&f[16]);
+  }
+  const size_t l3_len = f.size() - l3;
+  size_t l4 = 0;
+  if (type == vnet::kGsoTcpV4) {
+    // RFC 791 section 3.1.
+    if (ethertype != kTypeIpv4 || l3_len < kIpv4MinHeaderLen) {
+      return VnetRxVerdict::kGsoTypeMismatch;
+    }
+    const uint8_t* ip = &f[l3];
+    const size_t ihl = size_t{ip[0] & 0x0fu} * 4;
+    if ((ip[0] >> 4) != 4 || ihl < kIpv4MinHeaderLen || ip[9] != kProtoTcp ||
+        ihl > l3_len) {
+      return VnetRxVerdict::kGsoTypeMismatch;
+    }
+    if (wire::LoadBe16(ip + 2) != l3_len) return VnetRxVerdict::kGsoBadIpLength;
+    l4 = l3 + ihl;
+  } else {
+    // RFC 8200 section 3. Extension headers are refused: the Next Header
+    // must be TCP itself.
+    if (ethertype != kTypeIpv6 || l3_len < kIpv6HeaderLen) {
+      return VnetRxVerdict::kGsoTypeMismatch;
+    }
+    const uint8_t* ip = &f[l3];
+    if ((ip[0] >> 4) != 6 || ip[6] != kProtoTcp) {
+      return VnetRxVerdict::kGsoTypeMismatch;
+    }
+    if (wire::LoadBe16(ip + 4) != l3_len - kIpv6HeaderLen) {
+      return VnetRxVerdict::kGsoBadIpLength;
+    }
+    l4 = l3 + kIpv6HeaderLen;
+  }
+  // RFC 9293 section 3.1: Data Offset in the high nibble of byte 12.
+  if (f.size() < l4 + kTcpMinHeaderLen) return VnetRxVerdict::kGsoTypeMismatch;
+  const size_t doff = static_cast<size_t>(f[l4 + 12] >> 4) * 4;
+  if (doff < kTcpMinHeaderLen || f.size() < l4 + doff) {
+    return VnetRxVerdict::kGsoTypeMismatch;
+  }
+  *l4_out = l4;
+  *hdrs_out = l4 + doff - l3;
+  return VnetRxVerdict::kOk;
+}
+
 }  // namespace
+
+const char* VnetRxVerdictName(VnetRxVerdict v) {
+  switch (v) {
+    case VnetRxVerdict::kOk: return "ok";
+    case VnetRxVerdict::kShortHeader: return "short_header";
+    case VnetRxVerdict::kShortFrame: return "short_frame";
+    case VnetRxVerdict::kFrameTooLong: return "frame_too_long";
+    case VnetRxVerdict::kBadFlags: return "bad_flags";
+    case VnetRxVerdict::kBadCsum: return "bad_csum";
+    case VnetRxVerdict::kUnsupportedGso: return "unsupported_gso";
+    case VnetRxVerdict::kGsoWithoutCsum: return "gso_without_csum";
+    case VnetRxVerdict::kGsoTypeMismatch: return "gso_type_mismatch";
+    case VnetRxVerdict::kGsoBadIpLength: return "gso_bad_ip_length";
+    case VnetRxVerdict::kGsoBadSize: return "gso_bad_size";
+    case VnetRxVerdict::kGsoBadHdrLen: return "gso_bad_hdr_len";
+  }
+  return "unknown";
+}
+
+VnetRxVerdict ValidateVnetRx(std::span<const uint8_t> hdr,
+                             std::span<const uint8_t> frame, uint32_t mtu) {
+  if (hdr.size() < kVnetHdrLen) return VnetRxVerdict::kShortHeader;
+  if (frame.size() < kEthHeaderLen) return VnetRxVerdict::kShortFrame;
+  const uint8_t flags = hdr[vnet::kFlagsOffset];
+  if ((flags & ~(vnet::kFlagNeedsCsum | vnet::kFlagDataValid)) != 0) {
+    return VnetRxVerdict::kBadFlags;
+  }
+  const bool needs_csum = (flags & vnet::kFlagNeedsCsum) != 0;
+  const size_t csum_start = vnet::LoadLe16(&hdr[vnet::kCsumStartOffset]);
+  const size_t csum_offset = vnet::LoadLe16(&hdr[vnet::kCsumOffsetOffset]);
+  if (needs_csum && (csum_start < kEthHeaderLen ||
+                     csum_start + csum_offset + 2 > frame.size())) {
+    return VnetRxVerdict::kBadCsum;
+  }
+  const uint8_t gso_type = hdr[vnet::kGsoTypeOffset] & ~vnet::kGsoEcn;
+  if (gso_type == vnet::kGsoNone) {
+    if (frame.size() > kEthHeaderLen + kVlanTagLen + size_t{mtu}) {
+      return VnetRxVerdict::kFrameTooLong;
+    }
+    return VnetRxVerdict::kOk;
+  }
+  if (gso_type != vnet::kGsoTcpV4 && gso_type != vnet::kGsoTcpV6) {
+    return VnetRxVerdict::kUnsupportedGso;
+  }
+  if (!needs_csum) return VnetRxVerdict::kGsoWithoutCsum;
+  size_t l4 = 0;
+  size_t l3_hdrs = 0;
+  const VnetRxVerdict layout = ParseGuestGsoFrame(frame, gso_type, &l4, &l3_hdrs);
+  if (layout != VnetRxVerdict::kOk) return layout;
+  if (csum_start != l4 || csum_offset != vnet::kTcpChecksumOffset) {
+    return VnetRxVerdict::kGsoTypeMismatch;
+  }
+  const size_t gso_size = vnet::LoadLe16(&hdr[vnet::kGsoSizeOffset]);
+  if (gso_size == 0 || l3_hdrs + gso_size > mtu) {
+    return VnetRxVerdict::kGsoBadSize;
+  }
+  if (vnet::LoadLe16(&hdr[vnet::kHdrLenOffset]) > frame.size()) {
+    return VnetRxVerdict::kGsoBadHdrLen;
+  }
+  return VnetRxVerdict::kOk;
+}
 
 VnetRxInfo ParseVnetHeader(const uint8_t* hdr) {
   VnetRxInfo info;
@@ -86,6 +203,9 @@ VnetRxInfo ParseVnetHeader(const uint8_t* hdr) {
   info.checksum_partial = (flags & vnet::kFlagNeedsCsum) != 0;
   info.checksum_verified = (flags & vnet::kFlagDataValid) != 0;
   info.gso = (gso_type & ~vnet::kGsoEcn) != vnet::kGsoNone;
+  if (gso_type == vnet::kGsoUdpL4) {
+    info.udp_gso_size = vnet::LoadLe16(hdr + vnet::kGsoSizeOffset);
+  }
   return info;
 }
 

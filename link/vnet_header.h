@@ -50,6 +50,9 @@ inline constexpr uint8_t kFlagDataValid = 2;  // VIRTIO_NET_HDR_F_DATA_VALID
 inline constexpr uint8_t kGsoNone = 0;        // VIRTIO_NET_HDR_GSO_NONE
 inline constexpr uint8_t kGsoTcpV4 = 1;       // VIRTIO_NET_HDR_GSO_TCPV4
 inline constexpr uint8_t kGsoTcpV6 = 4;       // VIRTIO_NET_HDR_GSO_TCPV6
+// UDP segmentation (USO; TUN_F_USO4/6, Linux 6.2): one UDP header, the
+// payload cut every gso_size bytes into datagrams of their own.
+inline constexpr uint8_t kGsoUdpL4 = 5;       // VIRTIO_NET_HDR_GSO_UDP_L4
 inline constexpr uint8_t kGsoEcn = 0x80;      // VIRTIO_NET_HDR_GSO_ECN
 // The TCP checksum field sits 16 bytes into the TCP header (RFC 9293 3.1).
 inline constexpr uint16_t kTcpChecksumOffset = 16;
@@ -68,10 +71,57 @@ struct VnetRxInfo {
   bool checksum_partial = false;   // VIRTIO_NET_HDR_F_NEEDS_CSUM
   bool checksum_verified = false;  // VIRTIO_NET_HDR_F_DATA_VALID
   bool gso = false;                // gso_type != VIRTIO_NET_HDR_GSO_NONE
+  // gso_type UDP_L4: its gso_size (the datagrams' payload size); else 0.
+  uint16_t udp_gso_size = 0;
 };
-// Reads the flags and gso_type bytes of a received header (at least 2
-// bytes at `hdr`).
+// Reads the flags, gso_type and (UDP_L4) gso_size of a received header (at
+// least kVnetHdrLen bytes at `hdr`).
 VnetRxInfo ParseVnetHeader(const uint8_t* hdr);
+
+// Why a frame that a guest wrote, with its virtio-net header, is refused
+// (or kOk). A guest controls every byte of both, through vhost-user's TX
+// queue or a TAP's PACKET_VNET_HDR writes, so nothing in them is trusted.
+enum class VnetRxVerdict : uint8_t {
+  kOk = 0,
+  kShortHeader,       // fewer than kVnetHdrLen header bytes
+  kShortFrame,        // shorter than an Ethernet header
+  kFrameTooLong,      // not GSO, and longer than Ethernet + tag + MTU
+  kBadFlags,          // a flag other than NEEDS_CSUM / DATA_VALID
+  kBadCsum,           // NEEDS_CSUM: csum_start + csum_offset + 2 past the
+                      // frame, or csum_start inside the Ethernet header
+  kUnsupportedGso,    // a gso_type other than NONE, TCPV4, TCPV6 (+ ECN)
+  kGsoWithoutCsum,    // TCP GSO without NEEDS_CSUM
+  kGsoTypeMismatch,   // the frame is not TCP over the IP version gso_type
+                      // names (EtherType, IP version, protocol, IHL,
+                      // data offset), or csum_start/csum_offset do not
+                      // point at its TCP checksum
+  kGsoBadIpLength,    // IP length field disagrees with the frame length
+  kGsoBadSize,        // gso_size 0, or a segment (IP + TCP headers +
+                      // gso_size) larger than the MTU
+  kGsoBadHdrLen,      // hdr_len past the end of the frame
+};
+inline constexpr size_t kVnetRxVerdictCount = 12;
+// A short snake_case name for counters, e.g. "gso_bad_size".
+const char* VnetRxVerdictName(VnetRxVerdict v);
+
+// Checks a frame a guest sent with its virtio-net header (`hdr`, at least
+// kVnetHdrLen bytes; num_buffers is not read) against what the stack and a
+// host kernel rely on, for an L3 `mtu`. Pure, reads only the two spans,
+// never asserts. After kOk:
+//   - NEEDS_CSUM: csum_start >= 14 and csum_start + csum_offset + 2 <=
+//     frame.size(), so the partial checksum lies inside the frame;
+//   - GSO (TCPV4/TCPV6, | ECN): the frame is Ethernet (at most one
+//     802.1Q/802.1ad tag), IPv4 with protocol TCP or IPv6 with Next Header
+//     TCP as gso_type says, IP length = the rest of the frame, a complete
+//     TCP header, csum_start = the TCP header's offset, csum_offset = 16,
+//     1 <= gso_size and IP + TCP headers + gso_size <= mtu, hdr_len <=
+//     frame.size() (hdr_len is only a hint: Linux guests send their
+//     linear length, which may include payload);
+//   - not GSO: frame.size() <= 14 + 4 + mtu.
+// Used for vhost-user TX descriptors and for TAP / AF_PACKET input.
+[[nodiscard]] VnetRxVerdict ValidateVnetRx(std::span<const uint8_t> hdr,
+                                           std::span<const uint8_t> frame,
+                                           uint32_t mtu);
 
 enum class VnetTxKind : uint8_t {
   // Not a GSO packet: an all-zero header (GSO_NONE, no flags); the frame

@@ -6,6 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "link/fd_util.h"
+#include "link/frame_util.h"
 #include "link/vnet_header_test_util.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
@@ -152,6 +153,16 @@ TEST_F(VnetHeaderTest, RxFlags) {
   i = ParseVnetHeader(tso6);
   EXPECT_TRUE(i.checksum_partial);
   EXPECT_TRUE(i.gso);
+  EXPECT_EQ(i.udp_gso_size, 0);  // gso_size only counts for UDP_L4
+}
+
+// USO (issue #34): a UDP_L4 header gives its segment size (little-endian).
+TEST_F(VnetHeaderTest, RxUdpL4GivesTheSegmentSize) {
+  const uint8_t uso[kVnetHdrLen] = {1, 5, 42, 0, 0x78, 0x05, 34, 0, 6, 0};
+  const VnetRxInfo i = ParseVnetHeader(uso);
+  EXPECT_TRUE(i.checksum_partial);
+  EXPECT_TRUE(i.gso);
+  EXPECT_EQ(i.udp_gso_size, 1400);
 }
 
 // CheckTxFrame: GSO packets pass only with host GSO, within its size.
@@ -176,6 +187,130 @@ TEST_F(VnetHeaderTest, CheckTxFrame) {
   EXPECT_EQ(h, Header{});
   EXPECT_EQ(CheckTxFrame(*plain, 1499, 65535, h.data()), TxVerdict::kOversize);
   EXPECT_EQ(CheckTxFrame(*plain, 1500, 0, nullptr), TxVerdict::kOk);
+}
+
+// ValidateVnetRx: a guest's header and frame, each lie refused with its
+// reason, and the honest forms accepted.
+class ValidateVnetRxTest : public VnetHeaderTest {
+ protected:
+  // A TSO super-frame (60000 payload bytes, MSS 1448) as a guest writes
+  // it, with the header a Linux guest puts in front.
+  void SetUpFrame(bool v6) {
+    TcpGsoSpec spec = Spec(v6);
+    spec.mss = v6 ? 1428 : 1448;  // 1500 - IP - TCP with timestamps
+    buffer::PacketPtr p = Make(spec);
+    frame_ = PacketBytes(*p);
+    ASSERT_EQ(Fill(*p, hdr_), VnetTxKind::kGso);
+  }
+  VnetRxVerdict Check(uint32_t mtu = 1500) {
+    return ValidateVnetRx(hdr_, frame_, mtu);
+  }
+  void SetLe16(size_t at, uint16_t v) { vnet::StoreLe16(&hdr_[at], v); }
+
+  std::vector<uint8_t> frame_;
+  Header hdr_{};
+};
+
+TEST_F(ValidateVnetRxTest, HonestTsoFramesPass) {
+  for (bool v6 : {false, true}) {
+    SetUpFrame(v6);
+    EXPECT_EQ(Check(), VnetRxVerdict::kOk) << v6;
+    hdr_[1] |= vnet::kGsoEcn;
+    EXPECT_EQ(Check(), VnetRxVerdict::kOk) << v6;
+    // Linux guests put their linear length in hdr_len: any value up to the
+    // frame's end is a hint, not a lie.
+    SetLe16(vnet::kHdrLenOffset, static_cast<uint16_t>(frame_.size()));
+    EXPECT_EQ(Check(), VnetRxVerdict::kOk) << v6;
+  }
+}
+
+TEST_F(ValidateVnetRxTest, GsoLiesAreRefusedWithTheirReason) {
+  SetUpFrame(false);  // IPv4: IP at 14, TCP at 34 (32-byte header)
+  const Header good = hdr_;
+  const std::vector<uint8_t> good_frame = frame_;
+  auto expect = [&](VnetRxVerdict want, const char* what) {
+    EXPECT_EQ(Check(), want) << what << ": got " << VnetRxVerdictName(Check());
+    hdr_ = good;
+    frame_ = good_frame;
+  };
+  hdr_[1] = vnet::kGsoTcpV6;
+  expect(VnetRxVerdict::kGsoTypeMismatch, "TCPV6 on an IPv4 frame");
+  hdr_[1] = 3;  // VIRTIO_NET_HDR_GSO_UDP (UFO), never offered
+  expect(VnetRxVerdict::kUnsupportedGso, "UFO");
+  hdr_[1] = 5;  // VIRTIO_NET_HDR_GSO_UDP_L4, never offered
+  expect(VnetRxVerdict::kUnsupportedGso, "USO");
+  hdr_[0] = 0;
+  expect(VnetRxVerdict::kGsoWithoutCsum, "TSO without NEEDS_CSUM");
+  hdr_[0] = 0x84;
+  expect(VnetRxVerdict::kBadFlags, "unknown flag bits");
+  SetLe16(vnet::kGsoSizeOffset, 0);
+  expect(VnetRxVerdict::kGsoBadSize, "gso_size 0");
+  SetLe16(vnet::kGsoSizeOffset, 1500 - 20 - 32 + 1);
+  expect(VnetRxVerdict::kGsoBadSize, "segment one byte past the MTU");
+  SetLe16(vnet::kGsoSizeOffset, 1500 - 20 - 32);
+  expect(VnetRxVerdict::kOk, "segment exactly the MTU");
+  SetLe16(vnet::kHdrLenOffset, static_cast<uint16_t>(frame_.size() + 1));
+  expect(VnetRxVerdict::kGsoBadHdrLen, "hdr_len past the frame");
+  SetLe16(vnet::kCsumStartOffset, 0xfff0);
+  expect(VnetRxVerdict::kBadCsum, "csum_start past the frame");
+  SetLe16(vnet::kCsumStartOffset, 4);
+  expect(VnetRxVerdict::kBadCsum, "csum_start inside Ethernet");
+  SetLe16(vnet::kCsumOffsetOffset, 6);
+  expect(VnetRxVerdict::kGsoTypeMismatch, "csum_offset of UDP on TCP");
+  SetLe16(vnet::kCsumStartOffset, 14);
+  expect(VnetRxVerdict::kGsoTypeMismatch, "csum_start at the IP header");
+  frame_[23] = 17;
+  expect(VnetRxVerdict::kGsoTypeMismatch, "IPv4 protocol UDP");
+  frame_[14] = 0x4f;  // IHL 60: TCP would start past the headers
+  expect(VnetRxVerdict::kGsoTypeMismatch, "IHL 15");
+  frame_[34 + 12] = 0x40;
+  expect(VnetRxVerdict::kGsoTypeMismatch, "TCP data offset 16");
+  frame_[16] ^= 0x01;
+  expect(VnetRxVerdict::kGsoBadIpLength, "IPv4 total length");
+  frame_.resize(frame_.size() - 1);
+  expect(VnetRxVerdict::kGsoBadIpLength, "frame one byte short");
+  frame_.resize(52);  // the checksum field fits, the TCP options do not
+  frame_[17] = 52 - 14;
+  frame_[16] = 0;
+  expect(VnetRxVerdict::kGsoTypeMismatch, "frame cut inside TCP");
+  frame_.resize(10);
+  expect(VnetRxVerdict::kShortFrame, "frame shorter than Ethernet");
+  EXPECT_EQ(ValidateVnetRx(std::span<const uint8_t>(hdr_).first(9), frame_,
+                           1500),
+            VnetRxVerdict::kShortHeader);
+
+  SetUpFrame(true);  // IPv6: TCP at 54
+  frame_[20] = 0;  // Hop-by-Hop extension header instead of TCP
+  EXPECT_EQ(Check(), VnetRxVerdict::kGsoTypeMismatch);
+}
+
+TEST_F(ValidateVnetRxTest, PlainFrames) {
+  std::vector<uint8_t> f(14 + 1500, 0);
+  Header h{};
+  EXPECT_EQ(ValidateVnetRx(h, f, 1500), VnetRxVerdict::kOk);
+  f.resize(14 + 4 + 1500);  // one VLAN tag's worth of slack
+  EXPECT_EQ(ValidateVnetRx(h, f, 1500), VnetRxVerdict::kOk);
+  f.resize(14 + 4 + 1501);
+  EXPECT_EQ(ValidateVnetRx(h, f, 1500), VnetRxVerdict::kFrameTooLong);
+  f.resize(60);
+  // A partial checksum whose 2 bytes end exactly at the frame's end, then
+  // one byte beyond it.
+  h[0] = vnet::kFlagNeedsCsum;
+  vnet::StoreLe16(&h[vnet::kCsumStartOffset], 34);
+  vnet::StoreLe16(&h[vnet::kCsumOffsetOffset], 24);
+  EXPECT_EQ(ValidateVnetRx(h, f, 1500), VnetRxVerdict::kOk);
+  vnet::StoreLe16(&h[vnet::kCsumOffsetOffset], 25);
+  EXPECT_EQ(ValidateVnetRx(h, f, 1500), VnetRxVerdict::kBadCsum);
+  vnet::StoreLe16(&h[vnet::kCsumOffsetOffset], 0xffff);
+  vnet::StoreLe16(&h[vnet::kCsumStartOffset], 0xffff);
+  EXPECT_EQ(ValidateVnetRx(h, f, 1500), VnetRxVerdict::kBadCsum);
+  // Every verdict has its own counter name.
+  for (size_t i = 0; i < kVnetRxVerdictCount; ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_STRNE(VnetRxVerdictName(static_cast<VnetRxVerdict>(i)),
+                   VnetRxVerdictName(static_cast<VnetRxVerdict>(j)));
+    }
+  }
 }
 
 }  // namespace
