@@ -588,6 +588,286 @@ class ReservedPorts(unittest.TestCase):
         self.assertLessEqual(ports, reserved)
 
 
+def iperf3_out(end, returncode=0):
+    return subprocess.CompletedProcess([], returncode,
+                                       json.dumps({"end": end}), "")
+
+
+class Percentiles(unittest.TestCase):
+    """Nearest rank, as tcp_benchmark's RrClient takes them: the value at
+    index floor(q * n) of the sorted samples (the last for q * n >= n)."""
+
+    def test_nearest_rank(self):
+        xs = list(range(100, 0, -1))  # 100 .. 1, unsorted on purpose
+        self.assertEqual(bb.percentile(xs, 0.50), 51)
+        self.assertEqual(bb.percentile(xs, 0.99), 100)
+        self.assertEqual(bb.percentile(xs, 0.0), 1)
+        self.assertEqual(bb.percentile([7, 3, 5], 0.5), 5)
+        self.assertEqual(bb.percentile([7], 0.99), 7)
+        self.assertIsNone(bb.percentile([], 0.5))
+
+    def test_one_slow_sample_in_a_hundred_is_the_p99(self):
+        xs = [10] * 99 + [900]
+        self.assertEqual(bb.percentile(xs, 0.99), 900)
+        self.assertEqual(bb.percentile(xs[:-1] + [10], 0.99), 10)
+
+
+class Jain(unittest.TestCase):
+    def test_equal_shares_are_one_and_one_flow_of_n_is_one_over_n(self):
+        self.assertAlmostEqual(bb.jain([3, 3, 3, 3]), 1.0)
+        self.assertAlmostEqual(bb.jain([5, 0, 0, 0]), 0.25)
+        self.assertAlmostEqual(bb.jain([1, 2, 3, 4]), 100 / 120)
+        self.assertAlmostEqual(bb.jain([2.0] * 64), 1.0)
+
+    def test_no_flows_or_nothing_moved_has_no_index(self):
+        self.assertIsNone(bb.jain([]))
+        self.assertIsNone(bb.jain([0, 0]))
+
+
+class Parallel(unittest.TestCase):
+    """fair-4 / fair-64: iperf3 -P N's JSON as the total received and
+    Jain's index over the streams' received rates."""
+
+    def end(self, rates):
+        return {"streams": [{"sender": {"bits_per_second": r * 1.01e9,
+                                        "retransmits": 1},
+                             "receiver": {"bits_per_second": r * 1e9}}
+                            for r in rates],
+                "sum_received": {"bits_per_second": sum(rates) * 1e9,
+                                 "bytes": 123},
+                "sum_sent": {"retransmits": len(rates)}}
+
+    def test_total_and_fairness(self):
+        m = bb.parse_iperf3_parallel(iperf3_out(self.end([1, 2, 3, 4])), 4)
+        self.assertIsNone(m.error)
+        self.assertEqual((m.value, m.unit), (10, "Gbit/s"))
+        self.assertAlmostEqual(m.extra["jain"], 100 / 120)
+        self.assertEqual(m.extra["flows"], 4)
+        self.assertAlmostEqual(m.extra["min_flow_gbps"], 1)
+        self.assertAlmostEqual(m.extra["max_flow_gbps"], 4)
+        self.assertEqual(bb.fmt(m), "10.00 (J 0.83)")
+
+    def test_a_missing_stream_is_an_error(self):
+        m = bb.parse_iperf3_parallel(iperf3_out(self.end([1, 2, 3])), 4)
+        self.assertIn("3 of 4 streams", m.error)
+
+    def test_iperf3_failing_is_an_error(self):
+        out = subprocess.CompletedProcess([], 1, json.dumps(
+            {"error": "unable to connect to server"}), "")
+        m = bb.parse_iperf3_parallel(out, 64)
+        self.assertEqual(m.error, "unable to connect to server")
+
+
+class Udp(unittest.TestCase):
+    def test_received_rate_and_loss_either_way(self):
+        end = {"sum": {"lost_packets": 25, "packets": 100},
+               "sum_sent": {"bits_per_second": 4e9},
+               "sum_received": {"bits_per_second": 3e9}}
+        m = bb.parse_iperf3_udp(iperf3_out(end))
+        self.assertEqual((m.value, m.unit), (3, "Gbit/s"))
+        self.assertEqual(m.extra["loss_percent"], 25)
+        self.assertEqual(bb.fmt(m), "3.00 (25% lost)")
+
+    def test_udp_h2g_is_the_reverse(self):
+        names = {w[0]: w for w in bb.WORKLOADS}
+        self.assertIn("udp-h2g", names)
+        self.assertIn("udp-rr", names)
+        self.assertEqual(names["udp-h2g"][1], 65520)
+
+    def test_udp_rr_client_line(self):
+        line = json.dumps({"transactions": 5000, "seconds": 2.0,
+                           "p50_us": 80.0, "p99_us": 150.0,
+                           "max_us": 900.0, "lost": 2})
+        m = bb.parse_udp_rr(subprocess.CompletedProcess(
+            [], 0, "noise\n" + line + "\n", ""))
+        self.assertEqual((m.value, m.unit), (2500, "trans/s"))
+        self.assertEqual((m.extra["p50_us"], m.extra["p99_us"]), (80, 150))
+        self.assertEqual(m.extra["lost"], 2)
+        self.assertEqual(bb.fmt(m), "2,500 (p50 80, p99 150 us)")
+
+    def test_udp_rr_without_a_transaction_is_an_error(self):
+        m = bb.parse_udp_rr(subprocess.CompletedProcess(
+            [], 1, "", "OSError: [Errno 101] Network is unreachable"))
+        self.assertIn("Network is unreachable", m.error)
+        line = json.dumps({"transactions": 0, "seconds": 2.0, "p50_us": None,
+                           "p99_us": None, "max_us": None, "lost": 40})
+        m = bb.parse_udp_rr(subprocess.CompletedProcess([], 0, line, ""))
+        self.assertIn("no response", m.error)
+
+    def test_udp_rr_client_and_server_on_loopback(self):
+        """The client and server code the harness runs, against each other
+        on this machine's loopback (no namespace needed)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = subprocess.Popen([sys.executable, "-c", bb.UDP_RR_SERVER,
+                                   "127.0.0.1", str(port)])
+        try:
+            out = subprocess.run([sys.executable, "-c", bb.UDP_RR_CLIENT,
+                                  "127.0.0.1", str(port), "0.5"],
+                                 capture_output=True, text=True, timeout=30)
+        finally:
+            server.kill()
+            server.wait()
+        m = bb.parse_udp_rr(out)
+        self.assertIsNone(m.error, out.stderr)
+        self.assertGreater(m.value, 100)
+        self.assertLessEqual(m.extra["p50_us"], m.extra["p99_us"])
+        self.assertEqual(m.extra["lost"], 0)
+
+
+class TcpRrLatency(unittest.TestCase):
+    LINE = {"mode": "rr", "transactions": 20000, "transactions_per_second":
+            10000.0, "mean_us": 100.0, "p50_us": 90.0, "p99_us": 210.0,
+            "max_us": 1500.0}
+
+    def test_p50_and_p99_are_kept_and_shown(self):
+        m = bb.parse_tcp_rr(subprocess.CompletedProcess(
+            [], 0, json.dumps(self.LINE) + "\n", ""))
+        self.assertEqual(m.value, 10000)
+        self.assertEqual((m.extra["p50_us"], m.extra["p99_us"],
+                          m.extra["max_us"]), (90, 210, 1500))
+        self.assertEqual(bb.fmt(m), "10,000 (p50 90, p99 210 us)")
+
+    def test_the_median_rounds_p50_and_p99_are_the_median_rounds(self):
+        rounds = [M(v, "trans/s", mean_us=1e6 / v, p50_us=p50, p99_us=p99)
+                  for v, p50, p99 in ((1000, 900, 3000), (3000, 300, 800),
+                                      (2000, 450, 1200))]
+        m = bb.median_measurement(rounds)
+        self.assertEqual(m.value, 2000)
+        self.assertEqual((m.extra["p50_us"], m.extra["p99_us"]), (450, 1200))
+
+    def test_rr_under_load_needs_its_bulk_transfer(self):
+        rr_out = subprocess.CompletedProcess([], 0, json.dumps(self.LINE), "")
+        bulk = iperf3_out({"sum_received": {"bits_per_second": 5e9},
+                           "sum_sent": {"retransmits": 0}})
+        m = bb.parse_rr_under_load(rr_out, bulk)
+        self.assertIsNone(m.error)
+        self.assertEqual(m.extra["p99_us"], 210)
+        self.assertAlmostEqual(m.extra["bulk_gbps"], 5)
+        failed = subprocess.CompletedProcess([], 1, json.dumps(
+            {"error": "the server is busy running a test"}), "")
+        m = bb.parse_rr_under_load(rr_out, failed)
+        self.assertIn("the bulk transfer failed: the server is busy", m.error)
+
+
+class Rss(unittest.TestCase):
+    def test_a_process_tree_is_summed(self):
+        # A parent of 10 MiB-ish python and a child that holds 64 MiB.
+        code = ("import subprocess, sys\n"
+                "c = subprocess.Popen([sys.executable, '-c', \"b = "
+                "b'x' * (64 << 20); print('x', flush=True); "
+                "import sys; sys.stdin.read()\"], stdout=subprocess.PIPE, "
+                "stdin=subprocess.PIPE)\n"
+                "c.stdout.readline(); print('ready', flush=True)\n"
+                "sys.stdin.read()\n")
+        p = subprocess.Popen([sys.executable, "-c", code],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+        try:
+            self.assertEqual(p.stdout.readline().strip(), "ready")
+            own = bb.process_rss_mib(p.pid)
+            tree = bb.tree_rss_mib(p.pid)
+            self.assertLess(own, 60)
+            self.assertGreater(tree, own + 60)
+        finally:
+            p.stdin.close()
+            p.wait()
+        self.assertIsNone(bb.tree_rss_mib(p.pid))
+
+    def test_the_sampler_keeps_the_peak(self):
+        base = bb.process_rss_mib(os.getpid())
+        sampler = bb.RssSampler(os.getpid(), interval=0.01)
+        big = bytearray(48 << 20)
+        for i in range(0, len(big), 4096):
+            big[i] = 1
+        import time
+        time.sleep(0.1)
+        del big
+        peak = sampler.stop()
+        self.assertGreater(peak, base + 40)
+
+    def test_rss_column_and_table(self):
+        r = {("netstackd", "rr"): M(100, "trans/s", mean_us=1e4, p50_us=9e3,
+                                    p99_us=2e4, rss_mib=31.4),
+             ("pasta", "rr"): M(50, "trans/s", mean_us=2e4, p50_us=1e4,
+                                p99_us=3e4, rss_mib=12.0),
+             ("veth", "rr"): M(300, "trans/s", mean_us=3333, p50_us=3e3,
+                               p99_us=5e3)}
+        ws = [w for w in bb.WORKLOADS if w[0] == "rr"]
+        tools = ["veth", "netstackd", "pasta"]
+        lines = bb.table(r, ws, tools).splitlines()
+        self.assertIn("nd RSS", lines[0])
+        self.assertIn("| 31 MiB", lines[2])
+        lines = bb.rss_table(r, ws, tools).splitlines()
+        self.assertEqual(lines[0].split("|")[1:-1],
+                         [" workload ", " netstackd ", " pasta "])
+        self.assertIn("| TCP_RR   | 31.4      | 12.0  |", lines[2])
+
+
+class Issue34Goals(unittest.TestCase):
+    TOOLS = ["veth", "netstackd", "pasta", "slirp4netns"]
+
+    def results(self):
+        r = {}
+
+        def put(name, veth, nd, pasta, slirp):
+            for tool, m in zip(self.TOOLS, (veth, nd, pasta, slirp)):
+                r[(tool, name)] = m
+        udp = lambda v, loss: M(v, "Gbit/s", loss_percent=loss)
+        lat = lambda v, p99: M(v, "trans/s", mean_us=1e6 / v, p50_us=1,
+                               p99_us=p99)
+        put("udp-g2h", udp(1.0, 5), udp(0.8, 5), udp(0.5, 0), udp(0.3, 0))
+        put("udp-h2g", udp(1.0, 1), udp(0.9, 2), udp(0.5, 0), udp(0.3, 0))
+        put("rr", lat(300, 50), lat(120, 200), lat(100, 300), lat(90, 250))
+        put("crr", lat(300, 50), lat(110, 200), lat(100, 300), lat(90, 250))
+        put("rr-under-load", lat(300, 100), lat(100, 299), lat(100, 400),
+            lat(90, 300))
+        for name in ("tcp-g2h-65520", "tcp-h2g-65520"):
+            put(name, gbps(20), gbps(10), gbps(5), gbps(2))
+        put("tcp-g2h-1500", gbps(20), gbps(9.9), gbps(5), gbps(2))
+        put("tcp-h2g-1500", gbps(20), gbps(12), gbps(5), gbps(2))
+        for name in ("fair-4", "fair-64"):
+            put(name, M(20, "Gbit/s", jain=0.99), M(10, "Gbit/s", jain=0.9),
+                M(5, "Gbit/s", jain=0.5), M(1, "Gbit/s", jain=0.7))
+        for (tool, name), m in r.items():
+            if tool != "veth":
+                m.extra["rss_mib"] = 20.0
+        return r
+
+    def test_verdicts(self):
+        r = self.results()
+        g = bb.issue34_goals(r, self.TOOLS)
+        got = [(t.split(":")[0], ok) for t, ok in g]
+        self.assertEqual(got, [
+            ("1 udp-g2h", True),          # 0.8x veth, 5% lost as veth
+            ("1 udp-h2g", False),         # 0.9x, but 2% lost against 1%
+            ("2 rr", True),               # 1.20x
+            ("2 crr", False),             # 1.10x
+            ("3 rr-under-load", True),    # p99 299 <= 300, <= 3x 100
+            ("4 tcp-g2h-65520", True),    # 0.50x veth
+            ("4 tcp-h2g-65520", True),
+            ("4 tcp-g2h-1500", False),    # 0.495x
+            ("4 tcp-h2g-1500", True),
+            ("5 fair-4", True),           # measured for every tool
+            ("5 fair-64", True),
+            ("6 RSS", True)])
+        self.assertIn("p99 299 us", g[4][0])
+
+    def test_a_missing_tool_or_rss_is_not_met(self):
+        r = self.results()
+        r[("pasta", "fair-64")] = M(error="did not finish")
+        del r[("netstackd", "rr")].extra["rss_mib"]
+        r[("netstackd", "rr-under-load")].extra["p99_us"] = 301
+        g = dict((t.split(":")[0], ok) for t, ok in
+                 bb.issue34_goals(r, self.TOOLS))
+        self.assertFalse(g["5 fair-64"])
+        self.assertFalse(g["6 RSS"])
+        self.assertFalse(g["3 rr-under-load"])
+        self.assertEqual([ok for _, ok in bb.issue34_goals({}, self.TOOLS)],
+                         [None] * 12)
+
+
 NETNS = False
 
 
