@@ -214,9 +214,7 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
     DnsForwarderOptions dopt;
     dopt.policy = [be] { return be->config_.policy.egress.get(); };
     dopt.pins = &be->pins_;
-    dopt.on_denied = [be](std::string_view qname, const policy::Verdict& v) {
-      be->LogDnsDenied(qname, v);
-    };
+    dopt.on_denied = [be](const DnsDenial& d) { be->LogDnsDenied(d); };
     absl::StatusOr<std::unique_ptr<DnsForwarder>> dns =
         StartDns(policy, p, bind, udp, tcp, chunks, loop, std::move(dopt));
     if (!dns.ok()) return dns.status();
@@ -396,21 +394,20 @@ void Backend::LogClosed(policy::Protocol protocol,
   flow_log_->Record(e, now);
 }
 
-void Backend::LogDnsDenied(std::string_view qname, const policy::Verdict& v) {
+void Backend::LogDnsDenied(const DnsDenial& d) {
   if (flow_log_ == nullptr) return;
   const Instant now = loop_.Now();
   const policy::Policy& p = *config_.policy.egress;
   policy::FlowEvent e;
   e.kind = policy::FlowEvent::Kind::kDnsDenied;
-  e.protocol = policy::kUdp;
-  // The forwarder does not say which of the guest's addresses asked, or
-  // over which transport: the guest's IPv4 lease and UDP stand for it.
-  e.guest = transport::SocketAddress{transport::IpAddress(config_.plan.lease4), 0};
-  e.dst = transport::SocketAddress{transport::IpAddress(config_.plan.dns4), 53};
-  e.name = qname;
-  e.verdict = v;
-  if (v.rule >= 0 && static_cast<size_t>(v.rule) < p.rules().size()) {
-    e.rule = p.rules()[static_cast<size_t>(v.rule)].text;
+  e.protocol = d.over_tcp ? policy::kTcp : policy::kUdp;
+  e.guest = d.guest;
+  e.dst = d.server;
+  e.name = d.qname;
+  e.verdict = d.verdict;
+  if (d.verdict.rule >= 0 &&
+      static_cast<size_t>(d.verdict.rule) < p.rules().size()) {
+    e.rule = p.rules()[static_cast<size_t>(d.verdict.rule)].text;
   }
   flow_log_->Record(e, now);
 }

@@ -352,7 +352,7 @@ class Backend : public tcp::SynHandler {
                  uint64_t bytes_in, Instant opened);
   // The DNS forwarder answered a query NXDOMAIN for the policy: the flow
   // log's record.
-  void LogDnsDenied(std::string_view qname, const policy::Verdict& v);
+  void LogDnsDenied(const DnsDenial& d);
   // Whether the policy now in force denies an open flow to `dst`.
   bool DeniedNow(policy::Protocol protocol, const transport::SocketAddress& dst,
                  Instant now) const;

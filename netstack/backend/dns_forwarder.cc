@@ -390,7 +390,19 @@ void DnsForwarder::Forward(std::span<const uint8_t> query, const Origin& origin,
     if (policy::DecideQuery(*pol, qname, counters_.policy, &verdict) ==
         policy::QueryAction::kNxdomain) {
       ReplyNxdomain(origin, query, now);
-      if (options_.on_denied) options_.on_denied(qname, verdict);
+      if (options_.on_denied) {
+        DnsDenial d{.qname = qname,
+                    .verdict = verdict,
+                    .guest = origin.guest,
+                    .over_tcp = over_tcp};
+        if (!over_tcp) {
+          d.server = options_.listen[origin.listener];
+        } else if (auto it = clients_.find(origin.tcp_client);
+                   it != clients_.end()) {
+          d.server = it->second->socket->local_address();
+        }
+        options_.on_denied(d);
+      }
       return;
     }
   }

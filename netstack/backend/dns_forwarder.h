@@ -93,6 +93,16 @@
 
 namespace netstack::backend {
 
+// A query the egress policy denied (answered NXDOMAIN), as the flow log
+// records it. `qname` lives until the callback returns.
+struct DnsDenial {
+  std::string_view qname;  // QuestionNameText: lower case, no final dot
+  policy::Verdict verdict;
+  transport::SocketAddress guest;   // the guest's address and port
+  transport::SocketAddress server;  // the forwarder's address it asked
+  bool over_tcp = false;
+};
+
 struct DnsForwarderOptions {
   // The DNS addresses and ports the guest sends to (10.0.2.3:53,
   // [fd00::3]:53): each must be one of the stack's addresses.
@@ -115,10 +125,8 @@ struct DnsForwarderOptions {
   std::function<const policy::Policy*()> policy;
   // Where an allowed name's addresses are pinned; null: nowhere.
   policy::PinTable* pins = nullptr;
-  // A query the policy denied (answered NXDOMAIN), for the flow log:
-  // its name (QuestionNameText) and why.
-  std::function<void(std::string_view qname, const policy::Verdict&)>
-      on_denied;
+  // A query the policy denied (answered NXDOMAIN), for the flow log.
+  std::function<void(const DnsDenial&)> on_denied;
 };
 
 // X(field, "name")

@@ -203,6 +203,9 @@ constexpr std::string_view kAllowlist =
 struct Denied {
   std::string qname;
   policy::Verdict verdict;
+  SocketAddress guest;   // who asked
+  SocketAddress server;  // which of our DNS addresses
+  bool over_tcp = false;
 };
 
 // The options that put `policy` (and `pins`, `denied`) in force.
@@ -212,8 +215,9 @@ DnsForwarderOptions WithPolicy(const std::shared_ptr<const policy::Policy>& p,
   DnsForwarderOptions o;
   o.policy = [p] { return p.get(); };
   o.pins = pins;
-  o.on_denied = [denied](std::string_view qname, const policy::Verdict& v) {
-    denied->push_back({std::string(qname), v});
+  o.on_denied = [denied](const DnsDenial& d) {
+    denied->push_back(
+        {std::string(d.qname), d.verdict, d.guest, d.server, d.over_tcp});
   };
   return o;
 }
@@ -770,6 +774,14 @@ TEST_F(DnsForwarderTest, ADeniedNameGetsNxdomainWithoutAskingUpstream) {
   EXPECT_EQ(denied[1].qname, "blocked.allowed.test");
   EXPECT_EQ(denied[1].verdict.reason, policy::Reason::kDenyRule);
   EXPECT_EQ(denied[1].verdict.rule, 1);
+  // The flow log's line names the guest's address and port that asked,
+  // and the forwarder's address it asked (issue #33: every line carries
+  // the guest source).
+  for (const Denied& d : denied) {
+    EXPECT_EQ(d.guest, Peer4(5100));
+    EXPECT_EQ(d.server, Our4(53));
+    EXPECT_FALSE(d.over_tcp);
+  }
   EXPECT_EQ(fwd_->counters().policy.queries_denied, 2u);
   EXPECT_EQ(fwd_->pending(), 0u);
   EXPECT_NE(

@@ -173,6 +173,12 @@ class FlowLogTest(unittest.TestCase):
 
         d = one(event="dns_denied", name="denied.test")
         self.assertEqual(d["verdict"], "deny")
+        # The guest's own address and source port that asked, and the
+        # forwarder's address and port it asked.
+        self.assertRegex(d["src"], r"^10\.0\.2\.100:\d+$", d)
+        self.assertNotEqual(d["src"], "10.0.2.100:0", d)
+        self.assertEqual((d["dst"], d["port"], d["proto"]),
+                         ("10.0.2.3", 53, "udp"), d)
         opened = one(event="opened", proto="tcp", dst="198.51.100.10",
                      port=80)
         self.assertEqual((opened["verdict"], opened["reason"],
