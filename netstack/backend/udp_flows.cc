@@ -2,6 +2,7 @@
 
 #include <linux/errqueue.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ class UdpFlowTable::FlowHandler final : public eventloop::Handler {
  public:
   FlowHandler(UdpFlowTable& table, Flow& flow) : table_(table), flow_(flow) {}
   void OnReadable(Instant now) override;
+  void OnWritable(Instant now) override;
   void OnError(Instant now, uint32_t) override;
 
  private:
@@ -60,10 +62,46 @@ struct UdpFlowTable::Flow {
   Instant opened;
   uint64_t bytes_out = 0;
   uint64_t bytes_in = 0;
+  // The socket refused UDP_SEGMENT once: super-datagrams are split here.
+  bool no_segment = false;
+  // Datagrams waiting for room in the socket's buffer, in order:
+  // backlog[head, tail) of kBacklog slots, made at the first EAGAIN.
+  // The first one's bytes before backlog_offset have left already.
+  std::unique_ptr<Pending[]> backlog;
+  size_t head = 0;
+  size_t tail = 0;
+  uint32_t backlog_offset = 0;
+};
+
+// One sendmmsg's arrays. A message is a datagram, a whole super-datagram
+// with its UDP_SEGMENT control message, or one piece of a split one.
+struct UdpFlowTable::TxScratch {
+  struct Piece {
+    size_t entry;   // index in the entries being sent
+    uint32_t end;   // the entry's bytes sent once this message has left
+    uint32_t datagrams;
+  };
+  mmsghdr msgs[kSendBatch];
+  iovec iov[kSendBatch];
+  alignas(cmsghdr) uint8_t control[kSendBatch][CMSG_SPACE(sizeof(uint16_t))];
+  Piece pieces[kSendBatch];
+};
+
+// One recvmmsg's arrays; the chunks are taken before and given back (or
+// handed on) after each call.
+struct UdpFlowTable::RxScratch {
+  mmsghdr msgs[kRecvBatch];
+  iovec iov[kRecvBatch];
+  alignas(cmsghdr) uint8_t control[kRecvBatch][CMSG_SPACE(sizeof(int))];
+  buffer::ChunkRef chunks[kRecvBatch];
 };
 
 void UdpFlowTable::FlowHandler::OnReadable(Instant now) {
   table_.ReadHost(flow_, now);
+}
+
+void UdpFlowTable::FlowHandler::OnWritable(Instant now) {
+  table_.FlushBacklog(flow_, now);
 }
 
 void UdpFlowTable::FlowHandler::OnError(Instant now, uint32_t) {
@@ -80,7 +118,9 @@ UdpFlowTable::UdpFlowTable(stack::Stack& stack, udp::UdpLayer& udp,
       chunks_(chunks),
       packets_(packets),
       loop_(loop),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      tx_(std::make_unique<TxScratch>()),
+      rx_(std::make_unique<RxScratch>()) {
   udp_.SetUnmatchedHandler(this);
   loop_.AddPoller(this);
 }
@@ -113,13 +153,27 @@ bool UdpFlowTable::OnUnmatchedDatagram(const SocketAddress& src,
                                        const SocketAddress& dst,
                                        const buffer::PayloadView& payload,
                                        Instant now) {
+  return Relay(src, dst, payload, 0, now);
+}
+
+bool UdpFlowTable::OnUnmatchedSuperDatagram(const SocketAddress& src,
+                                            const SocketAddress& dst,
+                                            const buffer::PayloadView& payload,
+                                            uint16_t segment_size,
+                                            Instant now) {
+  return Relay(src, dst, payload, segment_size, now);
+}
+
+bool UdpFlowTable::Relay(const SocketAddress& src, const SocketAddress& dst,
+                         const buffer::PayloadView& payload,
+                         uint16_t segment_size, Instant now) {
   // An inbound flow's replies may go to the gateway (its source for
   // clients on the host's loopback): look the pair up first.
   if (auto it = flows_.find(Key{src, dst}); it != flows_.end()) {
     Flow& flow = *it->second;
     if (flow.inbound) MarkReplied(flow);
     Touch(flow, now);
-    SendToHost(flow, payload, now);
+    SendToHost(flow, payload, segment_size, now);
     return true;
   }
   if (IsSelf(dst.ip)) {
@@ -133,12 +187,15 @@ bool UdpFlowTable::OnUnmatchedDatagram(const SocketAddress& src,
     ++counters_.refused_bad_address;
     return false;
   }
+  const size_t first = segment_size != 0
+                           ? std::min<size_t>(payload.size(), segment_size)
+                           : payload.size();
   const uint16_t udp_len =
-      static_cast<uint16_t>(std::min<size_t>(payload.size() + 8, 65535));
+      static_cast<uint16_t>(std::min<size_t>(first + 8, 65535));
   Flow* flow = Open(Key{src, dst}, udp_len, now);
   if (flow == nullptr) return true;  // answered (ICMP) and counted
   Touch(*flow, now);
-  SendToHost(*flow, payload, now);
+  SendToHost(*flow, payload, segment_size, now);
   return true;
 }
 
@@ -175,6 +232,9 @@ UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, uint16_t udp_len,
   const int on = 1;
   (void)setsockopt(*fd, v4 ? SOL_IP : SOL_IPV6, v4 ? IP_RECVERR : IPV6_RECVERR,
                    &on, sizeof(on));
+  // A peer's UDP_SEGMENT burst (or a GRO'd one) arrives whole, with its
+  // segment size; without it the kernel cuts it up before our reads.
+  (void)setsockopt(*fd, SOL_UDP, UDP_GRO, &on, sizeof(on));
   sockaddr_storage ss;
   const socklen_t len = ToSockaddr(key.remote, ss);
   if (connect(*fd, reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
@@ -246,100 +306,310 @@ void UdpFlowTable::MarkReplied(Flow& flow) {
 }
 
 void UdpFlowTable::SendToHost(Flow& flow, const buffer::PayloadView& payload,
-                              Instant now) {
-  // One payload view here (the stack hands over one view per datagram,
-  // reassembled or not); the iovec points into the received chunk.
-  iovec iov;
-  iov.iov_base = const_cast<uint8_t*>(payload.bytes().data());
-  iov.iov_len = payload.size();
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (flow.inbound) {
-    msg.msg_name = &flow.client_name;
-    msg.msg_namelen = flow.client_name_len;
+                              uint16_t segment_size, Instant now) {
+  if (segment_size != 0 && payload.size() <= segment_size) segment_size = 0;
+  // The quote of an ICMP error about it: the (first) datagram's length.
+  flow.last_udp_len = static_cast<uint16_t>(std::min<size_t>(
+      (segment_size != 0 ? segment_size : payload.size()) + 8, 65535));
+  const Pending entry{payload, segment_size};
+  if (flow.head != flow.tail) {
+    // Behind the datagrams already waiting: order within a flow holds.
+    Backlog(flow, std::span<const Pending>(&entry, 1), SendProgress{});
+    return;
   }
-  flow.last_udp_len = static_cast<uint16_t>(
-      std::min<size_t>(payload.size() + 8, 65535));
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    const ssize_t n = sendmsg(flow.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n >= 0) {
-      ++counters_.datagrams_to_host;
-      counters_.bytes_to_host += payload.size();
-      flow.bytes_out += payload.size();
-      if (flow.counts != nullptr) {
-        ++flow.counts->datagrams_from_guest;
-        flow.counts->bytes_from_guest += payload.size();
+  const SendProgress done =
+      SendNow(flow, std::span<const Pending>(&entry, 1), 0, now);
+  if (done.closed) return;
+  Backlog(flow, std::span<const Pending>(&entry, 1), done);
+}
+
+int UdpFlowTable::SendBatch(Flow& flow, mmsghdr* msgs, unsigned n) {
+  ++counters_.to_host_batches;
+  if (options_.send_batch && !flow.inbound) {
+    return options_.send_batch(flow.fd, msgs, n);
+  }
+  return sendmmsg(flow.fd, msgs, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+UdpFlowTable::SendProgress UdpFlowTable::SendNow(
+    Flow& flow, std::span<const Pending> entries, uint32_t first_offset,
+    Instant now) {
+  TxScratch& tx = *tx_;
+  SendProgress done{0, first_offset, false};
+  while (done.entries < entries.size()) {
+    // Build up to kSendBatch messages from where the last call stopped.
+    unsigned m = 0;
+    size_t e = done.entries;
+    uint32_t off = done.offset;
+    while (m < kSendBatch && e < entries.size()) {
+      const Pending& p = entries[e];
+      const uint32_t size = p.payload.size();
+      const bool super = p.segment_size != 0 && size > p.segment_size;
+      mmsghdr& msg = tx.msgs[m];
+      msg = mmsghdr{};
+      if (flow.inbound) {
+        msg.msg_hdr.msg_name = &flow.client_name;
+        msg.msg_hdr.msg_namelen = flow.client_name_len;
       }
-      return;
+      uint32_t end = size;
+      uint32_t datagrams = 1;
+      if (super && !flow.no_segment && off == 0) {
+        // The whole super-datagram: the host kernel cuts it (UDP GSO).
+        msg.msg_hdr.msg_control = tx.control[m];
+        msg.msg_hdr.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+        cmsghdr* c = CMSG_FIRSTHDR(&msg.msg_hdr);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        std::memcpy(CMSG_DATA(c), &p.segment_size, sizeof(uint16_t));
+        datagrams = (size + p.segment_size - 1) / p.segment_size;
+      } else if (super) {
+        end = std::min<uint32_t>(off + p.segment_size, size);
+      }
+      tx.iov[m] = iovec{const_cast<uint8_t*>(p.payload.bytes().data()) + off,
+                        end - off};
+      msg.msg_hdr.msg_iov = &tx.iov[m];
+      msg.msg_hdr.msg_iovlen = 1;
+      tx.pieces[m] = TxScratch::Piece{e, end, datagrams};
+      ++m;
+      if (end == size) {
+        ++e;
+        off = 0;
+      } else {
+        off = end;
+      }
     }
-    if (errno == EINTR) continue;
+    int sent = SendBatch(flow, tx.msgs, m);
+    const int err = sent < 0 ? errno : 0;
+    if (sent < 0) sent = 0;
+    for (int i = 0; i < sent; ++i) {
+      const TxScratch::Piece& piece = tx.pieces[i];
+      const uint32_t bytes = tx.iov[i].iov_len;
+      counters_.datagrams_to_host += piece.datagrams;
+      counters_.bytes_to_host += bytes;
+      flow.bytes_out += bytes;
+      if (piece.datagrams > 1) ++counters_.to_host_segmented;
+      if (flow.counts != nullptr) {
+        flow.counts->datagrams_from_guest += piece.datagrams;
+        flow.counts->bytes_from_guest += bytes;
+      }
+    }
+    auto advance_past = [&](int i) {
+      const TxScratch::Piece& piece = tx.pieces[i];
+      if (piece.end == entries[piece.entry].payload.size()) {
+        done.entries = piece.entry + 1;
+        done.offset = 0;
+      } else {
+        done.entries = piece.entry;
+        done.offset = piece.end;
+      }
+    };
+    if (sent > 0) advance_past(sent - 1);
+    if (static_cast<unsigned>(sent) == m) continue;
+    if (sent > 0) continue;  // the next call says why it stopped there
+    // The first message failed with `err`.
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      if (flow.inbound) {
+        // The forward's socket: no backlog of ours on it; dropped.
+        ++counters_.to_host_dropped_full;
+        if (flow.counts != nullptr) ++flow.counts->dropped;
+        advance_past(0);
+        continue;
+      }
+      return done;
+    }
+    const TxScratch::Piece& piece = tx.pieces[0];
+    if ((err == EINVAL || err == EIO) && piece.datagrams > 1) {
+      // UDP_SEGMENT refused: a segment above the path's MTU (EINVAL), or
+      // a route without checksum offload (EIO). Split here from now on.
+      flow.no_segment = true;
+      ++counters_.to_host_split;
+      continue;
+    }
     if (flow.counts != nullptr) ++flow.counts->dropped;
-    if (errno == EAGAIN || errno == ENOBUFS) {
+    advance_past(0);
+    if (err == ENOBUFS) {
       ++counters_.to_host_dropped_full;
-    } else if (errno == EMSGSIZE) {
+    } else if (err == EMSGSIZE) {
       ++counters_.to_host_dropped_too_big;
-    } else if (errno == ECONNREFUSED || errno == EHOSTUNREACH ||
-               errno == ENETUNREACH) {
+    } else if (err == ECONNREFUSED || err == EHOSTUNREACH ||
+               err == ENETUNREACH) {
       // A pending error from an earlier ICMP error: the error queue says
       // what it was. This datagram went nowhere, like the kernel's.
       ++counters_.to_host_dropped_error;
-      (void)ReadErrors(flow, now);
+      if (!ReadErrors(flow, now)) {
+        done.closed = true;
+        return done;
+      }
     } else {
       ++counters_.to_host_dropped_error;
     }
-    return;
+  }
+  return done;
+}
+
+void UdpFlowTable::Backlog(Flow& flow, std::span<const Pending> entries,
+                           const SendProgress& done) {
+  if (done.entries == entries.size()) return;
+  if (!flow.backlog) flow.backlog = std::make_unique<Pending[]>(kBacklog);
+  const bool was_empty = flow.head == flow.tail;
+  if (was_empty) flow.backlog_offset = 0;
+  for (size_t i = done.entries; i < entries.size(); ++i) {
+    const Pending& p = entries[i];
+    const uint32_t skip = i == done.entries ? done.offset : 0;
+    const uint32_t datagrams =
+        p.segment_size == 0
+            ? 1
+            : (p.payload.size() - skip + p.segment_size - 1) / p.segment_size;
+    if (flow.tail == kBacklog && flow.head > 0) {
+      // Slide the waiting ones to the front (moves of views, no copy).
+      std::move(&flow.backlog[flow.head], &flow.backlog[flow.tail],
+                &flow.backlog[0]);
+      flow.tail -= flow.head;
+      flow.head = 0;
+    }
+    if (flow.tail == kBacklog) {
+      counters_.to_host_dropped_full += datagrams;
+      continue;
+    }
+    counters_.to_host_waited += datagrams;
+    // What has left already is cut off here: the backlog starts whole.
+    flow.backlog[flow.tail++] = Pending{
+        skip == 0 ? p.payload
+                  : p.payload.Subview(skip, p.payload.size() - skip),
+        p.segment_size};
+  }
+  if (was_empty && flow.head != flow.tail) {
+    (void)loop_.Modify(flow.fd, eventloop::EventLoop::kReadable |
+                                    eventloop::EventLoop::kWritable);
+  }
+}
+
+void UdpFlowTable::FlushBacklog(Flow& flow, Instant now) {
+  if (flow.head == flow.tail) return;
+  const SendProgress done = SendNow(
+      flow,
+      std::span<const Pending>(&flow.backlog[flow.head], flow.tail - flow.head),
+      flow.backlog_offset, now);
+  if (done.closed) return;
+  for (size_t i = 0; i < done.entries; ++i) {
+    flow.backlog[flow.head + i] = Pending{};  // the chunks go back
+  }
+  flow.head += done.entries;
+  flow.backlog_offset = done.offset;
+  if (flow.head == flow.tail) {
+    flow.head = flow.tail = 0;
+    flow.backlog_offset = 0;
+    (void)loop_.Modify(flow.fd, eventloop::EventLoop::kReadable);
   }
 }
 
 void UdpFlowTable::ReadHost(Flow& flow, Instant now) {
-  for (int i = 0; i < kReadBatch; ++i) {
-    buffer::ChunkRef chunk = chunks_.Allocate();
+  RxScratch& rx = *rx_;
+  int budget = kReadBatch;
+  while (budget > 0) {
+    const unsigned want =
+        std::min<unsigned>(kRecvBatch, static_cast<unsigned>(budget));
+    unsigned m = 0;
+    for (; m < want; ++m) {
+      if (!rx.chunks[m]) rx.chunks[m] = chunks_.Allocate();
+      if (!rx.chunks[m]) break;
+      std::span<uint8_t> room = rx.chunks[m]->unshared_tail(0);
+      rx.iov[m] = iovec{room.data(), room.size()};
+      msghdr& h = rx.msgs[m].msg_hdr;
+      h = msghdr{};
+      h.msg_iov = &rx.iov[m];
+      h.msg_iovlen = 1;
+      h.msg_control = rx.control[m];
+      h.msg_controllen = sizeof(rx.control[m]);
+      rx.msgs[m].msg_len = 0;
+    }
+    int n;
     uint8_t scratch[1];
-    const bool have_chunk = static_cast<bool>(chunk);
-    std::span<uint8_t> room =
-        have_chunk ? chunk->unshared_tail(0) : std::span<uint8_t>(scratch);
-    const ssize_t n = recv(flow.fd, room.data(), room.size(), MSG_DONTWAIT);
+    if (m == 0) {
+      // No chunk: the datagram is read away and counted, as before.
+      n = static_cast<int>(recv(flow.fd, scratch, sizeof(scratch), MSG_DONTWAIT));
+      if (n >= 0) {
+        ++counters_.to_guest_dropped_no_buffer;
+        --budget;
+        continue;
+      }
+    } else {
+      ++counters_.to_guest_batches;
+      n = recvmmsg(flow.fd, rx.msgs, m, MSG_DONTWAIT, nullptr);
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
         // EPOLLERR without data: the error queue.
         (void)ReadErrors(flow, now);
-        return;
+        break;
       }
       // ECONNREFUSED and friends: the ICMP error is on the error queue.
-      if (!ReadErrors(flow, now)) return;
+      if (!ReadErrors(flow, now)) {
+        for (buffer::ChunkRef& c : rx.chunks) c.Reset();
+        return;
+      }
+      --budget;
       continue;
     }
-    if (!have_chunk) {
-      ++counters_.to_guest_dropped_no_buffer;
-      continue;
+    for (int i = 0; i < n; ++i) {
+      uint16_t segment_size = 0;
+      msghdr& h = rx.msgs[i].msg_hdr;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr;
+           c = CMSG_NXTHDR(&h, c)) {
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+          int size = 0;
+          std::memcpy(&size, CMSG_DATA(c), sizeof(size));
+          if (size > 0 && size <= 0xffff) {
+            segment_size = static_cast<uint16_t>(size);
+          }
+        }
+      }
+      (void)SendToGuest(flow, std::move(rx.chunks[i]), rx.msgs[i].msg_len,
+                        segment_size, now);
     }
-    (void)SendToGuest(flow, std::move(chunk), static_cast<size_t>(n), now);
+    budget -= n;
+    if (static_cast<unsigned>(n) < m) break;  // drained
   }
+  // Unused chunks go back: nothing is held between readiness calls.
+  for (buffer::ChunkRef& c : rx.chunks) c.Reset();
 }
 
 bool UdpFlowTable::SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n,
-                               Instant now) {
+                               uint16_t segment_size, Instant now) {
   const size_t max = flow.key.local.ip.is_v4()
                          ? udp::UdpLayer::kMaxIpv4Payload
                          : udp::UdpLayer::kMaxIpv6Payload;
-  if (n > max) {
+  const size_t step = segment_size != 0 && n > segment_size ? segment_size : n;
+  if (step != n) ++counters_.to_guest_gro;
+  if (step > max) {
     ++counters_.to_guest_dropped_too_big;
     return false;
   }
   Touch(flow, now);
-  const buffer::PayloadView view(std::move(chunk), 0, static_cast<uint32_t>(n));
-  if (!udp_.SendFrom(flow.key.remote, flow.key.local,
-                     std::span<const buffer::PayloadView>(&view, 1), now)
-           .ok()) {
-    ++counters_.to_guest_dropped_send;
-    return false;
-  }
-  ++counters_.datagrams_to_guest;
-  counters_.bytes_to_guest += n;
-  flow.bytes_in += n;
-  return true;
+  bool all = true;
+  size_t off = 0;
+  do {
+    // Each datagram of a GRO read is a view of the one chunk.
+    const size_t len = std::min(step, n - off);
+    const buffer::PayloadView view(chunk, static_cast<uint32_t>(off),
+                                   static_cast<uint32_t>(len));
+    if (!udp_.SendFrom(flow.key.remote, flow.key.local,
+                       std::span<const buffer::PayloadView>(&view, 1), now)
+             .ok()) {
+      ++counters_.to_guest_dropped_send;
+      all = false;
+    } else {
+      ++counters_.datagrams_to_guest;
+      counters_.bytes_to_guest += len;
+      flow.bytes_in += len;
+    }
+    off += len;
+  } while (off < n);
+  return all;
 }
 
 bool UdpFlowTable::ReadErrors(Flow& flow, Instant now) {
@@ -543,7 +813,8 @@ void UdpFlowTable::ReadInbound(int host_fd, const SocketAddress& guest,
       flow = OpenInbound(host_fd, *client, guest, gateway, counts, now);
       if (flow == nullptr) continue;  // counted
     }
-    if (!SendToGuest(*flow, std::move(chunk), static_cast<size_t>(n), now)) {
+    if (!SendToGuest(*flow, std::move(chunk), static_cast<size_t>(n), 0,
+                     now)) {
       ++counts.dropped;
       continue;
     }

@@ -13,12 +13,25 @@
 //     prohibited (not port unreachable: the peer's port is not known to be
 //     closed, our policy refused the flow; the guest's kernel reports
 //     EHOSTUNREACH instead of a misleading ECONNREFUSED).
-//   - Guest to host: one sendmsg with an iovec per payload view, never a
-//     copy. A full host send buffer drops the datagram (UDP), counted.
-//   - Host to guest: each datagram is received into a fresh pooled chunk
-//     and sent by UdpLayer::SendFrom from the peer's address and port to
-//     the guest's, as a view of that chunk; the stack fragments above the
-//     MTU. At most kReadBatch datagrams per readiness call.
+//   - Guest to host: sendmmsg straight from the received chunk, never a
+//     copy. A USO super-datagram (the guest sent with UDP_SEGMENT and the
+//     TAP offers USO; issue #34) leaves in ONE sendmsg with a UDP_SEGMENT
+//     control message, so the host kernel cuts it, not us. A socket that
+//     refuses that (EINVAL: a segment larger than the path's MTU; EIO:
+//     no checksum offload on the route) makes the flow split its super-
+//     datagrams here from then on, a sendmmsg of views (counted).
+//   - A full host send buffer (EAGAIN) does not drop: what is left waits
+//     on the flow's backlog (kBacklog datagrams or super-datagrams, in
+//     order; later datagrams queue behind it) and leaves, by sendmmsg, when
+//     the socket is writable again. Past kBacklog the newest is dropped
+//     (to_host_dropped.full), as a full socket buffer would drop it.
+//   - Host to guest: recvmmsg, up to kRecvBatch datagrams per call, each
+//     into a pooled chunk. The socket has UDP_GRO: a peer that sends with
+//     UDP_SEGMENT (or a GRO'd burst) arrives as one super-datagram with
+//     its segment size, and each of its datagrams goes to the guest as a
+//     view of the one chunk. UdpLayer::SendFrom sends from the peer's
+//     address and port to the guest's; the stack fragments above the MTU.
+//     At most kReadBatch datagrams or super-datagrams per readiness call.
 //   - A host ICMP error (read from the socket's error queue) becomes a
 //     destination unreachable to the guest, from the peer's address:
 //     port unreachable for port unreachable, host/net for those.
@@ -37,11 +50,14 @@
 #ifndef NETSTACK_BACKEND_UDP_FLOWS_H_
 #define NETSTACK_BACKEND_UDP_FLOWS_H_
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +102,10 @@ struct UdpFlowOptions {
                      const transport::SocketAddress& peer, uint64_t bytes_out,
                      uint64_t bytes_in, Instant opened)>
       closed;
+  // Tests: stands in for sendmmsg(fd, msgs, n, MSG_DONTWAIT | MSG_NOSIGNAL)
+  // on the guest's flows (same return value and errno), to make a host
+  // socket refuse part of a batch. Unset: sendmmsg.
+  std::function<int(int fd, mmsghdr* msgs, unsigned n)> send_batch;
 };
 
 // X(field, "name")
@@ -109,6 +129,17 @@ struct UdpFlowOptions {
   X(bytes_to_host, "bytes_to_host")                                       \
   X(datagrams_to_guest, "datagrams_to_guest")                             \
   X(bytes_to_guest, "bytes_to_guest")                                     \
+  /* Guest USO super-datagrams sent whole with UDP_SEGMENT, and those */  \
+  /* split here because the host socket refused UDP_SEGMENT. */           \
+  X(to_host_segmented, "to_host_segmented")                               \
+  X(to_host_split, "to_host_split")                                       \
+  /* Datagrams that found the host socket's buffer full (EAGAIN) and */   \
+  /* waited on the flow's backlog; sendmmsg calls on guest flows. */      \
+  X(to_host_waited, "to_host_waited")                                     \
+  X(to_host_batches, "to_host_batches")                                   \
+  /* Host super-datagrams read with UDP_GRO; recvmmsg calls. */           \
+  X(to_guest_gro, "to_guest_gro")                                         \
+  X(to_guest_batches, "to_guest_batches")                                 \
   /* Guest to host: the host socket's buffer was full (EAGAIN), the */    \
   /* datagram was too big for the host path (EMSGSIZE), another error. */ \
   X(to_host_dropped_full, "to_host_dropped.full")                         \
@@ -168,6 +199,13 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
                            public eventloop::Poller {
  public:
   static constexpr int kReadBatch = 32;
+  // Datagrams per recvmmsg (each into a 64 KiB chunk, held only during
+  // the call) and messages per sendmmsg.
+  static constexpr unsigned kRecvBatch = 16;
+  static constexpr unsigned kSendBatch = 64;
+  // Datagrams (or super-datagrams) a flow holds while its host socket's
+  // buffer is full.
+  static constexpr size_t kBacklog = 64;
 
   // Registers with `udp` as its unmatched handler (and with `loop` as a
   // poller, for the idle timer); both undone by the destructor, which
@@ -183,6 +221,11 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
                            const transport::SocketAddress& dst,
                            const buffer::PayloadView& payload,
                            Instant now) override;
+  // A USO super-datagram: relayed whole (UDP_SEGMENT) on the guest's flows.
+  bool OnUnmatchedSuperDatagram(const transport::SocketAddress& src,
+                                const transport::SocketAddress& dst,
+                                const buffer::PayloadView& payload,
+                                uint16_t segment_size, Instant now) override;
   // The oldest flow's expiry.
   Instant NextDeadline() const override;
   // Closes the flows idle for idle_timeout.
@@ -219,6 +262,21 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
  private:
   struct Flow;
   class FlowHandler;
+  struct TxScratch;
+  struct RxScratch;
+  // A datagram, or a super-datagram of segment_size-byte datagrams, on
+  // its way to the host.
+  struct Pending {
+    buffer::PayloadView payload;
+    uint16_t segment_size = 0;  // 0: one datagram
+  };
+  // How far SendNow got: entries sent or dropped, bytes of the next one
+  // already sent (a split super-datagram), and whether the flow closed.
+  struct SendProgress {
+    size_t entries = 0;
+    uint32_t offset = 0;
+    bool closed = false;
+  };
   using Key = transport::FourTuple;  // local: the guest, remote: the peer
 
   // `udp_len`: the guest's datagram's (header included), for the quote
@@ -242,11 +300,30 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   Duration UnrepliedTimeout() const {
     return std::min(options_.inbound_unreplied_timeout, options_.idle_timeout);
   }
-  void SendToHost(Flow& flow, const buffer::PayloadView& payload, Instant now);
+  bool Relay(const transport::SocketAddress& src,
+             const transport::SocketAddress& dst,
+             const buffer::PayloadView& payload, uint16_t segment_size,
+             Instant now);
+  void SendToHost(Flow& flow, const buffer::PayloadView& payload,
+                  uint16_t segment_size, Instant now);
+  // Sends `entries` in order, the first from byte `first_offset`, until
+  // the socket's buffer is full (EAGAIN); other errors drop the datagram
+  // they concern (counted).
+  SendProgress SendNow(Flow& flow, std::span<const Pending> entries,
+                       uint32_t first_offset, Instant now);
+  // Keeps what SendNow left of `entries` on the backlog (room allowing).
+  void Backlog(Flow& flow, std::span<const Pending> entries,
+               const SendProgress& done);
+  // The socket is writable: the backlog leaves.
+  void FlushBacklog(Flow& flow, Instant now);
+  int SendBatch(Flow& flow, mmsghdr* msgs, unsigned n);
   void ReadHost(Flow& flow, Instant now);
-  // One datagram of `n` bytes in `chunk` to the guest from the flow's
-  // peer; false when dropped (counted: too big, or the stack refused).
-  bool SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n, Instant now);
+  // `n` bytes in `chunk` to the guest from the flow's peer: one datagram,
+  // or (segment_size > 0, a UDP_GRO read) datagrams of segment_size
+  // bytes; false when one was dropped (counted: too big, or the stack
+  // refused).
+  bool SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n,
+                   uint16_t segment_size, Instant now);
   // Drains the error queue; false if the flow was closed.
   bool ReadErrors(Flow& flow, Instant now);
   bool IsSelf(const transport::IpAddress& ip) const;
@@ -270,6 +347,9 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   std::list<Flow*> inbound_replied_lru_;
   std::list<Flow*> inbound_unreplied_lru_;
   UdpFlowCounters counters_;
+  // sendmmsg/recvmmsg arrays, reused (no allocation per datagram).
+  std::unique_ptr<TxScratch> tx_;
+  std::unique_ptr<RxScratch> rx_;
 };
 
 }  // namespace netstack::backend

@@ -7,11 +7,15 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -728,6 +732,301 @@ TEST_F(UdpFlowsTest, AdmittedFlowIsAskedOnceAndItsCloseReportsItsBytes) {
   EXPECT_EQ(asked, 3);
   table_.reset();
   EXPECT_EQ(closed.size(), 3u);  // every admitted flow's end is reported
+}
+
+
+// ---------------------------------------------------------------------------
+// Batching (issue #34): USO super-datagrams from the guest, UDP_GRO from
+// the host, a host socket that is full mid-batch, ICMP errors.
+
+class UdpBatchTest : public UdpFlowsTest {
+ protected:
+  // Sends `payload` from `guest` to `dst` as ONE frame, a USO super-frame
+  // of `segment`-byte datagrams as a TAP with USO hands it over: one UDP
+  // header for all, the checksum left partial.
+  void InjectUso(const SocketAddress& guest, const SocketAddress& dst,
+                 const std::vector<uint8_t>& payload, uint16_t segment) {
+    const std::vector<uint8_t> l4 =
+        udp::testing::UdpDatagram(guest, dst, payload);
+    std::vector<std::vector<uint8_t>> packets =
+        guest.ip.is_v4()
+            ? stack::testing::Ipv4Packets(guest.ip.v4(), dst.ip.v4(), 17,
+                                          next_ident_++, l4, 65535)
+            : stack::testing::Ipv6Packets(guest.ip.v6(), dst.ip.v6(), 17, 64,
+                                          next_ident_++, l4, 65535 + 40);
+    ASSERT_EQ(packets.size(), 1u);
+    const std::vector<uint8_t> frame = stack::testing::WithEthernet(
+        peer_.mac, our_mac_,
+        guest.ip.is_v4() ? udp::testing::kEtherIpv4 : udp::testing::kEtherIpv6,
+        packets[0]);
+    ASSERT_LE(frame.size(), buffer::kChunkSize);
+    buffer::ChunkRef chunk = chunks_.Allocate();
+    std::memcpy(chunk->mutable_data().data(), frame.data(), frame.size());
+    link::InboundFrame in;
+    in.frame = buffer::PayloadView(std::move(chunk), 0,
+                                   static_cast<uint32_t>(frame.size()));
+    in.checksum_partial = true;
+    in.udp_gso_size = segment;
+    link_->Deliver(std::span<link::InboundFrame>(&in, 1), now_);
+  }
+  // Each datagram the server gets, in order, until none comes for 300 ms.
+  static std::vector<std::vector<uint8_t>> ReceiveAll(HostServer& s) {
+    std::vector<std::vector<uint8_t>> got;
+    for (;;) {
+      pollfd p{s.fd, POLLIN, 0};
+      if (poll(&p, 1, 300) != 1) return got;
+      std::vector<uint8_t> buf(70000);
+      const ssize_t n = recv(s.fd, buf.data(), buf.size(), 0);
+      if (n < 0) return got;
+      buf.resize(static_cast<size_t>(n));
+      got.push_back(std::move(buf));
+    }
+  }
+  // The datagrams `payload` is cut into every `segment` bytes.
+  static std::vector<std::vector<uint8_t>> Cut(const std::vector<uint8_t>& p,
+                                               size_t segment) {
+    std::vector<std::vector<uint8_t>> out;
+    for (size_t off = 0; off < p.size(); off += segment) {
+      const size_t n = std::min(segment, p.size() - off);
+      out.emplace_back(p.begin() + off, p.begin() + off + n);
+    }
+    return out;
+  }
+  // Turns the loop (the backlog leaves on EPOLLOUT) for `d`.
+  void Turn(absl::Duration d) {
+    const Instant until = loop_->Now() + d;
+    while (loop_->Now() < until) (void)loop_->RunOnce(absl::Milliseconds(5));
+  }
+  // What send_batch saw: calls, messages, and messages with UDP_SEGMENT.
+  struct Seen {
+    int calls = 0;
+    int messages = 0;
+    int segmented = 0;
+  };
+  // A send_batch that counts, and passes at most `budget` messages on to
+  // the real sendmmsg (-1: no limit) before EAGAIN; with `refuse_segment`
+  // a UDP_SEGMENT message fails with EINVAL, as over a path whose MTU is
+  // smaller than the segment.
+  std::function<int(int, mmsghdr*, unsigned)> Hook(Seen& seen, int& budget,
+                                                   bool refuse_segment) {
+    return [&seen, &budget, refuse_segment](int fd, mmsghdr* m, unsigned n) {
+      ++seen.calls;
+      for (unsigned i = 0; i < n; ++i) {
+        if (m[i].msg_hdr.msg_controllen == 0) continue;
+        if (refuse_segment && i == 0) {
+          ++seen.segmented;
+          errno = EINVAL;
+          return -1;
+        }
+        if (refuse_segment) {
+          n = i;  // the kernel stops at the failing message
+          break;
+        }
+      }
+      if (budget == 0) {
+        errno = EAGAIN;
+        return -1;
+      }
+      if (budget > 0) n = std::min<unsigned>(n, static_cast<unsigned>(budget));
+      const int r = sendmmsg(fd, m, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (r > 0) {
+        seen.messages += r;
+        for (int i = 0; i < r; ++i) {
+          seen.segmented += m[i].msg_hdr.msg_controllen != 0;
+        }
+        if (budget > 0) budget -= r;
+      }
+      return r;
+    };
+  }
+};
+
+TEST_F(UdpBatchTest, GuestSuperDatagramLeavesInOneUdpSegmentSend) {
+  Seen seen;
+  int budget = -1;
+  UdpFlowOptions o;
+  o.send_batch = Hook(seen, budget, false);
+  MakeTable(o);
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    SCOPED_TRACE(lo.ToString());
+    HostServer server(lo);
+    const SocketAddress guest = Guest(lo, 41000);
+    // 30 datagrams of 1400 bytes and a last one of 77.
+    const std::vector<uint8_t> data = Pattern(30 * 1400 + 77, 3);
+    const Seen before = seen;
+    InjectUso(guest, server.addr, data, 1400);
+    EXPECT_EQ(ReceiveAll(server), Cut(data, 1400));
+    EXPECT_EQ(seen.calls - before.calls, 1);
+    EXPECT_EQ(seen.messages - before.messages, 1);
+    EXPECT_EQ(seen.segmented - before.segmented, 1);
+  }
+  EXPECT_EQ(table_->counters().to_host_segmented, 2u);
+  EXPECT_EQ(table_->counters().datagrams_to_host, 62u);
+  EXPECT_EQ(table_->counters().bytes_to_host, 2u * (30 * 1400 + 77));
+  EXPECT_EQ(table_->counters().to_host_split, 0u);
+}
+
+TEST_F(UdpBatchTest, SuperDatagramIsSplitHereWhenTheSocketRefusesUdpSegment) {
+  Seen seen;
+  int budget = -1;
+  UdpFlowOptions o;
+  o.send_batch = Hook(seen, budget, true);
+  MakeTable(o);
+  HostServer server(kLo4);
+  const SocketAddress guest = Guest(kLo4, 41001);
+  const std::vector<uint8_t> a = Pattern(5 * 1000, 1);
+  const std::vector<uint8_t> b = Pattern(3 * 1000 + 1, 2);
+  InjectUso(guest, server.addr, a, 1000);
+  InjectUso(guest, server.addr, b, 1000);
+  std::vector<std::vector<uint8_t>> want = Cut(a, 1000);
+  for (auto& d : Cut(b, 1000)) want.push_back(std::move(d));
+  EXPECT_EQ(ReceiveAll(server), want);
+  // Refused once; the flow then splits without asking again.
+  EXPECT_EQ(seen.segmented, 1);
+  EXPECT_EQ(table_->counters().to_host_split, 1u);
+  EXPECT_EQ(table_->counters().datagrams_to_host, 9u);
+  // One sendmmsg per super-datagram after the refusal.
+  EXPECT_EQ(seen.calls, 3);
+}
+
+TEST_F(UdpBatchTest, FullHostSocketMidBatchLosesNothingAndKeepsOrder) {
+  Seen seen;
+  int budget = 3;
+  UdpFlowOptions o;
+  o.send_batch = Hook(seen, budget, true);  // split: one message each
+  MakeTable(o);
+  HostServer server(kLo4);
+  const SocketAddress guest = Guest(kLo4, 41002);
+  // Ten datagrams in one super-datagram: 3 leave, then EAGAIN mid-batch.
+  const std::vector<uint8_t> first = Pattern(10 * 500, 9);
+  InjectUso(guest, server.addr, first, 500);
+  std::vector<std::vector<uint8_t>> want = Cut(first, 500);
+  // More while the socket is full: they wait behind, in order, of every
+  // size (mixed).
+  for (size_t size : {size_t{1}, size_t{1400}, size_t{7}, size_t{9000}}) {
+    const std::vector<uint8_t> d = Pattern(size, static_cast<uint8_t>(size));
+    InjectUdp(guest, server.addr, d);
+    want.push_back(d);
+  }
+  EXPECT_EQ(ReceiveAll(server).size(), 3u);
+  EXPECT_EQ(table_->counters().to_host_waited, 7u + 4u);
+  // Room for two more: the backlog's next flush stops mid-batch again.
+  budget = 2;
+  Turn(absl::Milliseconds(50));
+  EXPECT_EQ(ReceiveAll(server).size(), 2u);
+  budget = -1;
+  Turn(absl::Milliseconds(50));
+  std::vector<std::vector<uint8_t>> rest = ReceiveAll(server);
+  ASSERT_EQ(rest.size(), want.size() - 5);
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), want.begin() + 5));
+  EXPECT_EQ(table_->counters().to_host_dropped_full, 0u);
+  EXPECT_EQ(table_->counters().datagrams_to_host, want.size());
+  // And a datagram after the backlog drained goes straight out.
+  InjectUdp(guest, server.addr, udp::testing::Bytes("after"));
+  EXPECT_EQ(ReceiveAll(server),
+            std::vector<std::vector<uint8_t>>{udp::testing::Bytes("after")});
+}
+
+TEST_F(UdpBatchTest, BacklogPastItsBoundDropsTheNewestAndCountsThem) {
+  Seen seen;
+  int budget = 0;
+  UdpFlowOptions o;
+  o.send_batch = Hook(seen, budget, false);
+  MakeTable(o);
+  HostServer server(kLo4);
+  const SocketAddress guest = Guest(kLo4, 41003);
+  for (size_t i = 0; i < UdpFlowTable::kBacklog + 5; ++i) {
+    InjectUdp(guest, server.addr, Pattern(100, static_cast<uint8_t>(i)));
+  }
+  EXPECT_EQ(table_->counters().to_host_dropped_full, 5u);
+  budget = -1;
+  Turn(absl::Milliseconds(50));
+  const auto got = ReceiveAll(server);
+  ASSERT_EQ(got.size(), UdpFlowTable::kBacklog);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i], Pattern(100, static_cast<uint8_t>(i))) << i;
+  }
+}
+
+TEST_F(UdpBatchTest, HostGroSuperDatagramReachesTheGuestAsItsDatagrams) {
+  MakeTable();
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    SCOPED_TRACE(lo.ToString());
+    HostServer server(lo);
+    const SocketAddress guest = Guest(lo, 41004);
+    InjectUdp(guest, server.addr, udp::testing::Bytes("hi"));
+    SocketAddress flow_addr;
+    ASSERT_TRUE(server.Receive(&flow_addr, false));
+    (void)TakeSent();
+    // The host peer sends 7 datagrams with one UDP_SEGMENT send; the
+    // flow's socket (UDP_GRO) reads them as one.
+    const std::vector<uint8_t> data = Pattern(6 * 1200 + 5, 4);
+    sockaddr_storage ss;
+    const socklen_t len = ToSockaddr(flow_addr, ss);
+    iovec iov{const_cast<uint8_t*>(data.data()), data.size()};
+    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(uint16_t))] = {};
+    msghdr m{};
+    m.msg_name = &ss;
+    m.msg_namelen = len;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    const uint16_t seg = 1200;
+    std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+    ASSERT_EQ(sendmsg(server.fd, &m, 0), static_cast<ssize_t>(data.size()));
+    const uint64_t gro_before = table_->counters().to_guest_gro;
+    std::vector<Got> got = Datagrams(RunUntilSent(7));
+    ASSERT_EQ(got.size(), 7u);
+    const auto want = Cut(data, 1200);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].l4.size(), want[i].size() + 8) << i;
+      EXPECT_TRUE(std::equal(want[i].begin(), want[i].end(),
+                             got[i].l4.begin() + 8))
+          << i;
+      EXPECT_EQ(got[i].dst, guest.ip);
+    }
+    EXPECT_EQ(table_->counters().to_guest_gro, gro_before + 1);
+  }
+}
+
+TEST_F(UdpBatchTest, PortUnreachableForASuperDatagramReachesTheGuest) {
+  MakeTable();
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    SCOPED_TRACE(lo.ToString());
+    SocketAddress closed;
+    {
+      HostServer gone(lo);
+      closed = gone.addr;
+    }
+    const SocketAddress guest = Guest(lo, 41005);
+    InjectUso(guest, closed, Pattern(4 * 300, 5), 300);
+    std::vector<Got> got = Datagrams(RunUntilSent());
+    ASSERT_GE(got.size(), 1u);
+    const std::vector<uint8_t>& icmp = got[0].l4;
+    EXPECT_EQ(got[0].src, lo);
+    if (lo.is_v4()) {
+      ASSERT_EQ(got[0].protocol, 1);
+      ASSERT_EQ(icmp.size(), 36u);
+      EXPECT_EQ(icmp[0], 3);
+      EXPECT_EQ(icmp[1], 3);
+      EXPECT_EQ(wire::LoadBe16(&icmp[28]), guest.port);
+      EXPECT_EQ(wire::LoadBe16(&icmp[30]), closed.port);
+      EXPECT_EQ(wire::LoadBe16(&icmp[32]), 308);  // one datagram's length
+    } else {
+      ASSERT_EQ(got[0].protocol, 58);
+      EXPECT_EQ(icmp[0], 1);
+      EXPECT_EQ(icmp[1], 4);
+      EXPECT_EQ(wire::LoadBe16(&icmp[48]), guest.port);
+      EXPECT_EQ(wire::LoadBe16(&icmp[50]), closed.port);
+    }
+  }
+  EXPECT_GE(table_->counters().host_icmp_port_unreachable, 2u);
+  EXPECT_EQ(table_->counters().to_host_segmented, 2u);
 }
 
 }  // namespace

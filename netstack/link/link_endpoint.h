@@ -47,6 +47,10 @@ struct InboundFrame {
   // local sender, TP_STATUS_CSUMNOTREADY, VIRTIO_NET_HDR_F_NEEDS_CSUM): the
   // field holds only the pseudo-header sum, so it must not be verified.
   bool checksum_partial = false;
+  // A USO super-frame (virtio-net GSO_UDP_L4, issue #34): one UDP header
+  // whose payload is several datagrams of this many bytes each, the last
+  // one shorter or equal. 0: one datagram.
+  uint16_t udp_gso_size = 0;
 };
 
 // Receives frames from an endpoint. The span and the InboundFrame objects

@@ -224,6 +224,7 @@ void Stack::HandleIpv4(Nic& nic, const link::InboundFrame& frame,
   d.payload = packet.Subview(hlen, ip.payload_len);
   d.checksum_verified = frame.checksum_verified;
   d.checksum_partial = frame.checksum_partial;
+  d.udp_gso_size = frame.udp_gso_size;
   d.link_multicast = link_multicast;
   if (ip.more_fragments || ip.fragment_offset != 0) {
     ++counters_.ipv4_fragments_received;
@@ -244,6 +245,7 @@ void Stack::HandleIpv4(Nic& nic, const link::InboundFrame& frame,
     // A reassembled checksum was never seen whole by the kernel.
     d.checksum_verified = false;
     d.checksum_partial = false;
+    d.udp_gso_size = 0;
   }
   DeliverIpv4(d, now);
 }

@@ -175,6 +175,7 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
   d.packet = packet.Subview(0, hlen + ip.payload_len);
   d.checksum_verified = frame.checksum_verified;
   d.checksum_partial = frame.checksum_partial;
+  d.udp_gso_size = frame.udp_gso_size;
   d.link_multicast = link_multicast;
   if (ext.unrecognized_option) {
     // RFC 8200 4.2: an option whose action bits say discard: 01 silently;
@@ -217,6 +218,7 @@ void Stack::HandleIpv6(Nic& nic, const link::InboundFrame& frame,
       d.protocol = frag.next_header;
       d.checksum_verified = false;
       d.checksum_partial = false;
+      d.udp_gso_size = 0;
     }
     // Headers after the Fragment header belong to the reassembled data.
     wire::Ipv6ExtensionInfo inner;

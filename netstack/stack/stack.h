@@ -71,6 +71,7 @@ struct Ipv4Datagram {
   bool link_multicast = false;
   bool checksum_verified = false;  // see link::InboundFrame
   bool checksum_partial = false;
+  uint16_t udp_gso_size = 0;  // see link::InboundFrame
 };
 
 struct Ipv6Datagram {
@@ -84,6 +85,7 @@ struct Ipv6Datagram {
   buffer::PayloadView payload;
   bool checksum_verified = false;
   bool checksum_partial = false;
+  uint16_t udp_gso_size = 0;  // see link::InboundFrame
 };
 
 // An ICMP or ICMPv6 error about a datagram we sent (RFC 1122 3.2.2.1,

@@ -1,5 +1,6 @@
 #include "netstack/udp/udp_layer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -30,6 +31,22 @@ constexpr std::optional<DropReason> QueueFullDisposition() {
 }
 
 }  // namespace
+
+bool UnmatchedDatagramHandler::OnUnmatchedSuperDatagram(
+    const SocketAddress& src, const SocketAddress& dst,
+    const buffer::PayloadView& payload, uint16_t segment_size, Instant now) {
+  if (segment_size == 0) {
+    return OnUnmatchedDatagram(src, dst, payload, now);
+  }
+  for (uint32_t off = 0; off < payload.size(); off += segment_size) {
+    const uint32_t n = std::min<uint32_t>(segment_size, payload.size() - off);
+    if (!OnUnmatchedDatagram(src, dst, payload.Subview(off, n), now) &&
+        off == 0) {
+      return false;
+    }
+  }
+  return true;
+}
 
 std::string UdpCounters::Format() const {
   std::string out;
@@ -294,20 +311,21 @@ std::optional<DropReason> UdpLayer::Deliver(const stack::Ipv4Datagram& d,
   const bool multi =
       d.link_multicast || d.ip.dst.IsBroadcast() || d.ip.dst.IsMulticast();
   return Demux(table4_, IpAddress(d.ip.dst), IpAddress(d.ip.src), d.payload,
-               multi, now);
+               multi, d.udp_gso_size, now);
 }
 
 std::optional<DropReason> UdpLayer::Deliver(const stack::Ipv6Datagram& d,
                                             Instant now) {
   return Demux(table6_, IpAddress(d.ip.dst), IpAddress(d.ip.src), d.payload,
-               d.ip.dst.IsMulticast(), now);
+               d.ip.dst.IsMulticast(), d.udp_gso_size, now);
 }
 
 std::optional<DropReason> UdpLayer::Demux(PortTable& table,
                                           const IpAddress& dst,
                                           const IpAddress& src_ip,
                                           const buffer::PayloadView& l4,
-                                          bool multi, Instant now) {
+                                          bool multi, uint16_t gso_size,
+                                          Instant now) {
   // The stack parsed this header already; parsing again costs a few loads
   // and keeps this function safe on its own (after Check, no read is out
   // of bounds, and Length is within the view).
@@ -322,16 +340,25 @@ std::optional<DropReason> UdpLayer::Demux(PortTable& table,
   const buffer::PayloadView payload =
       l4.Subview(wire::UdpHeader::kHeaderLen, udp.payload_len);
 
+  // A USO super-datagram holds several datagrams: a socket of ours gets
+  // each as a view of the same chunk, in order.
+  const bool super = gso_size != 0 && payload.size() > gso_size;
   size_t matched = 0;
   size_t queued = 0;
   auto enqueue = [&](PortBinding& b) {
     ++matched;
-    if (b.socket->Enqueue(payload, src)) {
-      ++queued;
-      ++counters_.datagrams_received;
-    } else {
-      ++counters_.receive_queue_full;
-    }
+    const uint32_t step = super ? gso_size : payload.size();
+    uint32_t off = 0;
+    do {
+      const uint32_t n = std::min<uint32_t>(step, payload.size() - off);
+      if (b.socket->Enqueue(payload.Subview(off, n), src)) {
+        ++queued;
+        ++counters_.datagrams_received;
+      } else {
+        ++counters_.receive_queue_full;
+      }
+      off += n;
+    } while (off < payload.size());
   };
   if (multi) {
     table.ForEachMatch(dst, udp.dst_port, src, enqueue);
@@ -340,8 +367,11 @@ std::optional<DropReason> UdpLayer::Demux(PortTable& table,
   }
   if (matched == 0) {
     if (!multi && unmatched_ != nullptr &&
-        unmatched_->OnUnmatchedDatagram(src, SocketAddress{dst, udp.dst_port},
-                                        payload, now)) {
+        (super ? unmatched_->OnUnmatchedSuperDatagram(
+                     src, SocketAddress{dst, udp.dst_port}, payload, gso_size,
+                     now)
+               : unmatched_->OnUnmatchedDatagram(
+                     src, SocketAddress{dst, udp.dst_port}, payload, now))) {
       ++counters_.unmatched_handled;
       return std::nullopt;
     }

@@ -112,6 +112,15 @@ class UnmatchedDatagramHandler {
                                    const transport::SocketAddress& dst,
                                    const buffer::PayloadView& payload,
                                    Instant now) = 0;
+  // A USO super-datagram (link::InboundFrame::udp_gso_size): `payload`
+  // is datagrams of `segment_size` bytes, the last one shorter or equal.
+  // A backend may relay it whole (UDP_SEGMENT); by default each datagram
+  // goes to OnUnmatchedDatagram in order, and false for the first one is
+  // false for all.
+  virtual bool OnUnmatchedSuperDatagram(const transport::SocketAddress& src,
+                                        const transport::SocketAddress& dst,
+                                        const buffer::PayloadView& payload,
+                                        uint16_t segment_size, Instant now);
 };
 
 class UdpLayer : public stack::TransportHandler {
@@ -209,7 +218,8 @@ class UdpLayer : public stack::TransportHandler {
                                          const transport::IpAddress& dst,
                                          const transport::IpAddress& src,
                                          const buffer::PayloadView& l4,
-                                         bool multi, Instant now);
+                                         bool multi, uint16_t gso_size,
+                                         Instant now);
 
   stack::Stack& stack_;
   buffer::ChunkPool& chunks_;
