@@ -458,7 +458,11 @@ void PinTable::Pin(const IpAddress& address, std::string_view name,
   auto it = pins_.find(address);
   if (it != pins_.end()) {
     Pin_& pin = it->second;
-    pin.name = CanonicalName(name);
+    // In place: a re-pin (every answer for a name asked again) reuses the
+    // string's storage.
+    if (!name.empty() && name.back() == '.') name.remove_suffix(1);
+    pin.name.assign(name.data(), name.size());
+    absl::AsciiStrToLower(&pin.name);
     if (expiry > pin.expiry) {
       expiry_order_.erase(ExpiryKey{pin.expiry, pin.seq});
       pin.expiry = expiry;
@@ -699,7 +703,19 @@ Policy::NameVerdict Policy::DecideName(std::string_view name,
                                        int* rule) const {
   if (rule != nullptr) *rule = -1;
   if (config_.egress_none) return NameVerdict::kDeny;
-  const std::string canonical = CanonicalName(name);
+  // Lower case in a buffer on the stack: this runs for every DNS query.
+  // Only the last 254 bytes can match: no rule's name is longer than 253
+  // bytes, so an exact rule needs no more, and a wildcard's suffix starts
+  // after a dot among them.
+  if (!name.empty() && name.back() == '.') name.remove_suffix(1);
+  if (name.size() > kMaxName + 1) {
+    name.remove_prefix(name.size() - (kMaxName + 1));
+  }
+  char buffer[kMaxName + 1];
+  for (size_t i = 0; i < name.size(); ++i) {
+    buffer[i] = absl::ascii_tolower(static_cast<unsigned char>(name[i]));
+  }
+  const std::string_view canonical(buffer, name.size());
   const std::vector<Rule>& rules = config_.rules;
   // A deny for some ports or protocols only leaves the name to the others.
   const int d = deny_->MatchName(rules, canonical, [](const Rule& r) {
