@@ -15,6 +15,9 @@ HEADER_FUNCTIONS = {
     "netstack_forward_add", "netstack_forward_remove", "netstack_counters",
     "netstack_counter", "netstack_version",
 }
+# Functions added after 1.0, by the version node of their release.
+LATER_FUNCTIONS = {"netstack_set_policy_file": "NETSTACK_1.1"}
+NODES = {"NETSTACK_1.0", "NETSTACK_1.1"}
 
 
 def run(*argv):
@@ -38,11 +41,11 @@ class AbiTest(unittest.TestCase):
         for line in run("nm", "-D", "--defined-only", LIB).splitlines():
             fields = line.split()
             defined.add(fields[-1])
-        self.assertIn("NETSTACK_1.0", defined)  # the version node itself
-        functions = {s.split("@")[0] for s in defined if s != "NETSTACK_1.0"}
+        self.assertLessEqual(NODES, defined)  # the version nodes themselves
+        functions = {s.split("@")[0] for s in defined if s not in NODES}
         stray = {s for s in functions if not s.startswith("netstack_")}
         self.assertEqual(stray, set(), "exported beyond netstack_*")
-        self.assertEqual(functions, HEADER_FUNCTIONS)
+        self.assertEqual(functions, HEADER_FUNCTIONS | set(LATER_FUNCTIONS))
 
     def test_objdump_agrees_and_versions(self):
         # objdump -T: defined symbols have a section other than *UND*.
@@ -52,10 +55,21 @@ class AbiTest(unittest.TestCase):
                          line)
             if m and m.group(1) != "*UND*":
                 exported[m.group(3)] = m.group(2)
-        exported.pop("NETSTACK_1.0", None)
-        self.assertEqual(set(exported), HEADER_FUNCTIONS)
+        for node in NODES:
+            exported.pop(node, None)
+        self.assertEqual(set(exported), HEADER_FUNCTIONS | set(LATER_FUNCTIONS))
         for name, version in exported.items():
-            self.assertEqual(version, "NETSTACK_1.0", name)
+            self.assertEqual(version, LATER_FUNCTIONS.get(name, "NETSTACK_1.0"),
+                             name)
+
+    def test_header_declares_what_is_exported(self):
+        # A function declared in netstack.h but not exported (or the
+        # reverse) would fail at an embedder's link or load.
+        header = os.path.join(os.path.dirname(LIB), "netstack.h")
+        with open(header) as f:
+            declared = set(re.findall(r"NETSTACK_API [^;(]*?\b(netstack_\w+)\(",
+                                      f.read()))
+        self.assertEqual(declared, HEADER_FUNCTIONS | set(LATER_FUNCTIONS))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@
 #include "netstack/backend/dns_config.h"
 #include "netstack/capi/capi_internal.h"
 #include "netstack/capi/netstack.h"
+#include "netstack/policy/policy.h"
+#include "netstack/policy/policy_file.h"
 #include "netstack/runtime/forward_spec.h"
 #include "netstack/runtime/runtime.h"
 #include "netstack/stack/route_table.h"
@@ -53,9 +55,13 @@ using runtime::RuntimeOptions;
 
 // The config as 1.0 has it. A caller's struct is at least this big: 1.0
 // is the first release. Fields appended later are read only when the
-// caller's size covers them.
+// caller's size covers them (CopyConfig leaves the rest zero: a 1.0
+// caller's policy_file is NULL).
 constexpr size_t kConfigSizeV1 =
     offsetof(netstack_config, tcp_guest_timeout_ms) + sizeof(uint32_t);
+// The environment variable that names a policy file when policy_file is
+// NULL: for callers that cannot pass a config (QEMU through libslirp).
+constexpr char kPolicyEnv[] = "NETSTACK_POLICY";
 // A super-segment of TCP's: the software splitter above a link without
 // host GSO, and the host GSO of a TAP with a vnet header.
 constexpr uint32_t kGsoMaxSize = 65535;
@@ -176,6 +182,28 @@ absl::Status ParsePolicy(const netstack_config& c, backend::BackendPolicy* p) {
   if (Given(c.resolv_conf)) p->resolv_conf = c.resolv_conf;
   p->dns = !c.disable_dns;
   p->dhcp4 = !c.disable_dhcp;
+  return absl::OkStatus();
+}
+
+// The egress policy of policy_file, or of NETSTACK_POLICY when that is
+// NULL. Not given at all: null, the backend's open policy. An error names
+// where the path came from, the path and the line.
+absl::Status LoadEgressPolicy(const netstack_config& c,
+                              std::shared_ptr<const policy::Policy>* out) {
+  const char* path = c.policy_file;
+  const char* source = "policy_file";
+  if (path == nullptr) {
+    path = ::getenv(kPolicyEnv);
+    source = kPolicyEnv;
+  }
+  if (!Given(path)) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<const policy::Policy>> p =
+      policy::LoadPolicyFile(path);
+  if (!p.ok()) {
+    return absl::Status(p.status().code(),
+                        absl::StrCat(source, " ", p.status().message()));
+  }
+  *out = *std::move(p);
   return absl::OkStatus();
 }
 
@@ -318,6 +346,9 @@ absl::Status BuildOptions(const netstack_config& c, RuntimeOptions* o,
   if (!plan.ok()) return plan.status();
   b.plan = *plan;
   if (absl::Status s = ParsePolicy(c, &b.policy); !s.ok()) return s;
+  if (absl::Status s = LoadEgressPolicy(c, &b.policy.egress); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = ParseLimits(c, &b.limits, &o->forwards); !s.ok()) {
     return s;
   }
@@ -417,6 +448,13 @@ int Turn(netstack_t* ns, const char* what, Fn fn) {
 }
 
 }  // namespace
+
+absl::StatusOr<size_t> SetEgressPolicy(
+    netstack_t* ns, std::shared_ptr<const policy::Policy> egress) {
+  backend::Backend* b = ns->rt->backend();
+  if (b == nullptr) return absl::FailedPreconditionError("no backend");
+  return b->SetEgressPolicy(std::move(egress));
+}
 
 void StopHandler::OnReadable(Instant now) {
   uint64_t n;
@@ -642,9 +680,30 @@ NETSTACK_API int netstack_counter(const netstack_t* ns, const char* name,
                       absl::StrCat("no counter '", name, "'")));
 }
 
+NETSTACK_API int netstack_set_policy_file(netstack_t* ns, const char* path,
+                                          uint64_t* reset) {
+  if (ns == nullptr) return -EINVAL;
+  if (ns->depth > 0) {
+    return Fail(ns, absl::FailedPreconditionError(
+                        "netstack_set_policy_file from inside a callback of "
+                        "this netstack"));
+  }
+  std::shared_ptr<const netstack::policy::Policy> p;
+  if (path != nullptr && path[0] != '\0') {
+    absl::StatusOr<std::shared_ptr<const netstack::policy::Policy>> loaded =
+        netstack::policy::LoadPolicyFile(path);
+    if (!loaded.ok()) return Fail(ns, loaded.status());
+    p = *std::move(loaded);
+  }
+  absl::StatusOr<size_t> n = netstack::capi::SetEgressPolicy(ns, std::move(p));
+  if (!n.ok()) return Fail(ns, n.status());
+  if (reset != nullptr) *reset = *n;
+  return 0;
+}
+
 NETSTACK_API const char* netstack_version(void) {
-  static_assert(NETSTACK_VERSION_MAJOR == 1 && NETSTACK_VERSION_MINOR == 0);
-  return "1.0.0";
+  static_assert(NETSTACK_VERSION_MAJOR == 1 && NETSTACK_VERSION_MINOR == 1);
+  return "1.1.0";
 }
 
 }  // extern "C"

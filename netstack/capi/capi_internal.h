@@ -7,14 +7,17 @@
 #define NETSTACK_CAPI_CAPI_INTERNAL_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "link/callback_endpoint.h"
 #include "link/fd_util.h"
 #include "netstack/capi/netstack.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/policy/policy.h"
 #include "netstack/runtime/runtime.h"
 
 namespace netstack::capi {
@@ -56,5 +59,15 @@ struct netstack_instance {
   // link.
   netstack::link::CallbackEndpoint* callback = nullptr;
 };
+
+namespace netstack::capi {
+
+// Replaces `ns`'s egress policy (null: none) and judges its open flows
+// again: what netstack_set_policy_file() does with a file's policy.
+// Returns the number of flows the new policy ended.
+absl::StatusOr<size_t> SetEgressPolicy(
+    netstack_t* ns, std::shared_ptr<const policy::Policy> egress);
+
+}  // namespace netstack::capi
 
 #endif  // NETSTACK_CAPI_CAPI_INTERNAL_H_

@@ -1,8 +1,10 @@
 /* libnetstack's C API, driven from C through libnetstack.so.1 as an
  * embedder links it: bad configs and their messages, the callback link
  * (ARP and DHCP through netstack_input and send_frame), a stream link on
- * a socketpair, forwards added and removed, counters, stop, and two
- * instances in one process. netstack.h comes first: it compiles alone. */
+ * a socketpair, forwards added and removed, counters, stop, two
+ * instances in one process, and the egress policy (policy_file,
+ * NETSTACK_POLICY, a 1.0-sized config, netstack_set_policy_file).
+ * netstack.h comes first: it compiles alone. */
 #include "netstack/capi/netstack.h"
 
 #include <arpa/inet.h>
@@ -114,6 +116,41 @@ static size_t dhcp_discover(uint8_t *f, uint32_t xid) {
   memset(ip + 16, 0xff, 4);
   put16(ip + 10, ip_checksum(ip, 20));
   return 14 + 20 + udp_len;
+}
+
+/* A TCP SYN from 10.0.2.100:`sport` to `dst`:`dport`, to the gateway's
+ * MAC `gw_mac`. */
+static size_t tcp_syn(uint8_t *f, const uint8_t gw_mac[6],
+                      const uint8_t dst[4], uint16_t sport, uint16_t dport) {
+  static const uint8_t src[4] = {10, 0, 2, 100};
+  memset(f, 0, 14 + 40);
+  memcpy(f, gw_mac, 6);
+  memcpy(f + 6, kGuestMac, 6);
+  put16(f + 12, 0x0800);
+  uint8_t *ip = f + 14;
+  uint8_t *tcp = ip + 20;
+  ip[0] = 0x45;
+  put16(ip + 2, 40);
+  ip[8] = 64;
+  ip[9] = 6;
+  memcpy(ip + 12, src, 4);
+  memcpy(ip + 16, dst, 4);
+  put16(ip + 10, ip_checksum(ip, 20));
+  put16(tcp, sport);
+  put16(tcp + 2, dport);
+  tcp[7] = 1;      /* seq 1 */
+  tcp[12] = 0x50;  /* 20-byte header */
+  tcp[13] = 0x02;  /* SYN */
+  put16(tcp + 14, 65535);
+  uint8_t pseudo[12 + 20];
+  memcpy(pseudo, src, 4);
+  memcpy(pseudo + 4, dst, 4);
+  pseudo[8] = 0;
+  pseudo[9] = 6;
+  put16(pseudo + 10, 20);
+  memcpy(pseudo + 12, tcp, 20);
+  put16(tcp + 16, ip_checksum(pseudo, sizeof pseudo));
+  return 14 + 40;
 }
 
 /* ---- What the library sends ------------------------------------------- */
@@ -579,7 +616,7 @@ static void test_counters(void) {
   CHECK(netstack_counter(ns, "backend.tcp_flows", &v) == -ENOENT);
   CHECK_CONTAINS(netstack_last_error(ns), "no counter 'backend.tcp_flows'");
   CHECK(netstack_counter(ns, NULL, &v) == -EINVAL);
-  CHECK(strcmp(netstack_version(), "1.0.0") == 0);
+  CHECK(strcmp(netstack_version(), "1.1.0") == 0);
   netstack_free(ns);
   netstack_free(NULL);
 }
@@ -655,7 +692,218 @@ static void test_two_instances(void) {
   netstack_free(b);
 }
 
+/* ---- The egress policy (policy_file, NETSTACK_POLICY) ------------------ */
+
+static char policy_dir[] = "/tmp/capi-policy-XXXXXX";
+static char good_policy[64], bad_policy[64], other_policy[64];
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  CHECK(f != NULL);
+  if (f == NULL) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+static void make_policy_files(void) {
+  CHECK(mkdtemp(policy_dir) != NULL);
+  snprintf(good_policy, sizeof good_policy, "%s/good", policy_dir);
+  snprintf(bad_policy, sizeof bad_policy, "%s/bad", policy_dir);
+  snprintf(other_policy, sizeof other_policy, "%s/other", policy_dir);
+  write_file(good_policy, "# only one address\nallow 198.51.100.1\n");
+  write_file(bad_policy, "allow 198.51.100.1\nallow 198.51.100.0/33\n");
+  write_file(other_policy, "allow 198.51.100.2\n");
+}
+
+static void remove_policy_files(void) {
+  unlink(good_policy);
+  unlink(bad_policy);
+  unlink(other_policy);
+  rmdir(policy_dir);
+}
+
+/* The gateway's MAC, from its answer to an ARP request of the guest's
+ * (which also teaches the stack the guest's MAC). */
+static void learn_gateway(netstack_t *ns, struct sink *s, uint8_t mac[6]) {
+  static const uint8_t gw[4] = {10, 0, 2, 2};
+  uint8_t f[64];
+  size_t len = arp_request(f, gw);
+  netstack_input(ns, f, len);
+  netstack_poll(ns);
+  CHECK(s->arp_frames >= 1);
+  memcpy(mac, s->last + 14 + 8, 6);
+}
+
+/* A SYN to `dst`:80: 1 when the stack answered it with an RST at once
+ * (the policy refused it), 0 otherwise. */
+static int syn_gets_rst(netstack_t *ns, struct sink *s, const uint8_t mac[6],
+                        const uint8_t dst[4], uint16_t sport) {
+  uint8_t f[64];
+  size_t len = tcp_syn(f, mac, dst, sport, 80);
+  s->last_len = 0;
+  netstack_input(ns, f, len);
+  netstack_poll(ns);
+  if (s->last_len < 14 + 40 || get16(s->last + 12) != 0x0800) return 0;
+  const uint8_t *ip = s->last + 14;
+  const uint8_t *tcp = ip + (ip[0] & 0x0f) * 4;
+  return ip[9] == 6 && memcmp(ip + 12, dst, 4) == 0 &&
+         get16(tcp) == 80 && get16(tcp + 2) == sport && (tcp[13] & 0x04);
+}
+
+static uint64_t counter(netstack_t *ns, const char *name) {
+  uint64_t v = UINT64_MAX;
+  CHECK(netstack_counter(ns, name, &v) == 0);
+  return v;
+}
+
+/* A callback netstack whose own flows can never leave this machine: its
+ * host sockets bind 192.0.2.1 (TEST-NET-1), which no host here holds. */
+static void policy_config(netstack_config *cfg, struct sink *s) {
+  callback_config(cfg, s);
+  cfg->outbound_addr4 = "192.0.2.1";
+}
+
+static void test_policy_file_errors(void) {
+  struct sink s = {0};
+  netstack_config cfg;
+  char want[160];
+
+  unsetenv("NETSTACK_POLICY");
+  policy_config(&cfg, &s);
+  cfg.policy_file = bad_policy;
+  snprintf(want, sizeof want, "policy_file %s: line 2: ", bad_policy);
+  expect_refused(&cfg, want);
+
+  policy_config(&cfg, &s);
+  cfg.policy_file = "/nonexistent-dir/policy";
+  expect_refused(&cfg, "policy_file /nonexistent-dir/policy: open directory");
+
+  /* NULL: NETSTACK_POLICY names the file. */
+  setenv("NETSTACK_POLICY", bad_policy, 1);
+  policy_config(&cfg, &s);
+  snprintf(want, sizeof want, "NETSTACK_POLICY %s: line 2: ", bad_policy);
+  expect_refused(&cfg, want);
+  setenv("NETSTACK_POLICY", "/nonexistent-dir/policy", 1);
+  expect_refused(&cfg, "NETSTACK_POLICY /nonexistent-dir/policy: ");
+
+  /* "": no policy, the environment not read. */
+  cfg.policy_file = "";
+  netstack_t *ns = netstack_new(&cfg, NULL, 0);
+  CHECK(ns != NULL);
+  netstack_free(ns);
+
+  /* A caller built against 1.0: its struct ends before policy_file, and
+   * the library reads nothing past its size (what lies there here is a
+   * bad file's name). NETSTACK_POLICY still applies to it. */
+  policy_config(&cfg, &s);
+  cfg.policy_file = bad_policy;
+  cfg.size = (uint32_t)offsetof(netstack_config, policy_file);
+  unsetenv("NETSTACK_POLICY");
+  char err[256] = "";
+  ns = netstack_new(&cfg, err, sizeof err);
+  CHECK(ns != NULL);
+  if (ns == NULL) fprintf(stderr, "1.0-sized config: %s\n", err);
+  netstack_free(ns);
+  setenv("NETSTACK_POLICY", bad_policy, 1);
+  snprintf(want, sizeof want, "NETSTACK_POLICY %s: line 2: ", bad_policy);
+  expect_refused(&cfg, want);
+  unsetenv("NETSTACK_POLICY");
+}
+
+/* The policy judges the guest's SYNs: 198.51.100.2 is refused with an RST
+ * at once (backend.policy.refused.not_allowed), 198.51.100.1 is allowed
+ * (its connect then fails at the unbindable source, which is not the
+ * policy's doing). By the field, by NETSTACK_POLICY, and by a 1.0-sized
+ * config with NETSTACK_POLICY. */
+static void test_policy_refuses_and_allows(void) {
+  static const uint8_t allowed[4] = {198, 51, 100, 1};
+  static const uint8_t denied[4] = {198, 51, 100, 2};
+  for (int how = 0; how < 3; ++how) {
+    struct sink s = {0};
+    netstack_config cfg;
+    policy_config(&cfg, &s);
+    if (how == 0) {
+      unsetenv("NETSTACK_POLICY");
+      cfg.policy_file = good_policy;
+    } else {
+      setenv("NETSTACK_POLICY", good_policy, 1);
+      if (how == 2) cfg.size = (uint32_t)offsetof(netstack_config, policy_file);
+    }
+    char err[256] = "";
+    netstack_t *ns = netstack_new(&cfg, err, sizeof err);
+    unsetenv("NETSTACK_POLICY");
+    CHECK(ns != NULL);
+    if (ns == NULL) {
+      fprintf(stderr, "policy %d: %s\n", how, err);
+      continue;
+    }
+    uint8_t mac[6];
+    learn_gateway(ns, &s, mac);
+    CHECK(syn_gets_rst(ns, &s, mac, denied, 40000));
+    CHECK(counter(ns, "backend.policy.refused.not_allowed") == 1);
+    CHECK(counter(ns, "backend.policy.allowed") == 0);
+    syn_gets_rst(ns, &s, mac, allowed, 40001);
+    CHECK(counter(ns, "backend.policy.allowed") == 1);
+    CHECK(counter(ns, "backend.policy.refused.not_allowed") == 1);
+    netstack_free(ns);
+  }
+  /* The control: without a policy the same SYN is allowed. */
+  struct sink s = {0};
+  netstack_config cfg;
+  policy_config(&cfg, &s);
+  netstack_t *ns = netstack_new(&cfg, NULL, 0);
+  CHECK(ns != NULL);
+  if (ns == NULL) return;
+  uint8_t mac[6];
+  learn_gateway(ns, &s, mac);
+  syn_gets_rst(ns, &s, mac, denied, 40000);
+  CHECK(counter(ns, "backend.policy.allowed") == 1);
+  CHECK(counter(ns, "backend.policy.refused.not_allowed") == 0);
+  netstack_free(ns);
+}
+
+/* netstack_set_policy_file: a new file applies to the next SYN; a bad one
+ * is refused with its line and changes nothing; NULL is no policy. */
+static void test_set_policy_file(void) {
+  static const uint8_t one[4] = {198, 51, 100, 1};
+  static const uint8_t two[4] = {198, 51, 100, 2};
+  struct sink s = {0};
+  netstack_config cfg;
+  policy_config(&cfg, &s);
+  cfg.policy_file = good_policy;
+  netstack_t *ns = netstack_new(&cfg, NULL, 0);
+  CHECK(ns != NULL);
+  if (ns == NULL) return;
+  uint8_t mac[6];
+  learn_gateway(ns, &s, mac);
+  CHECK(syn_gets_rst(ns, &s, mac, two, 41000));
+
+  uint64_t reset = 99;
+  CHECK(netstack_set_policy_file(ns, other_policy, &reset) == 0);
+  CHECK(reset == 0);
+  CHECK(syn_gets_rst(ns, &s, mac, one, 41001));
+  CHECK(counter(ns, "backend.policy.refused.not_allowed") == 2);
+
+  char want[160];
+  CHECK(netstack_set_policy_file(ns, bad_policy, &reset) == -EINVAL);
+  snprintf(want, sizeof want, "%s: line 2: ", bad_policy);
+  CHECK_CONTAINS(netstack_last_error(ns), want);
+  CHECK(syn_gets_rst(ns, &s, mac, one, 41002)); /* other_policy stays */
+  CHECK(netstack_set_policy_file(ns, "/nonexistent-dir/p", NULL) < 0);
+  CHECK_CONTAINS(netstack_last_error(ns), "/nonexistent-dir/p: ");
+
+  CHECK(netstack_set_policy_file(ns, NULL, NULL) == 0);
+  const uint64_t allowed = counter(ns, "backend.policy.allowed");
+  syn_gets_rst(ns, &s, mac, one, 41003);
+  CHECK(counter(ns, "backend.policy.allowed") == allowed + 1);
+  CHECK(counter(ns, "backend.policy.refused.not_allowed") == 3);
+  CHECK(netstack_set_policy_file(NULL, NULL, NULL) == -EINVAL);
+  netstack_free(ns);
+}
+
 int main(void) {
+  /* The environment must not steer the other tests. */
+  unsetenv("NETSTACK_POLICY");
   test_bad_configs();
   test_arp_and_dhcp_through_callbacks();
   test_dhcp_and_dns_off();
@@ -665,6 +913,11 @@ int main(void) {
   test_counters();
   test_run_and_stop();
   test_two_instances();
+  make_policy_files();
+  test_policy_file_errors();
+  test_policy_refuses_and_allows();
+  test_set_policy_file();
+  remove_policy_files();
   if (failures != 0) {
     fprintf(stderr, "%d checks failed\n", failures);
     return 1;

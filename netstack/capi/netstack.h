@@ -67,7 +67,7 @@ extern "C" {
 #endif
 
 #define NETSTACK_VERSION_MAJOR 1
-#define NETSTACK_VERSION_MINOR 0
+#define NETSTACK_VERSION_MINOR 1
 
 #if defined(__GNUC__)
 #define NETSTACK_API __attribute__((visibility("default")))
@@ -162,6 +162,21 @@ typedef struct netstack_config {
    * 0: off (TCP's own retransmission limit, about 15 minutes). At least
    * 1000. */
   uint32_t tcp_guest_timeout_ms;
+
+  /* 1.1: the egress policy (docs/POLICY.md), a file in netstackd's
+   * `--policy FILE` syntax: "allow RULE", "deny RULE" or "egress none" a
+   * line, '#' comments. NULL: the file the environment variable
+   * NETSTACK_POLICY names, if it is set and not empty (for a caller that
+   * cannot pass a config, such as QEMU through the libslirp stand-in; a
+   * caller built against 1.0, whose struct ends before this field, gets
+   * it too). "": no policy, and NETSTACK_POLICY is not read. Without a
+   * policy the guest reaches everything but the cloud metadata addresses.
+   * A file that cannot be read or does not parse fails netstack_new(),
+   * with an error that names the file and the line ("NETSTACK_POLICY
+   * /etc/p: line 3: ..."): never an open network when a policy was asked
+   * for. The file is read once; netstack_set_policy_file() reads one
+   * again. */
+  const char *policy_file;
 } netstack_config;
 
 /* Fills `cfg` with the defaults and its size. */
@@ -228,7 +243,18 @@ NETSTACK_API size_t netstack_counters(const netstack_t *ns, char *buf, size_t le
 NETSTACK_API int netstack_counter(const netstack_t *ns, const char *name,
                      uint64_t *value);
 
-/* "1.0.0" */
+/* 1.1: replaces the egress policy with the file at `path` (NULL or "":
+ * no policy, as without policy_file and NETSTACK_POLICY), read now. Every
+ * open outbound flow is judged again: a TCP flow the new policy denies is
+ * reset (an RST to the guest), a UDP or ping flow is closed; the others
+ * are not touched. *reset (may be NULL) gets how many ended. A file that
+ * cannot be read or does not parse returns -EINVAL (or the open's -errno)
+ * and leaves the policy in force; netstack_last_error() names the file
+ * and the line. Not from inside a callback (-EBUSY). */
+NETSTACK_API int netstack_set_policy_file(netstack_t *ns, const char *path,
+                                          uint64_t *reset);
+
+/* "1.1.0" */
 NETSTACK_API const char *netstack_version(void);
 
 #ifdef __cplusplus

@@ -35,7 +35,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "netstack/capi/capi_internal.h"
 #include "netstack/capi/netstack.h"
+#include "netstack/policy/policy_file.h"
 #include "netstack/slirp/libslirp.h"
 
 namespace netstack::slirp {
@@ -207,10 +209,45 @@ netstack_t* BuildNetstack(Slirp& s, std::string& error, bool pcap = true) {
       pcap && path != nullptr && *path != '\0') {
     nc.pcap_path = path;
   }
+  // The policy is NewSlirp's, read once (Slirp::egress): libnetstack does
+  // not read NETSTACK_POLICY again for each build.
+  nc.policy_file = "";
   char err[256] = "";
   netstack_t* ns = netstack_new(&nc, err, sizeof err);
-  if (ns == nullptr) error = err;
+  if (ns == nullptr) {
+    error = err;
+    return nullptr;
+  }
+  if (s.egress != nullptr) {
+    if (absl::StatusOr<size_t> set = capi::SetEgressPolicy(ns, s.egress);
+        !set.ok()) {
+      // Never an open network when a policy was asked for.
+      netstack_free(ns);
+      error = absl::StrCat("NETSTACK_POLICY: ", set.status().message());
+      return nullptr;
+    }
+  }
   return ns;
+}
+
+// NETSTACK_POLICY, if set: the file's policy into s.egress. A file that
+// cannot be read or does not parse fails slirp_new, on stderr, since
+// QEMU logs guest_error only with `-d guest_errors`.
+bool ReadPolicy(Slirp& s) {
+  const char* path = getenv("NETSTACK_POLICY");
+  if (path == nullptr || *path == '\0') return true;
+  absl::StatusOr<std::shared_ptr<const policy::Policy>> p =
+      policy::LoadPolicyFile(path);
+  if (!p.ok()) {
+    const std::string message =
+        absl::StrCat("netstack-slirp: slirp_new: NETSTACK_POLICY ",
+                     p.status().message(), " (docs/POLICY.md)");
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+    return false;
+  }
+  s.egress = *std::move(p);
+  return true;
 }
 
 }  // namespace
@@ -250,6 +287,7 @@ Slirp* NewSlirp(const SlirpConfig* cfg, const SlirpCb* callbacks,
     ReportError(*s, absl::StrCat("slirp_new: ", err));
     return nullptr;
   }
+  if (!ReadPolicy(*s)) return nullptr;
   std::string err;
   s->ns = BuildNetstack(*s, err);
   if (s->ns == nullptr) {

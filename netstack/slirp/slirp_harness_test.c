@@ -8,7 +8,10 @@
  * the caller's version faults), forwards added and removed twice, bad
  * frames, polls with select_error, a DHCP discover that must come back as
  * an offer through send_packet, two instances at once, state save and
- * load, cleanup. Under --config=asan too.
+ * load, cleanup; NETSTACK_POLICY (a bad file refused with its line on
+ * stderr, a guest's SYN let through or refused by it, also after the
+ * stand-in rebuilt its netstack with the file gone). Under --config=asan
+ * too.
  *
  * Usage: slirp_harness_test PATH_TO_LIBSLIRP_SO
  */
@@ -139,6 +142,7 @@ typedef struct Caller {
   uint32_t echo_reply_dst;
   bool na_seen;
   bool na_router;
+  bool rst_seen;  /* a TCP RST to the guest */
 } Caller;
 
 enum { kPollBase = 7 };
@@ -162,6 +166,11 @@ static ssize_t SendPacket(const void *buf, size_t len, void *opaque) {
       p[14 + (p[14] & 0x0f) * 4] == 0) {
     c->echo_reply_seen = true;
     memcpy(&c->echo_reply_dst, p + 14 + 16, 4);
+  }
+  if (len >= 14 + 40 && p[12] == 0x08 && p[13] == 0x00 && p[14 + 9] == 6 &&
+      len >= 14 + (size_t)(p[14] & 0x0f) * 4 + 14 &&
+      (p[14 + (p[14] & 0x0f) * 4 + 13] & 0x04) != 0) {
+    c->rst_seen = true;
   }
   /* A DHCP reply: IPv4, UDP 67 -> 68, BOOTP op 2, option 53 = 2. */
   if (len < 14 + 20 + 8 + 240 || p[12] != 0x08 || p[13] != 0x00) return len;
@@ -470,8 +479,8 @@ static size_t NeighborSolicitation(uint8_t *f) {
   return 14 + 40 + icmp_len;
 }
 
-/* A TCP SYN from 10.0.2.15:40000 to `dst`:`port`, to `dst_mac`. */
-static size_t TcpSyn(uint8_t *f, struct in_addr dst, int port,
+/* A TCP SYN from `src`:40000 to `dst`:`port`, to `dst_mac`. */
+static size_t TcpSyn(uint8_t *f, const char *src, struct in_addr dst, int port,
                      const uint8_t *dst_mac) {
   static const uint8_t mac[6] = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
   memset(f, 0, 14 + 40);
@@ -483,7 +492,7 @@ static size_t TcpSyn(uint8_t *f, struct in_addr dst, int port,
   ip[3] = 40;
   ip[8] = 64;
   ip[9] = 6;
-  inet_pton(AF_INET, "10.0.2.15", ip + 12);
+  inet_pton(AF_INET, src, ip + 12);
   memcpy(ip + 16, &dst, 4);
   uint16_t sum = IpChecksum(ip, 20);
   ip[10] = (uint8_t)(sum >> 8);
@@ -833,7 +842,8 @@ static bool GuestReaches(int restricted, struct in_addr local) {
     L.input(c.slirp, f, (int)ArpRequest(f, "10.0.2.15"));
     TurnUntil(&c, &c.arp_reply_seen);
     L.input(c.slirp, f,
-            (int)TcpSyn(f, local, ntohs(a.sin_port), c.gateway_mac));
+            (int)TcpSyn(f, "10.0.2.15", local, ntohs(a.sin_port),
+                        c.gateway_mac));
     for (int i = 0; i < 100 && !reached; ++i) {
       Turn(&c, 0);
       const int fd = accept(lfd, NULL, NULL);
@@ -849,12 +859,157 @@ static bool GuestReaches(int restricted, struct in_addr local) {
   return reached;
 }
 
+/* ---- NETSTACK_POLICY ---------------------------------------------------- */
+
+static char policy_dir[] = "/tmp/slirp-policy-XXXXXX";
+
+/* Writes `text` to the file `name` in policy_dir; returns its path. */
+static const char *PolicyFile(const char *name, const char *text) {
+  static char path[4][96];
+  static int next;
+  char *p = path[next++ % 4];
+  snprintf(p, sizeof path[0], "%s/%s", policy_dir, name);
+  FILE *f = fopen(p, "w");
+  if (f == NULL) abort();
+  fputs(text, f);
+  fclose(f);
+  return p;
+}
+
+/* slirp_new under NETSTACK_POLICY=`path`, with what it wrote to stderr
+ * in `err`. */
+static Slirp *NewUnderPolicy(Caller *c, SlirpConfig *cfg, SlirpCb *cb,
+                             const char *path, char *err, size_t errlen) {
+  fflush(stderr);
+  const int saved = dup(2);
+  char tmpl[] = "/tmp/slirp-stderr-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (saved < 0 || fd < 0) abort();
+  unlink(tmpl);
+  dup2(fd, 2);
+  setenv("NETSTACK_POLICY", path, 1);
+  Slirp *s = L.new_(cfg, cb, c);
+  unsetenv("NETSTACK_POLICY");
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  const ssize_t n = pread(fd, err, errlen - 1, 0);
+  err[n > 0 ? n : 0] = '\0';
+  close(fd);
+  return s;
+}
+
+/* A bad NETSTACK_POLICY: slirp_new returns NULL, and says on stderr which
+ * file and which line. */
+static void PolicyBadFiles(void) {
+  const char *bad = PolicyFile("bad", "# ok so far\nallow 10.0.0.0/33\n");
+  const char *missing = "/nonexistent-dir/policy";
+  const char *paths[] = {bad, missing};
+  for (int i = 0; i < 2; ++i) {
+    Caller c;
+    memset(&c, 0, sizeof c);
+    c.version = 4;
+    SlirpConfig *cfg = QemuConfig(4);
+    SlirpCb *cb = Callbacks(4);
+    char err[1024];
+    c.slirp = NewUnderPolicy(&c, cfg, cb, paths[i], err, sizeof err);
+    CHECK(c.slirp == NULL, "slirp_new took NETSTACK_POLICY=%s", paths[i]);
+    CHECK(strstr(err, "NETSTACK_POLICY") != NULL &&
+              strstr(err, paths[i]) != NULL,
+          "stderr does not name the file: '%s'", err);
+    CHECK(i != 0 || strstr(err, "line 2: ") != NULL,
+          "stderr does not name the line: '%s'", err);
+    Release(c.slirp, cfg, cb);
+  }
+}
+
+/* Whether a SYN from the guest `src` (10.0.2.15, the lease, or .100, which
+ * makes the stand-in build its netstack anew) reaches a listener of this
+ * process on `local`, under the policy file `path`; *rst: whether the
+ * guest got an RST instead. With `remove`, the file is gone before the
+ * guest's first frame (slirp4netns's sandbox takes the filesystem away
+ * after slirp_new): the policy read at slirp_new must hold on. */
+static bool PolicyReaches(struct in_addr local, const char *path,
+                          const char *src, bool remove, bool *rst) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr = local;
+  socklen_t len = sizeof a;
+  if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      listen(lfd, 4) != 0 ||
+      getsockname(lfd, (struct sockaddr *)&a, &len) != 0) {
+    abort();
+  }
+  fcntl(lfd, F_SETFL, O_NONBLOCK);
+  Caller c;
+  memset(&c, 0, sizeof c);
+  c.version = 1;
+  SlirpConfig *cfg = QemuConfig(1);
+  SlirpCb *cb = Callbacks(1);
+  char err[1024];
+  c.slirp = NewUnderPolicy(&c, cfg, cb, path, err, sizeof err);
+  CHECK(c.slirp != NULL, "NETSTACK_POLICY=%s refused: %s", path, err);
+  if (remove) unlink(path);
+  bool reached = false;
+  if (c.slirp != NULL) {
+    uint8_t f[64];
+    L.input(c.slirp, f, (int)ArpRequest(f, src));
+    TurnUntil(&c, &c.arp_reply_seen);
+    L.input(c.slirp, f,
+            (int)TcpSyn(f, src, local, ntohs(a.sin_port), c.gateway_mac));
+    for (int i = 0; i < 100 && !reached && !c.rst_seen; ++i) {
+      Turn(&c, 0);
+      const int fd = accept(lfd, NULL, NULL);
+      if (fd >= 0) {
+        reached = true;
+        close(fd);
+      }
+      usleep(10000);
+    }
+  }
+  *rst = c.rst_seen;
+  Release(c.slirp, cfg, cb);
+  close(lfd);
+  return reached;
+}
+
+/* NETSTACK_POLICY judges the guest's flows, on every instance: an
+ * allowlist that names this machine's address lets the SYN through; one
+ * that does not refuses it with an RST. Also when the guest is not at the
+ * lease and the file is gone by then. */
+static void PolicyJudges(void) {
+  struct in_addr local;
+  if (!LocalAddress(&local)) {
+    fprintf(stderr, "no non-loopback IPv4 address: the policy checks "
+            "skipped\n");
+    return;
+  }
+  char rule[64];
+  char text[128];
+  inet_ntop(AF_INET, &local, rule, sizeof rule);
+  snprintf(text, sizeof text, "allow %s\n", rule);
+  const char *srcs[] = {"10.0.2.15", "10.0.2.100"};
+  for (int i = 0; i < 2; ++i) {
+    bool rst = false;
+    const char *allow = PolicyFile("allow", text);
+    CHECK(PolicyReaches(local, allow, srcs[i], i == 1, &rst),
+          "'allow %s' did not let %s connect", rule, srcs[i]);
+    CHECK(!rst, "RST under 'allow %s'", rule);
+    const char *other = PolicyFile("other", "allow 192.0.2.1\n");
+    CHECK(!PolicyReaches(local, other, srcs[i], i == 1, &rst),
+          "'allow 192.0.2.1' let %s connect to %s", srcs[i], rule);
+    CHECK(rst, "no RST for a refused SYN from %s", srcs[i]);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s LIBSLIRP_SO\n", argv[0]);
     return 2;
   }
   Load(argv[1]);
+  /* The environment must not steer the other checks. */
+  unsetenv("NETSTACK_POLICY");
   CHECK(L.state_version() == 4, "state_version %d", L.state_version());
   CHECK(L.version_string() != NULL && L.version_string()[0] != '\0',
         "version_string");
@@ -1052,6 +1207,17 @@ int main(int argc, char **argv) {
     Release(sa, cfg_a, cb_a);
     Release(sb, cfg_b, cb_b);
   }
+
+  if (mkdtemp(policy_dir) == NULL) abort();
+  PolicyBadFiles();
+  PolicyJudges();
+  for (int i = 0; i < 3; ++i) {
+    static const char *const kNames[] = {"bad", "allow", "other"};
+    char path[96];
+    snprintf(path, sizeof path, "%s/%s", policy_dir, kNames[i]);
+    unlink(path);
+  }
+  CHECK(rmdir(policy_dir) == 0, "%s is left", policy_dir);
 
   /* slirp_init: the version-1 config as arguments. */
   {

@@ -9,10 +9,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "netstack/capi/netstack.h"
+#include "netstack/policy/policy.h"
 #include "netstack/slirp/libslirp.h"
 
 namespace netstack::slirp {
@@ -102,6 +104,11 @@ struct Slirp {
   bool in_netstack = false;
   std::vector<netstack::slirp::HostForward> forwards;
   netstack::slirp::SlirpCounters counters;
+  // NETSTACK_POLICY's policy, read once at slirp_new (null: none). Every
+  // netstack built for this Slirp gets it: a rebuild (PinGuest4) may run
+  // after the caller's sandbox took the file away (slirp4netns's
+  // pivot_root), and must not come up open.
+  std::shared_ptr<const netstack::policy::Policy> egress;
 };
 
 namespace netstack::slirp {

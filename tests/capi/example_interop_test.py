@@ -175,7 +175,7 @@ class ExampleTest(unittest.TestCase):
         with open(os.path.join(p, "lib", "pkgconfig", "netstack.pc")) as f:
             pc = f.read()
         self.assertIn(f"prefix={p}\n", pc)
-        self.assertIn("Version: 1.0.0\n", pc)
+        self.assertIn("Version: 1.1.0\n", pc)
         self.assertIn(f"-I{p}/include", self.pkg_flags)
         self.assertIn(f"-L{p}/lib", self.pkg_flags)
         self.assertIn("-lnetstack", self.pkg_flags)

@@ -355,48 +355,6 @@ namespace netstack::tools {
 using runtime::ParseForwardSpec;
 using sandbox::RunAs;
 
-absl::StatusOr<std::shared_ptr<const PolicyFileRef>> PolicyFileRef::Open(
-    const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0              ? "/"
-                                                    : path.substr(0, slash);
-  auto ref = std::make_shared<PolicyFileRef>();
-  ref->name_ = slash == std::string::npos ? path : path.substr(slash + 1);
-  ref->path_ = path;
-  if (ref->name_.empty() || ref->name_ == "." || ref->name_ == "..") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' does not name a file"));
-  }
-  ref->dir_.reset(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!ref->dir_.valid()) {
-    return link::ErrnoStatus(errno, absl::StrCat("open directory '", dir, "'"));
-  }
-  return std::shared_ptr<const PolicyFileRef>(std::move(ref));
-}
-
-absl::StatusOr<std::string> PolicyFileRef::Read() const {
-  link::UniqueFd fd(
-      ::openat(dir_.get(), name_.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  if (!fd.valid()) return link::ErrnoStatus(errno, "open");
-  std::string text;
-  char buf[16384];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return link::ErrnoStatus(errno, "read");
-    }
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > kMaxBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("longer than ", kMaxBytes, " bytes"));
-    }
-  }
-  return text;
-}
-
 absl::StatusOr<std::shared_ptr<const policy::Policy>> MakeEgressPolicy(
     const std::vector<policy::Rule>& command_line_rules, bool egress_none,
     std::string_view file_text, std::string_view file_label) {

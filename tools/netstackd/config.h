@@ -19,6 +19,7 @@
 #include "link/fd_util.h"
 #include "netstack/backend/backend.h"
 #include "netstack/policy/policy.h"
+#include "netstack/policy/policy_file.h"
 #include "netstack/runtime/forward_spec.h"
 #include "netstack/runtime/port_forwards.h"
 #include "netstack/stack/route_table.h"
@@ -30,25 +31,8 @@ namespace netstack::tools {
 using runtime::ForwardPath;
 using runtime::ForwardRule;
 
-// --policy FILE, held by its directory's fd so that SIGHUP can read it
-// again after the sandbox has detached the filesystem (the seccomp filter
-// lets openat open files read-only under that fd).
-class PolicyFileRef {
- public:
-  static absl::StatusOr<std::shared_ptr<const PolicyFileRef>> Open(
-      const std::string& path);
-  // The file's text now (at most kMaxBytes; an editor's rename is
-  // followed, since the name is opened each time).
-  static constexpr size_t kMaxBytes = 16 << 20;
-  absl::StatusOr<std::string> Read() const;
-  const std::string& path() const { return path_; }
-  int dir_fd() const { return dir_.get(); }
-
- private:
-  link::UniqueFd dir_;  // O_PATH
-  std::string name_;
-  std::string path_;
-};
+// --policy FILE (netstack/policy/policy_file.h).
+using PolicyFileRef = policy::PolicyFile;
 
 // The egress policy's sources (--allow, --deny, --egress=none and
 // --policy FILE's text) as one policy: the command line's rules first,
