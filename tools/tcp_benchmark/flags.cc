@@ -32,6 +32,11 @@ ABSL_FLAG(bool, crr, false,
           "Kernel roles: netperf's TCP_CRR, as --rr but each transaction is "
           "connect, 1-byte request, 1-byte response, close (timed from the "
           "connect). The server is the same as for --rr.");
+ABSL_FLAG(bool, udp_rr, false,
+          "Client role, kernel: netperf's UDP_RR, a 1-byte datagram and the "
+          "same byte back, back to back for --duration; a request not "
+          "answered within 200 ms is counted lost and the next one goes. "
+          "The --rr server answers UDP datagrams on its port too.");
 
 ABSL_FLAG(double, duration, 10, "Seconds of data transfer per measurement.");
 ABSL_FLAG(double, interval, 1, "Seconds between interval lines; 0 = none.");

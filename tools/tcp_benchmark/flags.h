@@ -20,6 +20,7 @@ ABSL_DECLARE_FLAG(bool, one_off);
 ABSL_DECLARE_FLAG(bool, reverse);
 ABSL_DECLARE_FLAG(bool, rr);
 ABSL_DECLARE_FLAG(bool, crr);
+ABSL_DECLARE_FLAG(bool, udp_rr);
 
 // Measurement.
 ABSL_DECLARE_FLAG(double, duration);

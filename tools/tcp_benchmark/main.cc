@@ -7,8 +7,9 @@
 //   tcp_benchmark --role=server --stack=netstack --packet veth1 --netns b
 //       --addr 10.9.0.2/24
 //   tcp_benchmark --role=server --stack=kernel --rr [--port 5201]
-//   tcp_benchmark --role=client --stack=kernel --rr|--crr --connect HOST:PORT
-//       [--duration 10] [--json]     (request/response, request_response.h)
+//   tcp_benchmark --role=client --stack=kernel --rr|--crr|--udp-rr
+//       --connect HOST:PORT [--duration 10] [--json]
+//                                    (request/response, request_response.h)
 //   tcp_benchmark            (no --role: the driver, see driver.h)
 //
 // Either role talks to stock iperf3 3.x as well as to itself. Exit status:
@@ -90,17 +91,26 @@ absl::StatusOr<RoleConfig> ParseRoleConfig() {
   c.server = role == "server";
   c.kernel = stack == "kernel";
   if (absl::Status s = CheckMeasurementFlags(); !s.ok()) return s;
-  if (absl::GetFlag(FLAGS_rr) && absl::GetFlag(FLAGS_crr)) {
-    return Usage("--rr and --crr exclude each other");
+  if (absl::GetFlag(FLAGS_rr) + absl::GetFlag(FLAGS_crr) +
+          absl::GetFlag(FLAGS_udp_rr) > 1) {
+    return Usage("--rr, --crr and --udp-rr exclude each other");
   }
-  if (absl::GetFlag(FLAGS_rr) || absl::GetFlag(FLAGS_crr)) {
-    if (!c.kernel) return Usage("--rr/--crr apply to --stack=kernel only");
+  if (absl::GetFlag(FLAGS_udp_rr) && c.server) {
+    return Usage("--udp-rr is a client's; the --rr server answers UDP too");
+  }
+  if (absl::GetFlag(FLAGS_rr) || absl::GetFlag(FLAGS_crr) ||
+      absl::GetFlag(FLAGS_udp_rr)) {
+    if (!c.kernel) {
+      return Usage("--rr/--crr/--udp-rr apply to --stack=kernel only");
+    }
     if (absl::GetFlag(FLAGS_reverse) || absl::GetFlag(FLAGS_one_off) ||
         absl::GetFlag(FLAGS_streams) != 1) {
       return Usage("--reverse, --one_off and --streams are iperf3's; not "
                    "with --rr/--crr");
     }
-    c.rr = absl::GetFlag(FLAGS_rr) ? RrMode::kRr : RrMode::kCrr;
+    c.rr = absl::GetFlag(FLAGS_rr)    ? RrMode::kRr
+           : absl::GetFlag(FLAGS_crr) ? RrMode::kCrr
+                                      : RrMode::kUdpRr;
   }
   if (c.server) {
     const int port = absl::GetFlag(FLAGS_port);
@@ -237,17 +247,21 @@ int RunClient(Net& net, const RoleConfig& c) {
   return 0;
 }
 
-// --rr/--crr server: answers until SIGINT/SIGTERM.
+// --rr/--crr server: answers until SIGINT/SIGTERM, UDP_RR's datagrams on
+// the same port too.
 int RunRrServer(Net& net, const RoleConfig& c) {
   RrServer server(net, ServerAddress(c), c.stream_options,
                   absl::GetFlag(FLAGS_json) ? stderr : stdout);
+  UdpRrServer udp(net.loop(), ServerAddress(c));
   absl::Status s = net.loop().HandleSignals(
       {SIGINT, SIGTERM, SIGUSR1}, [&](int signo, Instant) {
         if (signo == SIGUSR1) return PrintCounters(net, "SIGUSR1");
         server.Stop();
+        udp.Stop();
         net.loop().Stop();
       });
   if (s.ok()) s = server.Start();
+  if (s.ok()) s = udp.Start();
   if (s.ok()) s = net.loop().Run();
   if (!s.ok()) {
     std::fprintf(stderr, "tcp_benchmark: %s\n", std::string(s.message()).c_str());
@@ -260,7 +274,29 @@ int RunRrServer(Net& net, const RoleConfig& c) {
   return 0;
 }
 
+// --udp-rr: blocking, on a socket of its own (SIGINT ends the process).
+int RunUdpRrRole(Net& net, const RoleConfig& c) {
+  const bool json = absl::GetFlag(FLAGS_json);
+  UdpRrOptions o;
+  o.server = c.remote;
+  o.duration = absl::GetFlag(FLAGS_duration);
+  absl::StatusOr<RrResult> r = RunUdpRrClient(o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "tcp_benchmark: %s\n",
+                 std::string(r.status().message()).c_str());
+    return 1;
+  }
+  std::fprintf(json ? stderr : stdout, "%s", FormatRrText(*r).c_str());
+  if (json) {
+    std::printf("%s\n",
+                FormatRrJson(*r, c.remote.ToString(), net.Describe()).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 int RunRrClient(Net& net, const RoleConfig& c) {
+  if (*c.rr == RrMode::kUdpRr) return RunUdpRrRole(net, c);
   const bool json = absl::GetFlag(FLAGS_json);
   RrClientOptions o;
   o.server = c.remote;
@@ -332,7 +368,10 @@ netstack::tools::HelpPage BenchHelpPage() {
       "         measure against an iperf3 server (as iperf3 -c)\n"
       "       tcp_benchmark --role=server|client --stack=kernel --rr|--crr "
       "...\n"
-      "         netperf's TCP_RR and TCP_CRR, between two tcp_benchmarks\n";
+      "         netperf's TCP_RR and TCP_CRR, between two tcp_benchmarks\n"
+      "       tcp_benchmark --role=client --stack=kernel --udp-rr --connect "
+      "HOST:PORT\n"
+      "         netperf's UDP_RR, against a --rr server\n";
   page.description =
       "An iperf3-compatible TCP throughput benchmark on netstack or the "
       "host kernel. Without --role, tcp_benchmark is the driver: it builds "
@@ -360,7 +399,7 @@ netstack::tools::HelpPage BenchHelpPage() {
        "with --role: one end of a measurement (the other may be iperf3).",
        {"--role server|client", "--stack netstack|kernel",
         "--connect HOST:PORT", "--port N", "--one-off", "--reverse", "--rr",
-        "--crr"}},
+        "--crr", "--udp-rr"}},
       {"Measurement",
        "how long and how much is measured, and how it is reported.",
        {"--duration S", "--interval S", "--streams N", "--cc reno|cubic",
@@ -398,9 +437,11 @@ int main(int argc, char** argv) {
   // splice() and sendfile() into a reset socket raise SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   if (absl::GetFlag(FLAGS_role).empty()) {
-    if (absl::GetFlag(FLAGS_rr) || absl::GetFlag(FLAGS_crr)) {
+    if (absl::GetFlag(FLAGS_rr) || absl::GetFlag(FLAGS_crr) ||
+        absl::GetFlag(FLAGS_udp_rr)) {
       std::fprintf(stderr,
-                   "tcp_benchmark: --rr/--crr need --role (the driver measures "
+                   "tcp_benchmark: --rr/--crr/--udp-rr need --role (the "
+                   "driver measures "
                    "throughput only; see --help)\n");
       return 2;
     }

@@ -12,6 +12,14 @@
 // test with DeadlineExceeded, and a server that closes the connection or
 // resets it ends it with Unavailable. This is not iperf3's protocol: a
 // stock iperf3 cannot be either end.
+//
+//   UDP_RR (netperf's UDP_RR, kernel sockets only): RunUdpRrClient sends
+//   a 1-byte datagram and waits, blocking, for the same byte back, the
+//   next request at once, for the duration. The byte is a sequence
+//   number: an answer with another byte (a late answer to an earlier
+//   request) is dropped, and a request not answered within
+//   `response_timeout` is lost and the next one goes. UdpRrServer sends
+//   every datagram back to its sender, on an EventLoop.
 #ifndef TOOLS_TCP_BENCHMARK_REQUEST_RESPONSE_H_
 #define TOOLS_TCP_BENCHMARK_REQUEST_RESPONSE_H_
 
@@ -26,14 +34,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "netstack/base/time.h"
+#include "netstack/eventloop/event_loop.h"
 #include "netstack/eventloop/timer_wheel.h"
 #include "netstack/transport/address.h"
 #include "tools/tcp_benchmark/bench_net.h"
 
 namespace netstack::tools::bench {
 
-enum class RrMode { kRr, kCrr };
-const char* RrModeName(RrMode mode);  // "rr", "crr"
+enum class RrMode { kRr, kCrr, kUdpRr };
+const char* RrModeName(RrMode mode);  // "rr", "crr", "udp-rr"
+
+// The nearest-rank percentile of latencies in nanoseconds, in
+// microseconds: the value at index floor(q * n) of the sorted samples (the
+// last when q * n >= n); 0 when there are none. Reorders `ns`.
+double PercentileUs(std::vector<uint32_t>& ns, double q);
 
 struct RrClientOptions {
   transport::SocketAddress server;
@@ -49,6 +63,7 @@ struct RrResult {
   uint64_t connections = 0;   // connects started (RR: 1)
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t lost = 0;   // UDP_RR: requests not answered within the timeout
   double seconds = 0;  // from the first connect to the end
   // Per transaction (RR: request written to response read; CRR: connect
   // started to response read), microseconds.
@@ -66,11 +81,12 @@ struct RrResult {
 };
 
 // "rr: 41523 transactions in 5.00 s (1 connection): 8304.6 trans/s,
-// mean 120.4 us, p50 112.0 us, p99 210.0 us, max 1503.0 us\n"
+// mean 120.4 us, p50 112.0 us, p99 210.0 us, max 1503.0 us\n"; UDP_RR
+// adds ", 3 lost".
 std::string FormatRrText(const RrResult& r);
 // One JSON object: mode, transactions, connections, bytes_sent,
-// bytes_received, seconds, transactions_per_second, mean_us, p50_us,
-// p99_us, max_us, plus "server" and "stack".
+// bytes_received, lost, seconds, transactions_per_second, mean_us,
+// p50_us, p99_us, max_us, plus "server" and "stack".
 std::string FormatRrJson(const RrResult& r, const std::string& server,
                          const std::string& stack);
 
@@ -114,6 +130,38 @@ class RrClient {
   eventloop::Timer tick_;  // the end of the duration and the timeout
   bool done_ = false;
   absl::StatusOr<RrResult> result_ = absl::UnknownError("not finished");
+};
+
+struct UdpRrOptions {
+  transport::SocketAddress server;
+  double duration = 10;  // seconds
+  Duration response_timeout = absl::Milliseconds(200);
+};
+
+// Runs UDP_RR to its end (it blocks for the duration). Unavailable when
+// no request was answered or the server's port is closed (ICMP port
+// unreachable).
+absl::StatusOr<RrResult> RunUdpRrClient(const UdpRrOptions& options);
+
+class UdpRrServer : public eventloop::Handler {
+ public:
+  UdpRrServer(eventloop::EventLoop& loop, transport::SocketAddress local);
+  ~UdpRrServer() override;
+  UdpRrServer(const UdpRrServer&) = delete;
+  UdpRrServer& operator=(const UdpRrServer&) = delete;
+
+  absl::Status Start();
+  void Stop();
+
+  uint64_t datagrams() const { return datagrams_; }  // sent back
+
+  void OnReadable(Instant now) override;
+
+ private:
+  eventloop::EventLoop& loop_;
+  transport::SocketAddress local_;
+  int fd_ = -1;
+  uint64_t datagrams_ = 0;
 };
 
 class RrServer {

@@ -2,15 +2,24 @@
 // every count agrees (client bytes, server bytes, connections). Against a
 // server that never answers, one that closes at once, and no server at
 // all, the client ends with an error within its timeout instead of
-// hanging.
+// hanging. UDP_RR: RunUdpRrClient against UdpRrServer, against a server
+// that answers some requests with the wrong byte (those are lost, never a
+// transaction), and against no server.
 #include "tools/tcp_benchmark/request_response.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "netstack/eventloop/event_loop.h"
 #include "netstack/eventloop/timer_wheel.h"
 #include "netstack/transport/address.h"
 #include "tools/tcp_benchmark/kernel_net.h"
@@ -157,6 +166,132 @@ TEST_F(RrTest, NoServerIsAnError) {
               std::string::npos)
         << r.status();
   }
+}
+
+TEST(PercentileTest, NearestRank) {
+  std::vector<uint32_t> ns;
+  for (uint32_t i = 100; i >= 1; --i) ns.push_back(i * 1000);  // unsorted
+  EXPECT_EQ(PercentileUs(ns, 0.50), 51);
+  EXPECT_EQ(PercentileUs(ns, 0.99), 100);
+  EXPECT_EQ(PercentileUs(ns, 0.0), 1);
+  std::vector<uint32_t> three = {7000, 3000, 5000};
+  EXPECT_EQ(PercentileUs(three, 0.5), 5);
+  // One slow transaction in a hundred is the p99.
+  std::vector<uint32_t> slow(99, 10'000);
+  slow.push_back(900'000);
+  EXPECT_EQ(PercentileUs(slow, 0.99), 900);
+  EXPECT_EQ(PercentileUs(slow, 0.98), 10);
+  std::vector<uint32_t> none;
+  EXPECT_EQ(PercentileUs(none, 0.5), 0);
+}
+
+// A UDP port of our own per test, as RrTest's.
+uint16_t UdpTestPort() {
+  static int index = 0;
+  return static_cast<uint16_t>(28000 + (getpid() % 400) * 8 + index++ % 8);
+}
+
+TEST(UdpRrTest, EveryRequestIsAnsweredOnLoopback) {
+  absl::StatusOr<std::unique_ptr<eventloop::EventLoop>> loop =
+      eventloop::EventLoop::Create();
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  transport::SocketAddress address =
+      *transport::SocketAddress::Parse("127.0.0.1:0");
+  address.port = UdpTestPort();
+  UdpRrServer server(**loop, address);
+  ASSERT_TRUE(server.Start().ok());
+  // The server answers from the loop's thread; the client blocks on its
+  // own.
+  std::atomic<bool> stop{false};
+  std::thread serve([&] {
+    while (!stop) (void)(*loop)->RunOnce(absl::Milliseconds(10));
+  });
+  UdpRrOptions o;
+  o.server = address;
+  o.duration = 0.3;
+  absl::StatusOr<RrResult> r = RunUdpRrClient(o);
+  stop = true;
+  serve.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->mode, RrMode::kUdpRr);
+  EXPECT_GT(r->transactions, 100u);
+  EXPECT_EQ(r->lost, 0u);
+  EXPECT_EQ(r->bytes_sent, r->transactions);
+  EXPECT_EQ(r->bytes_received, r->transactions);
+  EXPECT_EQ(server.datagrams(), r->transactions);
+  EXPECT_GE(r->seconds, 0.3);
+  EXPECT_LT(r->seconds, 0.5);
+  EXPECT_GT(r->p50_us, 0);
+  EXPECT_GE(r->p99_us, r->p50_us);
+  EXPECT_GE(r->max_us, r->p99_us);
+  EXPECT_NE(FormatRrJson(*r, "s", "kernel").find("\"mode\":\"udp-rr\""),
+            std::string::npos);
+  EXPECT_NE(FormatRrJson(*r, "s", "kernel").find("\"lost\":0"),
+            std::string::npos);
+}
+
+TEST(UdpRrTest, AWrongAnswerIsALostRequestNotATransaction) {
+  // Every third request is answered with another byte (as a late answer
+  // to an earlier request would be): the client must wait for its own
+  // byte, give up after the timeout and count the request lost.
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sin.sin_port = htons(UdpTestPort());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
+  timeval tv{0, 20000};
+  ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> right{0}, wrong{0};
+  std::thread serve([&] {
+    uint64_t n = 0;
+    while (!stop) {
+      uint8_t byte;
+      sockaddr_storage peer{};
+      socklen_t len = sizeof(peer);
+      if (recvfrom(fd, &byte, 1, 0, reinterpret_cast<sockaddr*>(&peer),
+                   &len) != 1) {
+        continue;
+      }
+      if (++n % 3 == 0) {
+        ++byte;
+        ++wrong;
+      } else {
+        ++right;
+      }
+      (void)sendto(fd, &byte, 1, 0, reinterpret_cast<sockaddr*>(&peer), len);
+    }
+  });
+  UdpRrOptions o;
+  o.server = *transport::SocketAddress::Parse(
+      absl::StrCat("127.0.0.1:", ntohs(sin.sin_port)));
+  o.duration = 0.3;
+  o.response_timeout = absl::Milliseconds(5);
+  absl::StatusOr<RrResult> r = RunUdpRrClient(o);
+  stop = true;
+  serve.join();
+  close(fd);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->lost, 5u);
+  EXPECT_EQ(r->transactions, right.load());
+  EXPECT_EQ(r->lost, wrong.load());
+  EXPECT_EQ(r->bytes_sent, r->transactions + r->lost);
+  // A lost request's wait is no transaction's latency.
+  EXPECT_LT(r->max_us, 5000);
+}
+
+TEST(UdpRrTest, NoServerIsAnError) {
+  UdpRrOptions o;
+  o.server = *transport::SocketAddress::Parse("127.0.0.1:0");
+  o.server.port = UdpTestPort();  // nobody listens: ICMP port unreachable
+  o.duration = 1;
+  absl::StatusOr<RrResult> r = RunUdpRrClient(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("127.0.0.1"), std::string::npos)
+      << r.status();
 }
 
 }  // namespace
