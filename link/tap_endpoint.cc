@@ -11,6 +11,8 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <bit>
 #include <cstring>
 #include <span>
@@ -28,12 +30,13 @@ namespace {
 constexpr uint32_t kRxPad = 2;
 constexpr size_t kMaxRxBatch = 1024;
 constexpr uint32_t kMaxQueues = 16;
+// TUN_F_USO4/6 (<linux/if_tun.h> of Linux 6.2; Debian 12's headers are
+// older): the kernel may send UDP_L4 super-frames.
+constexpr unsigned kTunUso4 = 0x20;
+constexpr unsigned kTunUso6 = 0x40;
 // Offloads that make the kernel send GSO super-frames to the TAP.
-constexpr unsigned kGsoOffloads = TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_UFO
-#ifdef TUN_F_USO4
-                                  | TUN_F_USO4 | TUN_F_USO6
-#endif
-    ;
+constexpr unsigned kGsoOffloads =
+    TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_UFO | kTunUso4 | kTunUso6;
 
 // What host GSO asks of the TAP for receive: partial checksums and TCP
 // super-frames (TSO_ECN: also those with CWR set; we forward the flag).
@@ -256,8 +259,13 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Setup(
                                      : absl::StrCat("TAP '", ifname, "' (",
                                                     netns, ")");
   const bool vnet_hdr = options.vnet_hdr || options.host_gso;
-  const unsigned offloads =
+  unsigned offloads =
       options.offloads | (options.host_gso ? kHostGsoOffloads : 0u);
+  // USO is an addition: a kernel without it still gets TSO (below).
+  const char* uso_env = std::getenv("NETSTACK_TAP_USO");
+  const bool uso = options.host_gso && options.uso &&
+                   !(uso_env != nullptr && std::string_view(uso_env) == "0");
+  const unsigned uso_flags = uso ? (kTunUso4 | kTunUso6) : 0u;
   size_t vnet_len = 0;
   if (vnet_hdr) {
     int hdr_len = static_cast<int>(kVnetHdrMrgLen);
@@ -276,8 +284,12 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Setup(
   }
   // Also without a header (offloads 0): a persistent TAP keeps the
   // offloads its last user set, and would go on sending TSO frames.
-  if (::ioctl(tun.get(), TUNSETOFFLOAD, static_cast<unsigned long>(offloads)) <
-      0) {
+  if (uso_flags != 0 &&
+      ::ioctl(tun.get(), TUNSETOFFLOAD,
+              static_cast<unsigned long>(offloads | uso_flags)) == 0) {
+    offloads |= uso_flags;
+  } else if (::ioctl(tun.get(), TUNSETOFFLOAD,
+                     static_cast<unsigned long>(offloads)) < 0) {
     return ErrnoStatus(errno, absl::StrCat(label, ": TUNSETOFFLOAD 0x",
                                            absl::Hex(offloads)));
   }
@@ -330,7 +342,11 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Setup(
       gso_rx ? buffer::kChunkSize
              : std::min<uint32_t>(buffer::kChunkSize,
                                   kRxPad + mtu + kEthernetOverhead);
-  const uint32_t max_frame = slot_size - kRxPad;
+  // A GSO frame may be 65535 bytes (the kernel segments from 65536 on,
+  // gso_max_size): a USO frame of a 65493-byte IPv4 payload is. With a
+  // pad it would not fit a chunk, so whole-chunk slots have none.
+  const uint32_t rx_pad = gso_rx ? 0 : kRxPad;
+  const uint32_t max_frame = slot_size - rx_pad;
 
   LinkCapabilities caps;
   caps.mtu = mtu;
@@ -533,14 +549,16 @@ void TapEndpoint::OnReadable(Instant now) {
 
 size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept,
                               bool* at_limit) {
-  const size_t cap = slots_.slot_size() - kRxPad;
+  // Whole-chunk slots have no pad (see Setup).
+  const uint32_t pad = max_frame_ == buffer::kChunkSize ? 0 : kRxPad;
+  const size_t cap = max_frame_;
   size_t i = 0;
   for (; i < limit; ++i) {
     // A frame is read into the next free slot; a dropped frame leaves the
     // slot free for the next read. Slots are prepared one at a time, so a
     // short batch does not take a second chunk.
     const bool have_slot = slots_.Prepare(kept + 1) > kept;
-    uint8_t* buf = have_slot ? slots_.Slot(kept) + kRxPad : scratch_.get();
+    uint8_t* buf = have_slot ? slots_.Slot(kept) + pad : scratch_.get();
     const ssize_t n = ReadFrame(fd, buf, cap);
     if (n < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK) ++fd_stats_.rx_errors;
@@ -568,8 +586,9 @@ size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept,
     fd_stats_.rx_checksum_verified += info.checksum_verified;
     fd_stats_.rx_gso += info.gso;
     frames_[kept] =
-        InboundFrame{slots_.View(kept, kRxPad, static_cast<uint32_t>(len)),
-                     info.checksum_verified, info.checksum_partial};
+        InboundFrame{slots_.View(kept, pad, static_cast<uint32_t>(len)),
+                     info.checksum_verified, info.checksum_partial,
+                     info.udp_gso_size};
     ++stats_.rx_frames;
     stats_.rx_bytes += len;
     ++kept;

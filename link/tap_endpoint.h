@@ -59,6 +59,15 @@
 // TSO super-frames and partial checksums on receive (TUN_F_CSUM | TSO4 |
 // TSO6 | TSO_ECN), read into 64 KiB slots and flagged per frame; the
 // kernel side needs no ethtool changes.
+//
+// USO (TapOptions::uso, with host_gso; issue #34): the TAP also offers
+// TUN_F_USO4 | TUN_F_USO6 (Linux 6.2), so a guest socket that sends with
+// UDP_SEGMENT hands us ONE super-frame (gso_type UDP_L4) for up to 64 KiB
+// of equal-sized datagrams; InboundFrame::udp_gso_size carries the size
+// up to the UDP layer, and the backend sends it on with UDP_SEGMENT. A
+// kernel that refuses the flags (EINVAL) gets the offloads without them.
+// NETSTACK_TAP_USO=0 in the environment turns it off (benchmarks compare
+// both).
 #ifndef NETSTACK_LINK_TAP_ENDPOINT_H_
 #define NETSTACK_LINK_TAP_ENDPOINT_H_
 
@@ -103,6 +112,8 @@ struct TapOptions {
   // With host_gso: the largest IP packet of a super-segment, reported as
   // LinkCapabilities::gso_max_size. 1..65535 (IP length fields are 16 bits).
   uint32_t gso_max_size = 65535;
+  // With host_gso: offer USO too (see the file comment).
+  bool uso = true;
   // TUN_F_* flags for TUNSETOFFLOAD (needs vnet_hdr). 0, the default: the
   // kernel sends complete checksums and no GSO frames. With TUN_F_CSUM the
   // kernel may hand us partial checksums (flagged per frame); with

@@ -7,6 +7,10 @@
 //
 //   udp_backend_driver --tap NAME --netns G --addr CIDR... --extra IP...
 //       --self IP... --dns-listen ADDR:PORT... --dns-upstream ADDR[:PORT]...
+//       [--host-gso N]
+//
+// --host-gso N: the TAP with host GSO (virtio-net headers, TSO and USO
+// offered; N is gso_max_size), as netstackd runs it.
 //
 // Prints "ready" once serving, and its counters (`name value`) on SIGTERM
 // or SIGINT, then exits 0.
@@ -32,6 +36,7 @@ struct Args {
   std::string tap, netns;
   std::vector<std::string> addrs, extras, selfs, dns_listen, dns_upstreams;
   uint32_t mtu = 1500;
+  uint32_t host_gso = 0;
 };
 
 int Fail(const std::string& what) {
@@ -46,6 +51,7 @@ int Run(const Args& a) {
   o.host.tap_name = a.tap;
   o.host.netns = a.netns;
   o.host.mtu = a.mtu;
+  o.host.host_gso_max_size = a.host_gso;
   o.nic_name = a.tap;
   for (const std::string& s : a.addrs) {
     if (auto c4 = stack::ParseIpv4Cidr(s)) {
@@ -138,6 +144,9 @@ int main(int argc, char** argv) {
     if (flag == "--tap") a.tap = v;
     else if (flag == "--netns") a.netns = v;
     else if (flag == "--mtu") a.mtu = static_cast<uint32_t>(std::stoul(v));
+    else if (flag == "--host-gso") {
+      a.host_gso = static_cast<uint32_t>(std::stoul(v));
+    }
     else if (flag == "--addr") a.addrs.push_back(v);
     else if (flag == "--extra") a.extras.push_back(v);
     else if (flag == "--self") a.selfs.push_back(v);

@@ -235,6 +235,15 @@ UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, uint16_t udp_len,
   // A peer's UDP_SEGMENT burst (or a GRO'd one) arrives whole, with its
   // segment size; without it the kernel cuts it up before our reads.
   (void)setsockopt(*fd, SOL_UDP, UDP_GRO, &on, sizeof(on));
+  // A host peer's burst waits here until our next read: room for one as
+  // large as a guest's own socket would take (kernel to kernel, nothing
+  // in between). SO_RCVBUFFORCE passes net.core.rmem_max where we may
+  // (CAP_NET_ADMIN); else SO_RCVBUF, which that caps.
+  const int rcvbuf = kHostReceiveBuffer;
+  if (setsockopt(*fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)) !=
+      0) {
+    (void)setsockopt(*fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+  }
   sockaddr_storage ss;
   const socklen_t len = ToSockaddr(key.remote, ss);
   if (connect(*fd, reinterpret_cast<const sockaddr*>(&ss), len) != 0) {

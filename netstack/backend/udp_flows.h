@@ -206,6 +206,9 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   // Datagrams (or super-datagrams) a flow holds while its host socket's
   // buffer is full.
   static constexpr size_t kBacklog = 64;
+  // SO_RCVBUF of a flow's host socket (the kernel doubles it for its
+  // bookkeeping): a host peer's burst waits there for our next read.
+  static constexpr int kHostReceiveBuffer = 4 << 20;
 
   // Registers with `udp` as its unmatched handler (and with `loop` as a
   // poller, for the idle timer); both undone by the destructor, which
