@@ -581,7 +581,23 @@ size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept,
       continue;
     }
     VnetRxInfo info;
-    if (vnet_len_ > 0) info = ParseVnetHeader(rx_vnet_);
+    if (vnet_len_ > 0) {
+      // The header is the kernel's, rebuilt from what a guest with
+      // CAP_NET_RAW may have written itself (PACKET_VNET_HDR): Linux
+      // passes a GSO frame with gso_size past the MTU or an IP length
+      // that disagrees with the frame (tap_endpoint_test). UDP_L4 frames
+      // come only where we offered USO (TUN_F_USO4/6), so they pass the
+      // same checks for UDP.
+      const VnetRxVerdict verdict = ValidateVnetRx(
+          std::span<const uint8_t>(rx_vnet_, vnet_len_),
+          std::span<const uint8_t>(buf, len), caps_.mtu, /*udp_l4=*/true);
+      if (verdict != VnetRxVerdict::kOk) {
+        ++rx_bad_vnet_[static_cast<size_t>(verdict)];
+        ++stats_.rx_dropped;
+        continue;
+      }
+      info = ParseVnetHeader(rx_vnet_);
+    }
     fd_stats_.rx_checksum_partial += info.checksum_partial;
     fd_stats_.rx_checksum_verified += info.checksum_verified;
     fd_stats_.rx_gso += info.gso;
@@ -595,6 +611,24 @@ size_t TapEndpoint::ReadQueue(int fd, size_t limit, size_t kept,
   }
   *at_limit = i == limit;
   return kept;
+}
+
+uint64_t TapEndpoint::rx_bad_vnet_total() const {
+  uint64_t total = 0;
+  for (uint64_t n : rx_bad_vnet_) total += n;
+  return total;
+}
+
+std::string TapEndpoint::FormatVnetCounters() const {
+  std::string out =
+      absl::StrCat("link.tap.rx_bad_vnet_hdr ", rx_bad_vnet_total(), "\n");
+  for (size_t i = 0; i < rx_bad_vnet_.size(); ++i) {
+    if (rx_bad_vnet_[i] == 0) continue;
+    absl::StrAppend(&out, "link.tap.rx_bad_vnet_hdr.",
+                    VnetRxVerdictName(static_cast<VnetRxVerdict>(i)), " ",
+                    rx_bad_vnet_[i], "\n");
+  }
+  return out;
 }
 
 void TapEndpoint::Deliver(size_t count, Instant now) {

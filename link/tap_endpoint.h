@@ -73,6 +73,7 @@
 
 #include <sys/uio.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -167,6 +168,17 @@ class TapEndpoint final : public LinkEndpoint {
   std::string Name() const override;
 
   const FdEndpointStats& fd_stats() const { return fd_stats_; }
+  // Frames dropped because their virtio-net header or the frame itself
+  // failed ValidateVnetRx (vnet_hdr or host_gso only), per reason; each
+  // is also in Stats().rx_dropped. A guest writes its own headers through
+  // PACKET_VNET_HDR, and the kernel passes some lies on (issue #35).
+  uint64_t rx_bad_vnet(VnetRxVerdict reason) const {
+    return rx_bad_vnet_[static_cast<size_t>(reason)];
+  }
+  uint64_t rx_bad_vnet_total() const;
+  // "link.tap.rx_bad_vnet_hdr N", then a line per reason seen
+  // ("link.tap.rx_bad_vnet_hdr.gso_bad_size N"); docs/COUNTERS.md.
+  std::string FormatVnetCounters() const;
   // The kernel's name for the device (as chosen by the kernel when
   // TapOptions::name was empty).
   const std::string& interface_name() const { return ifname_; }
@@ -230,6 +242,7 @@ class TapEndpoint final : public LinkEndpoint {
 
   LinkStats stats_;
   FdEndpointStats fd_stats_;
+  std::array<uint64_t, kVnetRxVerdictCount> rx_bad_vnet_{};
 };
 
 }  // namespace netstack::link

@@ -133,6 +133,49 @@ VnetRxVerdict ParseGuestGsoFrame(std::span<const uint8_t> f, uint8_t type,
   return VnetRxVerdict::kOk;
 }
 
+// The same for a UDP_L4 (USO) super-frame: UDP over IPv4 or IPv6 (no
+// extension headers), the IP length matching the frame; *l4_out gets the
+// UDP header's offset, *hdrs_out IP + UDP header bytes.
+VnetRxVerdict ParseGuestUsoFrame(std::span<const uint8_t> f, size_t* l4_out,
+                                 size_t* hdrs_out) {
+  constexpr uint8_t kProtoUdp = 17;
+  constexpr size_t kUdpHeaderLen = 8;
+  size_t l3 = kEthHeaderLen;
+  uint16_t ethertype = wire::LoadBe16(&f[12]);
+  if (ethertype == kTypeVlan || ethertype == kTypeQinQ) {
+    if (f.size() < kEthHeaderLen + kVlanTagLen) {
+      return VnetRxVerdict::kGsoTypeMismatch;
+    }
+    l3 += kVlanTagLen;
+    ethertype = wire::LoadBe16(&f[16]);
+  }
+  const size_t l3_len = f.size() - l3;
+  const uint8_t* ip = &f[l3];
+  size_t ip_hdr = 0;
+  if (ethertype == kTypeIpv4 && l3_len >= kIpv4MinHeaderLen) {
+    ip_hdr = size_t{ip[0] & 0x0fu} * 4;
+    if ((ip[0] >> 4) != 4 || ip_hdr < kIpv4MinHeaderLen || ip_hdr > l3_len ||
+        ip[9] != kProtoUdp) {
+      return VnetRxVerdict::kGsoTypeMismatch;
+    }
+    if (wire::LoadBe16(ip + 2) != l3_len) return VnetRxVerdict::kGsoBadIpLength;
+  } else if (ethertype == kTypeIpv6 && l3_len >= kIpv6HeaderLen) {
+    ip_hdr = kIpv6HeaderLen;
+    if ((ip[0] >> 4) != 6 || ip[6] != kProtoUdp) {
+      return VnetRxVerdict::kGsoTypeMismatch;
+    }
+    if (wire::LoadBe16(ip + 4) != l3_len - kIpv6HeaderLen) {
+      return VnetRxVerdict::kGsoBadIpLength;
+    }
+  } else {
+    return VnetRxVerdict::kGsoTypeMismatch;
+  }
+  if (l3_len < ip_hdr + kUdpHeaderLen) return VnetRxVerdict::kGsoTypeMismatch;
+  *l4_out = l3 + ip_hdr;
+  *hdrs_out = ip_hdr + kUdpHeaderLen;
+  return VnetRxVerdict::kOk;
+}
+
 }  // namespace
 
 const char* VnetRxVerdictName(VnetRxVerdict v) {
@@ -154,7 +197,8 @@ const char* VnetRxVerdictName(VnetRxVerdict v) {
 }
 
 VnetRxVerdict ValidateVnetRx(std::span<const uint8_t> hdr,
-                             std::span<const uint8_t> frame, uint32_t mtu) {
+                             std::span<const uint8_t> frame, uint32_t mtu,
+                             bool udp_l4) {
   if (hdr.size() < kVnetHdrLen) return VnetRxVerdict::kShortHeader;
   if (frame.size() < kEthHeaderLen) return VnetRxVerdict::kShortFrame;
   const uint8_t flags = hdr[vnet::kFlagsOffset];
@@ -175,15 +219,21 @@ VnetRxVerdict ValidateVnetRx(std::span<const uint8_t> hdr,
     }
     return VnetRxVerdict::kOk;
   }
-  if (gso_type != vnet::kGsoTcpV4 && gso_type != vnet::kGsoTcpV6) {
+  const bool uso = udp_l4 && hdr[vnet::kGsoTypeOffset] == vnet::kGsoUdpL4;
+  if (gso_type != vnet::kGsoTcpV4 && gso_type != vnet::kGsoTcpV6 && !uso) {
     return VnetRxVerdict::kUnsupportedGso;
   }
   if (!needs_csum) return VnetRxVerdict::kGsoWithoutCsum;
   size_t l4 = 0;
   size_t l3_hdrs = 0;
-  const VnetRxVerdict layout = ParseGuestGsoFrame(frame, gso_type, &l4, &l3_hdrs);
+  const VnetRxVerdict layout =
+      uso ? ParseGuestUsoFrame(frame, &l4, &l3_hdrs)
+          : ParseGuestGsoFrame(frame, gso_type, &l4, &l3_hdrs);
   if (layout != VnetRxVerdict::kOk) return layout;
-  if (csum_start != l4 || csum_offset != vnet::kTcpChecksumOffset) {
+  // The UDP checksum sits 6 bytes into its header (RFC 768).
+  constexpr size_t kUdpChecksumOffset = 6;
+  if (csum_start != l4 || csum_offset != (uso ? kUdpChecksumOffset
+                                              : vnet::kTcpChecksumOffset)) {
     return VnetRxVerdict::kGsoTypeMismatch;
   }
   const size_t gso_size = vnet::LoadLe16(&hdr[vnet::kGsoSizeOffset]);

@@ -119,9 +119,12 @@ const char* VnetRxVerdictName(VnetRxVerdict v);
 //     linear length, which may include payload);
 //   - not GSO: frame.size() <= 14 + 4 + mtu.
 // Used for vhost-user TX descriptors and for TAP / AF_PACKET input.
+// `udp_l4`: also accept gso_type UDP_L4 (USO, no ECN bit), where a TAP
+// offered TUN_F_USO4/6: UDP instead of TCP above, csum_offset 6, IP + UDP
+// headers + gso_size <= mtu; otherwise it is kUnsupportedGso.
 [[nodiscard]] VnetRxVerdict ValidateVnetRx(std::span<const uint8_t> hdr,
                                            std::span<const uint8_t> frame,
-                                           uint32_t mtu);
+                                           uint32_t mtu, bool udp_l4 = false);
 
 enum class VnetTxKind : uint8_t {
   // Not a GSO packet: an all-zero header (GSO_NONE, no flags); the frame

@@ -23,6 +23,7 @@
 #include "link/fd_util.h"
 #include "link/netns.h"
 #include "link/netns_sockets.h"
+#include "link/tap_endpoint.h"
 #include "link/unix_stream_endpoint.h"
 #include "netstack/backend/dns_forwarder.h"
 #include "netstack/backend/ping_flows.h"
@@ -434,6 +435,11 @@ std::optional<Failure> Daemon::Start() {
   }
   if (stream_ != nullptr) {
     rt_->AddCounters([this] { return StreamCounters(*stream_); });
+  }
+  // A TAP's frames whose virtio-net header lied (docs/COUNTERS.md).
+  if (const auto* tap =
+          dynamic_cast<const link::TapEndpoint*>(&rt_->host_link())) {
+    rt_->AddCounters([tap] { return tap->FormatVnetCounters(); });
   }
   egress_ = rt_->backend() != nullptr ? rt_->backend()->egress_policy()
             : c_.egress                 ? c_.egress
