@@ -24,9 +24,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "netstack/policy/policy.h"
 #include "netstack/runtime/forward_spec.h"
 #include "netstack/wire/address.h"
 #include "tools/common/cli.h"
@@ -78,6 +80,10 @@ constexpr char kHelp[] =
     "      --macaddress=MAC     the MAC of TAPNAME (with -c)\n"
     "      --target-type=TYPE   netns (the default, and the only one served;\n"
     "                           bess is refused)\n"
+    "      --policy=FILE        netstack's egress policy (docs/POLICY.md): what\n"
+    "                           the guest may reach; without it, the file that\n"
+    "                           NETSTACK_POLICY names, if set (not in\n"
+    "                           slirp4netns)\n"
     "  -h, --help               show this help and exit\n"
     "  -v, --version            show the version and exit\n"
     "\n"
@@ -104,6 +110,7 @@ struct Args {
   bool disable_dns = false;
   std::string macaddress;
   std::string target_type = "netns";
+  std::string policy;  // --policy, else NETSTACK_POLICY (PolicySource)
   std::string target;  // PID or PATH
   std::string tap;
   bool help = false;
@@ -122,7 +129,26 @@ enum LongOnly {
   kDisableDns,
   kMacAddress,
   kTargetType,
+  kPolicy,
 };
+
+// The egress policy's file: netstackd's own --policy (a long option
+// slirp4netns 1.2 does not have, so no caller of slirp4netns passes it by
+// accident), else NETSTACK_POLICY, which rootlesskit and Podman pass on
+// from their environment. "" for none.
+constexpr char kPolicyEnv[] = "NETSTACK_POLICY";
+
+struct PolicySource {
+  std::string path;
+  const char* from = "";  // "--policy" or kPolicyEnv
+};
+
+PolicySource PolicyOf(const std::string& flag) {
+  if (!flag.empty()) return {flag, "--policy"};
+  const char* env = std::getenv(kPolicyEnv);
+  if (env != nullptr && *env != '\0') return {env, kPolicyEnv};
+  return {};
+}
 
 absl::StatusOr<int> FdArg(const char* flag, const char* v) {
   int fd;
@@ -171,6 +197,7 @@ absl::Status TakeOption(int opt, const char* v, Args& a) {
     case kDisableDns: a.disable_dns = true; break;
     case kMacAddress: a.macaddress = v; break;
     case kTargetType: a.target_type = v; break;
+    case kPolicy: a.policy = v; break;
     default:  // '?': getopt_long has named the option
       return absl::InvalidArgumentError("");
   }
@@ -196,6 +223,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       {"disable-dns", no_argument, nullptr, kDisableDns},
       {"macaddress", required_argument, nullptr, kMacAddress},
       {"target-type", required_argument, nullptr, kTargetType},
+      {"policy", required_argument, nullptr, kPolicy},
       {"help", no_argument, nullptr, 'h'},
       {"version", no_argument, nullptr, 'v'},
       {nullptr, 0, nullptr, 0},
@@ -300,6 +328,10 @@ absl::StatusOr<std::vector<std::string>> NetstackdFlags(const Args& a) {
   // gateway (not its loopback, which pasta's splice reaches), so a
   // server bound to the guest's 127.0.0.1 stays unpublished.
   f.push_back("--forward_path=stack");
+  // netstackd's --policy reads, checks and (on SIGHUP) rereads the file.
+  if (const PolicySource p = PolicyOf(a.policy); !p.path.empty()) {
+    f.push_back("--policy=" + p.path);
+  }
   return f;
 }
 
@@ -387,19 +419,32 @@ int RunAsSlirp4netns(int argc, char** argv) {
   absl::StatusOr<std::vector<std::string>> flags = NetstackdFlags(*a);
   absl::StatusOr<Config> config =
       flags.ok() ? ToConfig(*a, *flags) : absl::StatusOr<Config>(flags.status());
+  const PolicySource policy = PolicyOf(a->policy);
   if (!config.ok()) {
-    std::fprintf(stderr, "slirp4netns (netstackd): %s\n",
-                 std::string(config.status().message()).c_str());
+    std::string message(config.status().message());
+    // A file NETSTACK_POLICY named is reported under that name.
+    if (policy.from == kPolicyEnv && absl::StartsWith(message, "--policy ")) {
+      message = absl::StrCat(kPolicyEnv, message.substr(8));
+    }
+    std::fprintf(stderr, "slirp4netns (netstackd): %s\n", message.c_str());
     return 1;
   }
+  const std::string egress = absl::StrCat(
+      DescribeEgress(config->egress ? *config->egress
+                                    : *policy::Policy::Open()),
+      policy.path.empty() ? ""
+                          : absl::StrCat(" from ", policy.from, " ",
+                                         policy.path));
   std::fprintf(stderr,
-               "slirp4netns (netstackd): running as %s (TAP %s%s, IPv6 %s%s%s)\n",
+               "slirp4netns (netstackd): running as %s (TAP %s%s, IPv6 %s%s%s; "
+               "%s)\n",
                absl::StrJoin(*flags, " ").c_str(), a->tap.c_str(),
                a->configure ? ", configured" : ", the caller's",
                a->ipv6 ? "on" : "off", a->disable_dns ? ", no DNS" : "",
                a->api_socket.empty()
                    ? ""
-                   : absl::StrCat(", API socket ", a->api_socket).c_str());
+                   : absl::StrCat(", API socket ", a->api_socket).c_str(),
+               egress.c_str());
   std::fflush(stderr);
   return RunDaemon(*config);
 }
