@@ -56,6 +56,19 @@ absl::StatusOr<std::unique_ptr<DnsForwarder>> StartDns(
   return DnsForwarder::Create(udp, &tcp, chunks, loop, dopt);
 }
 
+// A new UDP or ping flow's verdict as the flow tables act on it: over the
+// new-flow rate, dropped in silence (the guest resends); refused by the
+// policy, ICMP administratively prohibited.
+Admission AdmissionOf(const policy::Verdict& v) {
+  if (v.allow) return Admission::Kind::kAllow;
+  return v.reason == policy::Reason::kRateLimited ? Admission::Kind::kDrop
+                                                  : Admission::Kind::kRefuse;
+}
+
+size_t ProtocolIndex(policy::Protocol protocol) {
+  return protocol == policy::kTcp ? 0 : protocol == policy::kUdp ? 1 : 2;
+}
+
 }  // namespace
 
 const char* FlowEndName(FlowEnd e) {
@@ -115,9 +128,23 @@ Backend::Backend(const BackendConfig& config, stack::Stack& stack,
       chunks_(chunks),
       busy_connects_(config.limits.busy_connect_rate,
                      config.limits.busy_connect_burst),
-      pins_(config.limits.max_pins) {
+      pins_(config.limits.max_pins),
+      new_flows_(config.limits.new_flow_rate,
+                 std::max<uint32_t>(1, config.limits.new_flow_burst)) {
   if (config_.policy.egress == nullptr) {
     config_.policy.egress = policy::Policy::Open();
+  }
+  if (const uint64_t rate = config_.limits.egress_rate; rate != 0) {
+    const uint64_t burst =
+        config_.limits.egress_burst != 0
+            ? std::max(config_.limits.egress_burst, EgressLimiter::kMinWrite)
+            : std::max<uint64_t>(64 << 10, rate / 10);
+    egress_limit_ = std::make_unique<EgressLimiter>(
+        rate, burst, loop_.timers(), [this](const transport::FourTuple& t) {
+          if (auto it = flows_.find(t); it != flows_.end()) {
+            it->second->EgressResumed();
+          }
+        });
   }
 }
 
@@ -183,8 +210,9 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   Backend* be = b.get();
   uo.admit = [be](const transport::SocketAddress& guest,
                   const transport::SocketAddress& peer, Instant now) {
-    return be->JudgeEgress(policy::kUdp, guest, peer, now).allow;
+    return AdmissionOf(be->JudgeEgress(policy::kUdp, guest, peer, now));
   };
+  uo.egress_limit = b->egress_limit_.get();
   uo.closed = [be](const transport::SocketAddress& guest,
                    const transport::SocketAddress& peer, uint64_t out,
                    uint64_t in, Instant opened) {
@@ -198,8 +226,9 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   po.self_addresses = self;
   po.admit = [be](const transport::SocketAddress& guest,
                   const transport::SocketAddress& peer, Instant now) {
-    return be->JudgeEgress(policy::kIcmp, guest, peer, now).allow;
+    return AdmissionOf(be->JudgeEgress(policy::kIcmp, guest, peer, now));
   };
+  po.egress_limit = b->egress_limit_.get();
   po.closed = [be](const transport::SocketAddress& guest,
                    const transport::SocketAddress& peer, uint64_t out,
                    uint64_t in, Instant opened) {
@@ -307,8 +336,16 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
   std::string pinned_name;
   if (egress) {
     policy::Verdict v = JudgeEgress(policy::kTcp, tuple.remote, *host, now);
-    if (!v.allow) return tcp::SynVerdict::kReset;
+    if (!v.allow) {
+      // Over the new-flow rate: no RST, which would fail the client; the
+      // guest retransmits the SYN after its RTO and gets in then.
+      return v.reason == policy::Reason::kRateLimited ? tcp::SynVerdict::kDrop
+                                                      : tcp::SynVerdict::kReset;
+    }
     if (v.reason == policy::Reason::kPinnedName) pinned_name = std::move(v.name);
+  } else if (config_.limits.new_flow_rate != 0 &&
+             !TakeNewFlow(policy::kTcp, now)) {
+    return tcp::SynVerdict::kDrop;  // the host's loopback is a flow too
   }
   if (config_.limits.busy_connect_rate != 0 && LinkBusy() &&
       !busy_connects_.Take(now)) {
@@ -335,13 +372,17 @@ policy::Verdict Backend::JudgeEgress(policy::Protocol protocol,
                                      Instant now) {
   const policy::Policy& p = *config_.policy.egress;
   policy::Verdict v = p.Decide(protocol, dst.ip, dst.port, &pins_, now);
-  if (v.allow) {
+  if (v.allow && config_.limits.new_flow_rate != 0 &&
+      !TakeNewFlow(protocol, now)) {
+    // Allowed, but over the rate: logged as refused, with the name kept.
+    v.allow = false;
+    v.reason = policy::Reason::kRateLimited;
+    v.rule = -1;
+  } else if (v.allow) {
     ++counters_.policy_allowed;
   } else {
     ++counters_.policy_refused[static_cast<size_t>(v.reason)];
-    ++counters_.policy_refused_protocol[protocol == policy::kTcp   ? 0
-                                        : protocol == policy::kUdp ? 1
-                                                                   : 2];
+    ++counters_.policy_refused_protocol[ProtocolIndex(protocol)];
   }
   if (flow_log_ != nullptr) {
     policy::FlowEvent e;
@@ -496,6 +537,12 @@ absl::Status Backend::AdoptInboundTcp(
   return absl::OkStatus();
 }
 
+bool Backend::TakeNewFlow(policy::Protocol protocol, Instant now) {
+  if (new_flows_.Take(1, now)) return true;
+  ++counters_.limit_new_flows_dropped[ProtocolIndex(protocol)];
+  return false;
+}
+
 bool Backend::LinkBusy() const {
   std::optional<link::LinkStats> s = stack_.NicLinkStats(nic_);
   return s && s->rx_batch_limit_hits != limit_hits_at_sweep_;
@@ -571,7 +618,12 @@ std::string Backend::FormatCounters() const {
         NETSTACK_POLICY_REASONS(NETSTACK_POLICY_ALLOWS)
 #undef NETSTACK_POLICY_ALLOWS
     };
-    if (kAllows[i]) continue;
+    // Rate-limited flows are the limits' (backend.limit.*), not the
+    // policy's.
+    if (kAllows[i] ||
+        i == static_cast<size_t>(policy::Reason::kRateLimited)) {
+      continue;
+    }
     const std::string_view reason =
         policy::ReasonName(static_cast<policy::Reason>(i));
     absl::StrAppend(&out, "backend.policy.refused.",
@@ -586,6 +638,23 @@ std::string Backend::FormatCounters() const {
       "backend.policy.reset_on_change ", c.policy_reset_on_change, "\n",
       "backend.policy.pins ", pins_.size(), "\n",
       "backend.policy.pins_evicted ", pins_.evicted(), "\n");
+  {
+    const std::array<uint64_t, 3>& d = c.limit_new_flows_dropped;
+    const EgressLimitCounters e =
+        egress_limit_ ? egress_limit_->counters() : EgressLimitCounters{};
+    absl::StrAppend(
+        &out, "backend.limit.new_flows_dropped ", d[0] + d[1] + d[2], "\n",
+        "backend.limit.new_flows_dropped_tcp ", d[0], "\n",
+        "backend.limit.new_flows_dropped_udp ", d[1], "\n",
+        "backend.limit.new_flows_dropped_icmp ", d[2], "\n",
+        "backend.limit.egress_bytes ", e.bytes, "\n",
+        "backend.limit.egress_waits ", e.waits, "\n",
+        "backend.limit.egress_bytes_delayed ", e.bytes_delayed, "\n",
+        "backend.limit.egress_datagrams_dropped ", e.datagrams_dropped, "\n",
+        "backend.limit.egress_bytes_dropped ", e.bytes_dropped, "\n",
+        "backend.limit.egress_waiting ",
+        egress_limit_ ? egress_limit_->waiting() : 0, "\n");
+  }
   for (size_t i = 0; i < c.tcp_ends.size(); ++i) {
     absl::StrAppend(&out, "backend.tcp_end.",
                     FlowEndName(static_cast<FlowEnd>(i)), " ", c.tcp_ends[i],

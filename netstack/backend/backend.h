@@ -39,6 +39,7 @@
 #include "netstack/backend/dns_forwarder.h"
 #include "netstack/backend/guest_config_services.h"
 #include "netstack/backend/ping_flows.h"
+#include "netstack/backend/rate_limit.h"
 #include "netstack/backend/udp_flows.h"
 #include "netstack/base/token_bucket.h"
 #include "netstack/buffer/chunk.h"
@@ -162,6 +163,21 @@ struct BackendLimits {
   // at once (policy::PinTable); past it the pin that expires first goes
   // (backend.policy.pins_evicted).
   size_t max_pins = 16384;
+  // Per guest (issue #33; rate_limit.h), both off at 0. New outbound
+  // flows a second (a TCP SYN, a new UDP flow, a new ping flow, to the
+  // host's loopback too), with new_flow_burst saved up (--new-flow-rate):
+  // past it the SYN or datagram is dropped in silence and the guest
+  // resends (counted: limit_new_flows_dropped). A flow the egress policy
+  // refuses is refused first and takes nothing.
+  uint32_t new_flow_rate = 0;
+  uint32_t new_flow_burst = 0;
+  // Bytes a second the guest's own flows write to host sockets, with
+  // egress_burst saved up (--egress-rate; egress_burst at least
+  // EgressLimiter::kMinWrite): a TCP flow over it waits (its window
+  // closes), a UDP datagram or echo request over it is dropped. Inbound
+  // (forwarded) flows are not egress and are not limited.
+  uint64_t egress_rate = 0;
+  uint64_t egress_burst = 0;
 };
 
 struct BackendConfig {
@@ -229,6 +245,9 @@ struct BackendCounters {
   std::array<uint64_t, 3> policy_refused_protocol{};
   uint64_t policy_allowed = 0;
   uint64_t policy_reset_on_change = 0;
+  // New outbound flows dropped over BackendLimits::new_flow_rate, by
+  // protocol (TCP SYNs, UDP, ICMP echo).
+  std::array<uint64_t, 3> limit_new_flows_dropped{};
 };
 
 class TcpFlow;
@@ -325,6 +344,8 @@ class Backend : public tcp::SynHandler {
   // Sweep, at most once a second).
   policy::PinTable& pins() { return pins_; }
   const policy::PinTable& pins() const { return pins_; }
+  // The egress byte rate (BackendLimits::egress_rate); null when off.
+  const EgressLimiter* egress_limiter() const { return egress_limit_.get(); }
 
   // tcp::SynHandler
   tcp::SynVerdict OnUnclaimedSyn(const transport::FourTuple& tuple,
@@ -356,6 +377,9 @@ class Backend : public tcp::SynHandler {
   // Whether the policy now in force denies an open flow to `dst`.
   bool DeniedNow(policy::Protocol protocol, const transport::SocketAddress& dst,
                  Instant now) const;
+  // Takes a token of BackendLimits::new_flow_rate for a new outbound flow;
+  // false (counted) when there is none. Only called with the limit on.
+  bool TakeNewFlow(policy::Protocol protocol, Instant now);
   // Whether the guest's link read hit its batch limit since the last Sweep.
   bool LinkBusy() const;
   // A flow has something for Sweep to do.
@@ -404,6 +428,13 @@ class Backend : public tcp::SynHandler {
   policy::PinTable pins_;
   Instant next_pin_expiry_ = absl::InfinitePast();
   policy::FlowLog* flow_log_ = nullptr;
+  // The per-guest limits (BackendLimits::new_flow_rate, egress_rate): a
+  // bucket asked only when new_flow_rate is set, and a limiter that
+  // exists only when egress_rate is (its timer resumes TCP flows by
+  // tuple; the UDP table and the ping forwarder hold its address, and go
+  // first).
+  RateBucket new_flows_;
+  std::unique_ptr<EgressLimiter> egress_limit_;
 };
 
 }  // namespace netstack::backend

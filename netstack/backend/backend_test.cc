@@ -27,6 +27,7 @@
 #include <span>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "netstack/buffer/chunk.h"
 #include "netstack/buffer/packet.h"
@@ -940,6 +941,109 @@ TEST_F(BackendTest, FlowsPastTheLimitAreReset) {
 }
 
 
+// The egress byte rate (BackendLimits::egress_rate, rate_limit.h): the
+// guest's upload reaches the host at the rate, in order and whole, with
+// the flow waiting on the loop's timer (a bounded number of wakes, no
+// busy loop); the download on the same flow is not limited.
+TEST_F(BackendTest, EgressRateHoldsTheUploadToTheRateAndLeavesTheDownload) {
+  BackendConfig c = Loopback();
+  constexpr uint64_t kRate = 1000000;  // bytes a second
+  constexpr uint64_t kBurst = 64 << 10;
+  c.limits.egress_rate = kRate;
+  c.limits.egress_burst = kBurst;
+  Build(c);
+  ASSERT_NE(backend_->egress_limiter(), nullptr);
+  HostListener l;
+  auto s = Connect(l.port);
+  int host = -1;
+  ASSERT_TRUE(RunUntil([&] { return (host = l.Accept()) >= 0; }));
+  ASSERT_TRUE(RunUntil([&] { return s->state() == tcp::TcpState::kEstablished; }));
+  const auto up = Pattern(3 << 20, 4), down = Pattern(3 << 20, 5);
+  std::vector<uint8_t> got_up, got_down;
+  size_t written = 0, host_written = 0;
+  std::vector<uint8_t> buf(1 << 16);
+  const Instant t0 = loop_->Now();
+  const uint64_t fired0 = loop_->stats().timers_fired;
+  Instant down_done = kNever;
+  uint64_t most_ahead = 0;  // bytes the host had beyond the budget
+  ASSERT_TRUE(RunUntil([&]() -> bool {
+    if (written < up.size()) {
+      auto w = s->Write(std::span(up).subspan(written));
+      if (w.ok()) written += *w;
+    }
+    for (ssize_t n; (n = recv(host, buf.data(), buf.size(), MSG_DONTWAIT)) > 0;) {
+      got_up.insert(got_up.end(), buf.begin(), buf.begin() + n);
+    }
+    // Never more than the burst plus the rate since the start.
+    const double budget =
+        kBurst + kRate * absl::ToDoubleSeconds(loop_->Now() - t0);
+    if (got_up.size() > budget) {
+      most_ahead = std::max<uint64_t>(most_ahead, got_up.size() - budget);
+    }
+    if (host_written < down.size()) {
+      const ssize_t n = send(host, down.data() + host_written,
+                             down.size() - host_written,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) host_written += static_cast<size_t>(n);
+    }
+    for (auto r = s->Read(buf); r.ok() && *r > 0; r = s->Read(buf)) {
+      got_down.insert(got_down.end(), buf.begin(), buf.begin() + *r);
+    }
+    if (got_down.size() == down.size() && down_done == kNever) {
+      down_done = loop_->Now();
+    }
+    return got_up.size() == up.size() && got_down.size() == down.size();
+  }, absl::Seconds(30)));
+  const Duration took = loop_->Now() - t0;
+  const Duration want = absl::Seconds(
+      static_cast<double>(up.size() - kBurst) / static_cast<double>(kRate));
+  std::printf("upload of %zu bytes at %llu B/s: %s (want %s); download: %s; "
+              "timers fired: %llu\n",
+              up.size(), static_cast<unsigned long long>(kRate),
+              absl::FormatDuration(took).c_str(),
+              absl::FormatDuration(want).c_str(),
+              absl::FormatDuration(down_done - t0).c_str(),
+              static_cast<unsigned long long>(loop_->stats().timers_fired -
+                                              fired0));
+  EXPECT_TRUE(got_up == up);
+  EXPECT_TRUE(got_down == down);
+  EXPECT_EQ(most_ahead, 0u);
+  EXPECT_GE(took, want - absl::Milliseconds(20));
+  EXPECT_LT(took, want * 1.5);
+  // The download did not wait for the upload's budget.
+  EXPECT_LT(down_done - t0, want / 2);
+  const EgressLimitCounters& e = backend_->egress_limiter()->counters();
+  EXPECT_EQ(e.bytes, up.size());
+  EXPECT_GT(e.waits, 0u);
+  EXPECT_GT(e.bytes_delayed, up.size() / 2);
+  EXPECT_EQ(e.datagrams_dropped, 0u);
+  // About one wake per 10 ms (a hundredth of a second's worth), not a
+  // busy loop.
+  EXPECT_LT(loop_->stats().timers_fired - fired0,
+            static_cast<uint64_t>(absl::ToDoubleSeconds(took) * 100 * 1.5) + 10);
+  const std::string text = backend_->FormatCounters();
+  EXPECT_NE(text.find(absl::StrCat("backend.limit.egress_bytes ", up.size(),
+                                   "\n")),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(absl::StrCat("backend.limit.egress_waits ", e.waits,
+                                   "\n")),
+            std::string::npos);
+  close(host);
+}
+
+TEST_F(BackendTest, NoLimitsByDefault) {
+  EXPECT_EQ(backend_->egress_limiter(), nullptr);
+  const std::string text = backend_->FormatCounters();
+  EXPECT_NE(text.find("backend.limit.new_flows_dropped 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("backend.limit.egress_waits 0\n"), std::string::npos);
+  // Rate-limited flows are the limits' lines, not a policy reason's.
+  EXPECT_EQ(text.find("backend.policy.refused.rate_limited"),
+            std::string::npos);
+}
+
 // A forward's client through the stack (Backend::AdoptInboundTcp): the
 // host end is one of a socket pair, the test keeps the other.
 struct InboundClient {
@@ -1389,6 +1493,83 @@ TEST_F(EgressPolicyTest, FlowLogRecordsEachFlowOpenedRefusedAndClosed) {
       << lines[2];
   EXPECT_TRUE(has(lines[2], "\"bytes_out\":1,\"bytes_in\":1,")) << lines[2];
   close(host);
+}
+
+// The new-flow rate (BackendLimits::new_flow_rate): a flood of SYNs
+// gets the burst through at once and the rest one token at a time;
+// each SYN over the rate is dropped without an RST (the guest's
+// retransmission gets in later), counted, and logged as refused with
+// reason rate_limited. Nothing fails and nothing hangs.
+TEST_F(EgressPolicyTest, SynFloodPastTheNewFlowRateIsDroppedAndCounted) {
+  BackendConfig c;
+  c.limits.new_flow_rate = 10;
+  c.limits.new_flow_burst = 4;
+  Build(c);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/backend_rate_flows.log";
+  std::remove(path.c_str());
+  policy::FlowLog::Options o;
+  o.path = path;
+  auto log = policy::FlowLog::Open(o, loop_->Now());
+  ASSERT_TRUE(log.ok()) << log.status();
+  backend_->SetFlowLog(log->get());
+  AddrListener l("192.0.2.1");
+  constexpr int kFlood = 12;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
+  for (int i = 0; i < kFlood; ++i) guests.push_back(ConnectTo("192.0.2.1", l.port));
+  auto established = [&] {
+    int n = 0;
+    for (auto& g : guests) n += g->state() == tcp::TcpState::kEstablished;
+    return n;
+  };
+  // Before the guest's first retransmission (its initial RTO is 1 s):
+  // the burst, and every other SYN dropped in silence.
+  RunUntil([] { return false; }, absl::Milliseconds(300));
+  EXPECT_EQ(established(), 4);
+  EXPECT_EQ(backend_->counters().limit_new_flows_dropped[0],
+            static_cast<uint64_t>(kFlood - 4));
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 4u);
+  EXPECT_EQ(backend_->counters().policy_allowed, 4u);
+  for (auto& g : guests) EXPECT_TRUE(g->TakeError().ok());  // no RST
+  // The retransmissions get in, a burst at a time.
+  std::vector<int> hosts;
+  ASSERT_TRUE(RunUntil([&] {
+    for (int fd; (fd = l.Accept()) >= 0;) hosts.push_back(fd);
+    return established() == kFlood;
+  }, absl::Seconds(15)));
+  for (auto& g : guests) EXPECT_TRUE(g->TakeError().ok());
+  const uint64_t dropped = backend_->counters().limit_new_flows_dropped[0];
+  EXPECT_GE(dropped, static_cast<uint64_t>(kFlood - 4));
+  EXPECT_EQ(backend_->counters().tcp_flows_opened,
+            static_cast<uint64_t>(kFlood));
+  EXPECT_EQ(Refused(policy::Reason::kRateLimited), 0u);  // not the policy's
+  const std::string text = backend_->FormatCounters();
+  EXPECT_NE(text.find(absl::StrCat("backend.limit.new_flows_dropped_tcp ",
+                                   dropped, "\n")),
+            std::string::npos)
+      << text;
+  (*log)->Flush();
+  backend_->SetFlowLog(nullptr);
+  size_t limited = 0, opened = 0;
+  {
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[2048];
+    while (std::fgets(buf, sizeof(buf), f) != nullptr) {
+      const std::string line = buf;
+      if (line.find("\"event\":\"refused\"") != std::string::npos &&
+          line.find("\"verdict\":\"deny\",\"reason\":\"rate_limited\"") !=
+              std::string::npos) {
+        ++limited;
+      }
+      opened += line.find("\"event\":\"opened\"") != std::string::npos;
+    }
+    std::fclose(f);
+  }
+  EXPECT_EQ(limited, dropped);
+  EXPECT_EQ(opened, static_cast<size_t>(kFlood));
+  for (int fd : hosts) close(fd);
 }
 
 }  // namespace

@@ -91,11 +91,16 @@ bool PingForwarder::OnEchoRequest(const stack::EchoRequest& r, Instant now) {
   if (auto it = flows_.find(key); it != flows_.end()) {
     flow = it->second.get();
   } else {
-    if (options_.admit && !options_.admit(SocketAddress{key.guest, 0},
-                                          SocketAddress{dst, 0}, now)) {
-      ++counters_.refused_policy;
-      Refuse(r, now);
-      return true;
+    if (options_.admit) {
+      const Admission a =
+          options_.admit(SocketAddress{key.guest, 0}, SocketAddress{dst, 0},
+                         now);
+      if (a.kind == Admission::Kind::kDrop) return true;  // counted there
+      if (a.kind == Admission::Kind::kRefuse) {
+        ++counters_.refused_policy;
+        Refuse(r, now);
+        return true;
+      }
     }
     flow = Open(key, now);
     if (flow == nullptr) {
@@ -109,6 +114,11 @@ bool PingForwarder::OnEchoRequest(const stack::EchoRequest& r, Instant now) {
   }
   flow->last_active = std::max(flow->last_active, now);
   lru_.splice(lru_.end(), lru_, flow->lru);
+  if (options_.egress_limit != nullptr &&
+      !options_.egress_limit->TakeDatagram(kEchoHeaderLen + r.data.size(),
+                                           now)) {
+    return true;  // over the egress rate: lost, counted there
+  }
 
   uint8_t hdr[kEchoHeaderLen] = {};
   hdr[0] = r.v6 ? kEchoRequest6 : kEchoRequest4;

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "netstack/backend/rate_limit.h"
 #include "netstack/backend/udp_host_socket.h"
 #include "netstack/base/time.h"
 #include "netstack/buffer/chunk.h"
@@ -56,13 +57,17 @@ struct PingOptions {
   OutboundBind bind;
   std::vector<transport::IpAddress> self_addresses;
   // The egress policy's hooks (the Backend's), as UdpFlowOptions's:
-  // `admit` once per new flow (false: refused, ICMP administratively
-  // prohibited, no socket); `closed` when an admitted flow ends, with its
+  // `admit` once per new flow (refused: ICMP administratively
+  // prohibited, no socket; dropped, the new-flow rate: nothing, the
+  // guest pings again); `closed` when an admitted flow ends, with its
   // echo data bytes each way (requests out, replies in) and when it
   // opened. Addresses with port 0.
-  std::function<bool(const transport::SocketAddress& guest,
-                     const transport::SocketAddress& peer, Instant now)>
+  std::function<Admission(const transport::SocketAddress& guest,
+                          const transport::SocketAddress& peer, Instant now)>
       admit;
+  // The guest's egress byte rate (the Backend's; null: none): a request
+  // (its 8-byte header and data) over it is dropped.
+  EgressLimiter* egress_limit = nullptr;
   std::function<void(const transport::SocketAddress& guest,
                      const transport::SocketAddress& peer, uint64_t bytes_out,
                      uint64_t bytes_in, Instant opened)>

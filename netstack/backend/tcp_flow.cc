@@ -274,7 +274,25 @@ void TcpFlow::Pump() {
 
 bool TcpFlow::PumpGuestToHost() {
   const uint32_t limit = backend_.config_.limits.guest_to_host_pending;
+  // The egress byte rate (rate_limit.h): the guest's own flows only. Off,
+  // this is one null test per pump.
+  EgressLimiter* const rate =
+      inbound_ ? nullptr : backend_.egress_limit_.get();
+  if (rate != nullptr && egress_waiting_) return true;  // the timer resumes it
+  const Instant now = rate != nullptr ? backend_.loop_.Now() : Instant();
   while (true) {
+    // What the budget lets this write move, when there is something to
+    // move; none: wait for the timer, reading no more from the guest.
+    uint64_t allow = UINT64_MAX;
+    if (rate != nullptr &&
+        (pending_first_ < pending_n_ || sock_->readable_bytes() > 0)) {
+      allow = rate->Allow(now);
+      if (allow == 0) {
+        egress_waiting_ = true;
+        rate->Wait(tuple_, now);
+        return true;
+      }
+    }
     if (pending_first_ == pending_n_) {
       pending_first_ = pending_n_ = 0;
       if (guest_eof_) {
@@ -286,7 +304,8 @@ bool TcpFlow::PumpGuestToHost() {
         return true;
       }
       size_t views = 0;
-      auto r = sock_->ReadViews(pending_, limit, &views);
+      auto r = sock_->ReadViews(pending_, std::min<uint64_t>(limit, allow),
+                                &views);
       if (!r.ok()) {
         if (transport::IsWouldBlock(r.status())) return true;  // nothing yet
         // The read took the socket's error (a guest RST, a timeout): no
@@ -302,9 +321,13 @@ bool TcpFlow::PumpGuestToHost() {
     }
     std::array<iovec, kMaxViews> iov;
     size_t n_iov = 0;
-    for (size_t i = pending_first_; i < pending_n_; ++i) {
+    uint64_t offered = 0;  // at most `allow`
+    for (size_t i = pending_first_; i < pending_n_ && offered < allow; ++i) {
       const auto b = pending_[i].bytes();
-      iov[n_iov++] = iovec{const_cast<uint8_t*>(b.data()), b.size()};
+      const size_t len = static_cast<size_t>(
+          std::min<uint64_t>(b.size(), allow - offered));
+      iov[n_iov++] = iovec{const_cast<uint8_t*>(b.data()), len};
+      offered += len;
     }
     msghdr msg{};
     msg.msg_iov = iov.data();
@@ -321,6 +344,7 @@ bool TcpFlow::PumpGuestToHost() {
           false, /*guest_reset=*/true);
       return false;
     }
+    if (rate != nullptr) rate->Sent(static_cast<uint64_t>(sent));
     backend_.counters_.tcp_bytes_guest_to_host += static_cast<uint64_t>(sent);
     bytes_out_ += static_cast<uint64_t>(sent);
     if (inbound_counts_) {
@@ -339,6 +363,8 @@ bool TcpFlow::PumpGuestToHost() {
       }
     }
     if (pending_first_ < pending_n_) {
+      // The budget stopped it, not the host: the loop's top waits.
+      if (static_cast<uint64_t>(sent) == offered && rate != nullptr) continue;
       // A short write: the host socket is full. The views stay; the
       // netstack socket is not read, so the guest's window closes.
       host_full_ = true;
@@ -407,6 +433,12 @@ bool TcpFlow::PumpHostToGuest() {
 
 void TcpFlow::ChunkAvailable() {
   waiting_for_chunk_ = false;
+  Pump();
+}
+
+void TcpFlow::EgressResumed() {
+  if (!egress_waiting_) return;  // a stale entry, or a new flow of the tuple
+  egress_waiting_ = false;
   Pump();
 }
 

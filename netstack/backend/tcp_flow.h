@@ -95,6 +95,8 @@ class TcpFlow : public eventloop::Handler {
 
   // The backend's arena has room again (Backend::WaitForChunk).
   void ChunkAvailable();
+  // The egress limiter's timer: the bytes this flow waited for are there.
+  void EgressResumed();
   // recv() into the arena's chunk only while this much of it is left.
   static constexpr uint32_t kMinRecvRoom = 4096;
 
@@ -140,6 +142,9 @@ class TcpFlow : public eventloop::Handler {
   size_t pending_n_ = 0;
   bool host_full_ = false;  // the last sendmsg was short or EAGAIN
   bool waiting_for_chunk_ = false;  // on the backend's chunk_waiters_
+  // Waiting for the egress byte rate (EgressLimiter::Wait): nothing moves
+  // to the host until EgressResumed, and the guest's window closes.
+  bool egress_waiting_ = false;
   bool guest_eof_ = false;      // the guest's FIN was read
   bool host_wr_shut_ = false;   // ... and relayed (shutdown SHUT_WR)
   bool host_eof_ = false;       // the host's EOF was read and relayed

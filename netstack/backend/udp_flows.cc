@@ -210,7 +210,12 @@ UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, uint16_t udp_len,
   }
   // Refused at once and visibly: a datagram dropped in silence would
   // leave the guest's client waiting for its own timeout.
-  if (options_.admit && !options_.admit(key.local, key.remote, now)) {
+  const Admission admitted =
+      options_.admit ? options_.admit(key.local, key.remote, now)
+                     : Admission(true);
+  // Over the new-flow rate: dropped in silence, counted by the Backend.
+  if (admitted.kind == Admission::Kind::kDrop) return nullptr;
+  if (admitted.kind == Admission::Kind::kRefuse) {
     ++counters_.refused_policy;
     (void)SendUdpUnreachable(stack_, packets_, Unreachable::kAdminProhibited,
                              key.local, key.remote, udp_len, now);
@@ -316,6 +321,12 @@ void UdpFlowTable::MarkReplied(Flow& flow) {
 
 void UdpFlowTable::SendToHost(Flow& flow, const buffer::PayloadView& payload,
                               uint16_t segment_size, Instant now) {
+  // The guest's egress byte rate (the Backend's, rate_limit.h): its own
+  // flows only; a datagram over it is dropped whole.
+  if (options_.egress_limit != nullptr && !flow.inbound &&
+      !options_.egress_limit->TakeDatagram(payload.size(), now)) {
+    return;
+  }
   if (segment_size != 0 && payload.size() <= segment_size) segment_size = 0;
   // The quote of an ICMP error about it: the (first) datagram's length.
   flow.last_udp_len = static_cast<uint16_t>(std::min<size_t>(

@@ -63,6 +63,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "netstack/backend/rate_limit.h"
 #include "netstack/backend/udp_host_socket.h"
 #include "netstack/base/time.h"
 #include "netstack/buffer/chunk.h"
@@ -95,9 +96,14 @@ struct UdpFlowOptions {
   // administratively prohibited quoting the datagram (refused.policy).
   // `closed` is told when a flow `admit` let in ends, however it ends:
   // its payload bytes each way and when it opened. Unset: every flow.
-  std::function<bool(const transport::SocketAddress& guest,
-                     const transport::SocketAddress& peer, Instant now)>
+  // `admit` may also say drop (the new-flow rate, rate_limit.h): the
+  // datagram is dropped in silence and the guest resends.
+  std::function<Admission(const transport::SocketAddress& guest,
+                          const transport::SocketAddress& peer, Instant now)>
       admit;
+  // The guest's egress byte rate (the Backend's; null: none): a datagram
+  // of the guest's own flows over it is dropped (counted there).
+  EgressLimiter* egress_limit = nullptr;
   std::function<void(const transport::SocketAddress& guest,
                      const transport::SocketAddress& peer, uint64_t bytes_out,
                      uint64_t bytes_in, Instant opened)>

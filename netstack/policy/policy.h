@@ -122,14 +122,17 @@ absl::StatusOr<PolicyConfig> ParsePolicyFile(std::string_view contents);
   X(kNotAllowed, "not_allowed", false)                    \
   X(kEgressNone, "egress_none", false)                    \
   X(kSpecialAddress, "special_address", false)            \
-  X(kMetadata, "metadata", false)
+  X(kMetadata, "metadata", false)                         \
+  /* Not the policy's: the backend's new-flow rate dropped an allowed */ \
+  /* flow (backend/rate_limit.h); Decide never says it. */              \
+  X(kRateLimited, "rate_limited", false)
 
 enum class Reason : uint8_t {
 #define NETSTACK_POLICY_ENUM(e, name, allow) e,
   NETSTACK_POLICY_REASONS(NETSTACK_POLICY_ENUM)
 #undef NETSTACK_POLICY_ENUM
 };
-inline constexpr size_t kReasonCount = 8;
+inline constexpr size_t kReasonCount = 9;
 std::string_view ReasonName(Reason r);
 
 struct Verdict {
