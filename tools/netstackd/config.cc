@@ -99,6 +99,14 @@ ABSL_FLAG(std::string, unix, "",
           "netstackd listens there; QEMU connects with "
           "-netdev stream,id=n0,server=off,addr.type=unix,addr.path=PATH. "
           "\"@name\" is an abstract socket.");
+ABSL_FLAG(std::string, vhost_user, "",
+          "Serve a VM as its vhost-user-net back-end: netstackd listens on "
+          "the UNIX socket PATH and QEMU connects with -chardev "
+          "socket,id=vu0,path=PATH -netdev vhost-user,id=n0,chardev=vu0 "
+          "(the guest's memory must be shared: -object "
+          "memory-backend-memfd,share=on and -numa node,memdev=). Frames "
+          "move through the guest's virtqueues; TSO and checksum offload "
+          "both ways. --unix-allow-uid applies.");
 ABSL_FLAG(int, fd, -1,
           "Use this inherited fd as the link, handed over by a parent "
           "(libvirt, podman, a sandbox); --fd-type says what it is. A TAP fd "
@@ -576,6 +584,7 @@ absl::Status ParseOwnTap(bool other_link, Config& c) {
 absl::Status ParseGuest(const CommandLine& cl, Config& c) {
   const bool other_link = !absl::GetFlag(FLAGS_packet).empty() ||
                           !absl::GetFlag(FLAGS_unix).empty() ||
+                          !absl::GetFlag(FLAGS_vhost_user).empty() ||
                           absl::GetFlag(FLAGS_fd) != -1;
   if (absl::Status s = ParseGuestKind(cl, other_link, c); !s.ok()) return s;
   if (absl::Status s = ParseUserns(c); !s.ok()) return s;
@@ -595,6 +604,7 @@ void FillLink(Config& c) {
   c.link_netns = absl::GetFlag(FLAGS_netns);
   c.unix_path = absl::GetFlag(FLAGS_unix);
   c.unix_connect = absl::GetFlag(FLAGS_unix_connect);
+  c.vhost_user_path = absl::GetFlag(FLAGS_vhost_user);
   if (absl::GetFlag(FLAGS_unix_allow_uid) >= 0) {
     c.unix_allow_uid = static_cast<uid_t>(absl::GetFlag(FLAGS_unix_allow_uid));
   }
@@ -624,9 +634,11 @@ absl::Status ParseLink(bool own_tap, Config& c) {
   const int links = !absl::GetFlag(FLAGS_tap).empty() +
                     !absl::GetFlag(FLAGS_packet).empty() +
                     !absl::GetFlag(FLAGS_unix).empty() +
+                    !absl::GetFlag(FLAGS_vhost_user).empty() +
                     (absl::GetFlag(FLAGS_fd) != -1);
   if (links != 1 && !own_tap) {
-    return Usage("exactly one of --tap, --packet, --unix or --fd is required "
+    return Usage("exactly one of --tap, --packet, --unix, --vhost-user or "
+                 "--fd is required "
                  "(or -- CMD, --netns-pid PID or --netns NS alone)");
   }
   const std::string fd_type = absl::GetFlag(FLAGS_fd_type);
@@ -656,9 +668,16 @@ absl::Status ParseLink(bool own_tap, Config& c) {
     return Usage("--unix_connect needs --unix PATH");
   }
   if (const int64_t uid = absl::GetFlag(FLAGS_unix_allow_uid);
-      uid != -1 && (absl::GetFlag(FLAGS_unix).empty() || uid < 0 ||
-                    uid >= int64_t{0xffffffff})) {
-    return Usage("--unix-allow-uid UID needs --unix PATH and a user id");
+      uid != -1 && ((absl::GetFlag(FLAGS_unix).empty() &&
+                     absl::GetFlag(FLAGS_vhost_user).empty()) ||
+                    uid < 0 || uid >= int64_t{0xffffffff})) {
+    return Usage("--unix-allow-uid UID needs --unix PATH (or --vhost-user "
+                 "PATH) and a user id");
+  }
+  if (!absl::GetFlag(FLAGS_vhost_user).empty() &&
+      !absl::GetFlag(FLAGS_netns).empty()) {
+    return Usage("--netns does not apply to --vhost-user (a UNIX socket has "
+                 "no network namespace)");
   }
   if (!absl::GetFlag(FLAGS_unix).empty() && !absl::GetFlag(FLAGS_netns).empty()) {
     return Usage("--netns does not apply to --unix (a UNIX socket has no "
@@ -1011,6 +1030,7 @@ absl::Status ParseGso(const CommandLine& cl, bool own_tap, Config& c) {
                               "a TAP, where host GSO is the default)"));
   }
   const bool stream_link = !absl::GetFlag(FLAGS_unix).empty() ||
+                           !absl::GetFlag(FLAGS_vhost_user).empty() ||
                            (c.fd >= 0 && !c.fd_is_tap);
   if (absl::GetFlag(FLAGS_hostgso) && stream_link) {
     return Usage("--hostgso needs --packet or --tap (a stream socket has no "

@@ -104,7 +104,8 @@ struct Config {
   std::string link_netns;    // --netns, where --tap or --packet is opened
   std::string unix_path;     // --unix
   bool unix_connect = false;
-  std::optional<uid_t> unix_allow_uid;
+  std::optional<uid_t> unix_allow_uid;  // also for --vhost-user
+  std::string vhost_user_path;          // --vhost-user
   uint32_t mtu = 0;  // --mtu; 0: the link's (the backend's plan: its own)
   std::string pcap;
   std::optional<link::FaultInjectorOptions> fault_options;  // any_fault

@@ -25,6 +25,7 @@
 #include "link/netns_sockets.h"
 #include "link/tap_endpoint.h"
 #include "link/unix_stream_endpoint.h"
+#include "link/vhost_user_endpoint.h"
 #include "netstack/backend/dns_forwarder.h"
 #include "netstack/backend/ping_flows.h"
 #include "netstack/eventloop/event_loop.h"
@@ -260,6 +261,22 @@ runtime::LinkFactory StreamLink(const Config& c,
   };
 }
 
+// --vhost-user: QEMU's vhost-user-net front-end connects to PATH.
+runtime::LinkFactory VhostUserLink(const Config& c) {
+  link::VhostUserOptions o;
+  o.path = c.vhost_user_path;
+  o.allow_uid = c.unix_allow_uid;
+  o.mac = c.mac;
+  if (c.mtu != 0) o.mtu = c.mtu;
+  if (c.backend) o.mtu = c.backend->plan.mtu;
+  return [o](buffer::ChunkPool& chunks, buffer::PacketPool& packets)
+             -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+    auto vu = link::VhostUserEndpoint::Listen(o, chunks, packets);
+    if (!vu.ok()) return vu.status();
+    return std::unique_ptr<link::LinkEndpoint>(*std::move(vu));
+  };
+}
+
 // A TAP (made in the guest's namespace, named, or inherited) or an
 // AF_PACKET socket.
 runtime::HostLinkOptions HostLink(const Config& c, int guest_netns_fd) {
@@ -289,7 +306,9 @@ RuntimeOptions RuntimeOptionsFor(const Config& c, const Guest& g,
                                  const ForwardLimits& limits,
                                  const link::UnixStreamEndpoint** stream) {
   RuntimeOptions o;
-  if (!c.unix_path.empty() || (c.fd >= 0 && !c.fd_is_tap)) {
+  if (!c.vhost_user_path.empty()) {
+    o.open_link = VhostUserLink(c);
+  } else if (!c.unix_path.empty() || (c.fd >= 0 && !c.fd_is_tap)) {
     o.open_link = StreamLink(c, stream);
   } else {
     o.host = HostLink(c, g.netns.valid() ? g.netns.get() : -1);
@@ -300,6 +319,7 @@ RuntimeOptions RuntimeOptionsFor(const Config& c, const Guest& g,
   o.nic_name = c.fd >= 0           ? absl::StrCat("fd", c.fd)
                : !c.tap.empty()    ? c.tap
                : !c.packet.empty() ? c.packet
+               : !c.vhost_user_path.empty() ? "vhost0"
                                    : "unix0";
   o.addrs4 = c.addrs;
   o.addrs6 = c.addrs6;
@@ -435,6 +455,10 @@ std::optional<Failure> Daemon::Start() {
   }
   if (stream_ != nullptr) {
     rt_->AddCounters([this] { return StreamCounters(*stream_); });
+  }
+  if (const auto* vu =
+          dynamic_cast<const link::VhostUserEndpoint*>(&rt_->host_link())) {
+    rt_->AddCounters([vu] { return link::FormatVhostUserCounters(*vu); });
   }
   // A TAP's frames whose virtio-net header lied (docs/COUNTERS.md).
   if (const auto* tap =

@@ -14,6 +14,8 @@ constexpr char kUsage[] =
     "       netstackd --backend [FLAGS] (--unix PATH | --fd N "
     "--fd-type tap|stream)\n"
     "         be a VM's network (QEMU's -netdev stream, or a parent's fd)\n"
+    "       netstackd --backend [FLAGS] --vhost-user PATH\n"
+    "         be a VM's network as its vhost-user-net back-end\n"
     "       netstackd --backend [FLAGS] --tap NAME --netns NS\n"
     "         be the network behind a TAP device\n"
     "       netstackd --addr CIDR [FLAGS] (--tap NAME | --packet IFNAME)\n"
@@ -69,10 +71,10 @@ HelpPage NetstackdHelpPage() {
   page.groups = {
       {"Attaching the guest",
        "always needed. One of -- CMD, --netns-pid, --netns, --tap, --unix, "
-       "--fd or --packet says how the guest's frames reach netstackd.",
+       "--vhost-user, --fd or --packet says how the guest's frames reach netstackd.",
        {"--backend", "--netns-pid PID", "--netns NS|PATH", "--userns-pid PID",
         "--userns PATH", "--tap NAME", "--unix PATH", "--unix-connect",
-        "--unix-allow-uid UID", "--fd N", "--fd-type tap|stream",
+        "--unix-allow-uid UID", "--vhost-user PATH", "--fd N", "--fd-type tap|stream",
         "--packet IFNAME", "--no-dns-config", "--ready-fd N",
         "--exit-fd N"}},
       {"Address plan",
