@@ -39,8 +39,10 @@ Usage: bench/flood_benchmark.py [--netstackd PATH] [--seconds 4]
 """
 import argparse
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,7 +67,10 @@ ap.add_argument("--rates", default="100000,30000",
 ap.add_argument("--cases", default="cpu,closed,open,stack",
                 help="cpu (a core kept busy, no flood: the control), closed "
                 "and open (a closed or open port of H through the backend), "
-                "stack (netstackd's own listener) (default: all four)")
+                "denied (netstackd with --allow for the transfer's address "
+                "only and a --flow-log: every SYN refused by the egress "
+                "policy, issue #33), stack (netstackd's own listener) "
+                "(default: cpu,closed,open,stack)")
 ap.add_argument("--syns", type=int, default=100000,
                 help="distinct SYNs (4-tuples) built once and sent over "
                 "and over (default 100000)")
@@ -80,7 +85,7 @@ from tests.backend.backend_topology import G4, H4, BackendTopology  # noqa
 from tests.interop import interop_util as iu  # noqa: E402
 
 H4B = "198.51.100.2"
-PORTS = {"closed": 7099, "open": 7100}
+PORTS = {"closed": 7099, "open": 7100, "denied": 7100}
 
 
 def flooded(ns, flood_args, rate, measure):
@@ -109,9 +114,16 @@ def row(label, alone, during, floods, hwm):
 VARIANT = ""
 
 
-def backend_cases(cases, rates, flags):
+def backend_cases(cases, rates, flags, denied=False):
+    """The backend's cases; `denied`: only the denied case, with netstackd
+    started with an allowlist that admits the transfer's address (H4) and
+    nothing else, and a flow log."""
     topo = BackendTopology()
+    logdir = tempfile.mkdtemp(prefix="nst-flood-log-") if denied else None
     try:
+        if denied:
+            log = os.path.join(logdir, "flows.jsonl")
+            flags = list(flags) + ["--allow", f"{H4}/32", "--flow-log", log]
         topo.setup()
         h = topo.h
         iu.run("ip", "-n", h, "addr", "add", f"{H4B}/24", "dev", "hveth")
@@ -124,7 +136,7 @@ def backend_cases(cases, rates, flags):
         topo.configure_guest()
         pid = fu.netstackd_pid(nd)
         mac = fu.gateway_mac(topo)
-        if "cpu" in cases:
+        if "cpu" in cases and not denied:
             # The control: one core taken by a loop that sends nothing.
             for reverse in (False, True):
                 alone, during, floods = [], [], []
@@ -141,10 +153,14 @@ def backend_cases(cases, rates, flags):
                     f"{'H to G' if reverse else 'G to H'}", alone, during,
                     floods, fu.memory_kib(pid)["VmHWM"])
         for case in cases:
-            if case not in PORTS:
+            if case not in PORTS or (case == "denied") != denied:
                 continue
+            # denied: the SYNs go to H4B and .3, which the policy refuses
+            # (each a RST from netstackd, no host socket, a flow-log line
+            # while the log's rate cap lasts).
+            dsts = f"{H4B},198.51.100.3" if denied else f"{H4},{H4B}"
             args = ("syn", "nsttap", mac, G4, H4, PORTS[case], ARGS.syns,
-                    "--dsts", f"{H4},{H4B}")
+                    "--dsts", dsts)
             for reverse in (False, True):
                 for rate in [0] + rates:
                     alone, during, floods = flooded(
@@ -158,8 +174,18 @@ def backend_cases(cases, rates, flags):
                         fu.memory_kib(pid)["VmHWM"])
         nd.stop()
         nd.close()
+        if denied:
+            size = sum(os.path.getsize(p) for p in (log, log + ".1")
+                       if os.path.exists(p))
+            with open(log) as f:
+                refused = sum('"refused"' in l for l in f)
+            print(f"  the flow log after the denied case: {size:,} bytes in "
+                  f"FILE and FILE.1 (cap: 2 x --flow-log-max-bytes); "
+                  f"{refused} refused lines in FILE", flush=True)
     finally:
         topo.close()
+        if logdir:
+            shutil.rmtree(logdir, ignore_errors=True)
 
 
 def stack_case(rates, extra):
@@ -208,6 +234,8 @@ def main():
     for name, flags in variants:
         VARIANT = name
         backend_cases(cases, rates, flags)
+        if "denied" in cases:
+            backend_cases(cases, rates, flags, denied=True)
         if "stack" in cases:
             stack_case(rates, flags)
 

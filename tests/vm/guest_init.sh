@@ -32,6 +32,16 @@ done
 ip link set eth0 up || fail link
 say link up=$(up) mac=$(cat /sys/class/net/eth0/address)
 
+# The offloads virtio-net negotiated (Debian's ethtool, when the harness
+# put it in; tests/vm/vm_harness.py).
+if [ -x /usr/sbin/ethtool ]; then
+  k=$(/usr/sbin/ethtool -k eth0 2>&1)
+  get() { echo "$k" | awk -v f="$1:" '$1 == f { print $2; exit }'; }
+  say offload tso=$(get tcp-segmentation-offload) \
+      txcsum=$(get tx-checksumming) rxcsum=$(get rx-checksumming) \
+      lro=$(get large-receive-offload) gro=$(get generic-receive-offload)
+fi
+
 # DHCP: udhcpc quits once it has a lease (-q) and fails without one (-n).
 udhcpc -i eth0 -f -q -n -t 20 -T 1 -s /etc/udhcpc.sh >/dev/null 2>&1 ||
   fail lease
@@ -79,6 +89,8 @@ if [ -n "$nst_http6" ]; then
 fi
 
 # The download (host -> guest): timed on its own, hashed afterwards.
+# "dlstart" lets the host read the backend's CPU time when it begins.
+say dlstart up=$(up)
 t0=$(up)
 timeout 120 wget -q -O /www/up.bin "http://$nst_http/dl.bin"
 rc=$?

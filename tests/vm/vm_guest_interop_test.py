@@ -29,7 +29,6 @@ passt, dnsmasq, the HTTP server and the temporary directory are removed
 whatever happens. Needs root, qemu-system-x86, passt, dnsmasq, apt (once,
 for the guest's kernel and busybox; see vm_image.py).
 """
-import hashlib
 import os
 import shutil
 import signal
@@ -39,54 +38,11 @@ import tempfile
 import time
 import unittest
 
-from tests.backend.backend_topology import H4, H6, BackendTopology
+from tests.backend.backend_topology import H4, H6
 from tests.interop import interop_util as iu
-from tests.vm import vm_image
-from tests.vm.vm_console import Console, fields
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-DNSMASQ = "127.0.0.53"
-NAME = "vm.netstack.test"
-HTTP_PORT = 8080
-FWD_PORT = 8081
-SIZE = 16 << 20
-# passt's view of H: the default routes' gateways, in S, where nobody
-# holds them (S has no address).
-SINK_GW4, SINK_GW6 = "198.51.100.254", "2001:db8:1::fe"
-QEMU = "qemu-system-x86_64"
-BOOT_TIMEOUT = 90   # QEMU start to the guest serving, under TCG
-
-
-class VmTopology(BackendTopology):
-    """H and S of BackendTopology; the guest is a VM, so there is no G."""
-
-    def setup(self):
-        self.setup_host()
-        iu.run("ip", "netns", "exec", self.s, "sysctl", "-qw",
-               "net.ipv6.conf.all.disable_ipv6=1")
-
-    def add_sink_default(self):
-        iu.run("ip", "-n", self.h, "route", "add", "default", "via",
-               SINK_GW4, "dev", "hveth")
-        iu.run("ip", "-n", self.h, "-6", "route", "add", "default", "via",
-               SINK_GW6, "dev", "hveth")
-
-    def assert_sink_default(self):
-        """For passt: H's default routes lead only into S over hveth, and
-        S is a dead end (lo and sveth, no address, no route, IPv6 off)."""
-        links_h, links_s = self.links(self.h), self.links(self.s)
-        assert links_h == ["hveth", "lo"], f"H has links {links_h}"
-        assert links_s == ["lo", "sveth"], f"S has links {links_s}"
-        for family in ("-4", "-6"):
-            for line in iu.run("ip", "-n", self.h, family, "route", "show",
-                               "default").stdout.splitlines():
-                assert " dev hveth" in line, f"H routes elsewhere: {line}"
-            addrs = iu.run("ip", "-n", self.s, family, "-o", "addr", "show",
-                           "dev", "sveth").stdout.strip()
-            assert addrs == "", f"S has addresses: {addrs}"
-            routes = iu.run("ip", "-n", self.s, family, "route",
-                            "show").stdout.strip()
-            assert routes == "", f"S has routes: {routes}"
+from tests.vm import vm_harness as vh
+from tests.vm.vm_harness import (DNSMASQ, FWD_PORT, HTTP_PORT, NAME, QEMU,
+                                 SINK_GW4, SINK_GW6, SIZE, VmTopology)
 
 
 class VmGuestTest(unittest.TestCase):
@@ -118,43 +74,10 @@ class VmGuestTest(unittest.TestCase):
     @classmethod
     def _setup(cls):
         t = time.monotonic()
-        cache = vm_image.fetch()
-        def read(path):
-            with open(path) as f:
-                return f.read()
-        cls.initrd = vm_image.build_initramfs(
-            os.path.join(cls.tmp, "initrd.gz"),
-            read(os.path.join(HERE, "guest_init.sh")),
-            {"/etc/udhcpc.sh": read(os.path.join(HERE, "udhcpc.sh"))})
-        cls.kernel = os.path.join(cache, "vmlinuz")
-        print(f"guest image: {time.monotonic() - t:.1f} s ("
-              f"{read(os.path.join(cache, 'VERSION')).split()[0]}, "
-              f"cached in {cache})", flush=True)
-        topo = cls.topo
-        topo.setup()
-        h = topo.h
-        www = os.path.join(cls.tmp, "www")
-        os.makedirs(www)
-        with open(os.path.join(www, "hello.txt"), "w") as f:
-            f.write("hello-from-h\n")
-        cls.dl_sha = iu.write_random_file(os.path.join(www, "dl.bin"), SIZE,
-                                          seed=14)
-        # Dual-stack (::, so also 127.0.0.1, where passt maps its gateway).
-        topo.spawn(h, sys.executable, "-m", "http.server", "--bind", "::",
-                   "--directory", www, str(HTTP_PORT))
-        topo.spawn(h, "dnsmasq", "--keep-in-foreground", "--no-resolv",
-                   "--no-hosts", "--no-poll", "--bind-interfaces",
-                   f"--listen-address={DNSMASQ}", "--port=53",
-                   f"--address=/{NAME}/{H4}",
-                   f"--pid-file={cls.tmp}/dnsmasq.pid", "--user=root")
-        ok = iu.wait_for(lambda: iu.run(*topo.in_ns(
-            h, "dig", f"@{DNSMASQ}", "+short", "+time=1", "+tries=1", NAME,
-            "A"), check=False).stdout.strip() == H4, 10)
-        assert ok, "dnsmasq does not answer in H"
-        ok = iu.wait_for(lambda: iu.run(*topo.in_ns(
-            h, "curl", "-sf", f"http://127.0.0.1:{HTTP_PORT}/hello.txt"),
-            check=False).returncode == 0, 10)
-        assert ok, "HTTP server not serving in H"
+        cls.kernel, cls.initrd = vh.build_guest(cls.tmp)
+        print(f"guest image: {time.monotonic() - t:.1f} s", flush=True)
+        cls.topo.setup()
+        cls.dl_sha = vh.start_servers(cls.topo, cls.tmp)
 
     @classmethod
     def _teardown(cls):
@@ -166,83 +89,21 @@ class VmGuestTest(unittest.TestCase):
     def tearDownClass(cls):
         cls._teardown()
         if cls.results:
-            print(report(cls.results), flush=True)
+            print(vh.report(cls.results), flush=True)
 
     # --- one guest run -----------------------------------------------------
 
     def boot(self, label, sock, http, http6, backend_log):
-        """Boots the guest on `sock`, checks everything it reports and the
-        upload through -t; returns the figures."""
-        h = self.topo.h
-        append = ("console=ttyS0 quiet panic=-1 "
-                  f"nst_name={NAME} nst_http={http}"
-                  + (f" nst_http6={http6}" if http6 else ""))
-        cmd = self.topo.in_ns(
-            h, QEMU, "-nodefaults", "-no-user-config", "-machine", "q35",
-            "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "256",
-            "-display", "none", "-serial", "stdio", "-no-reboot",
-            "-kernel", self.kernel, "-initrd", self.initrd, "-append", append,
-            "-netdev", f"stream,id=n0,server=off,addr.type=unix,"
-                       f"addr.path={sock}",
-            "-device", "virtio-net-pci,netdev=n0,romfile=,"
-                       "mac=52:54:00:12:34:56")
-        console_path = os.path.join(self.out_dir, f"console-{label}.log")
-        t0 = time.monotonic()
-        qemu = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
-        self.topo.procs.append(qemu)
-        con = Console(qemu, t0, console_path)
-        try:
-            return self._check_guest(label, con, backend_log)
-        finally:
-            qemu.kill()
-            qemu.wait()
-            con.thread.join(timeout=5)
-
-    def _check_guest(self, label, con, backend_log):
-        def why():
-            return (f"\n--- {label} console:\n{con.text()}\n--- backend:\n"
-                    f"{backend_log()}")
-        # Every step of the guest's has its own timeout: it always gets to
-        # "serving" unless it hangs or dies.
-        self.assertIsNotNone(con.wait_for("serving", BOOT_TIMEOUT),
-                             f"{label}: the guest did not finish{why()}")
-        got = {step: con.find(step) for step in
-               ("link", "lease", "slaac", "dns", "fetch", "fetch6",
-                "download")}
-        res = {}
-        for step, r in got.items():
-            res[step] = None if r is None or r[1] else fields(r[2])
-        self.assertIsNotNone(res["lease"], f"{label}: no DHCP lease{why()}")
-        res["boot_to_lease"] = got["lease"][0]
-        if res["fetch"]:
-            res["boot_to_fetch"] = got["fetch"][0]
-        # The same from the guest's clock, from its link up: the part the
-        # backend has a say in (the kernel's boot under TCG varies with
-        # the host's load).
-        if res["link"]:
-            link_up = float(res["link"]["up"])
-            res["link_to_lease"] = float(res["lease"]["up"]) - link_up
-            if res["fetch"]:
-                res["link_to_fetch"] = float(res["fetch"]["up"]) - link_up
-            if res["slaac"]:
-                res["link_to_slaac"] = float(res["slaac"]["up"]) - link_up
-        dl = res["download"]
-        if dl:
-            res["download_ok"] = (dl.get("rc") == "0"
-                                  and dl.get("bytes") == str(SIZE)
-                                  and dl.get("sha256") == self.dl_sha)
-            secs = float(dl["end"]) - float(dl["start"])
-            res["download_mbps"] = SIZE / 1e6 / secs if secs > 0 else None
-        # The upload: the host fetches the guest's copy through -t.
-        r = iu.curl_download(self.topo.in_ns(self.topo.h),
-                             f"http://127.0.0.1:{FWD_PORT}/up.bin", 60)
-        res["upload_ok"] = (r.returncode == 0 and r.received == SIZE
-                            and r.received_sha.hexdigest() == self.dl_sha)
-        res["upload_mbps"] = SIZE / 1e6 / r.seconds if r.seconds else None
-        res["upload_err"] = f"rc {r.returncode}, {r.received} bytes {r.stderr}"
-        res["why"] = why()
+        """Boots the guest on `sock` (-netdev stream) and returns what it
+        and the host saw (vm_harness.run_guest)."""
+        res = vh.run_guest(self.topo, self.kernel, self.initrd, label,
+                           "stream", sock, http, http6, backend_log,
+                           self.out_dir, self.dl_sha)
+        res["why"] = res["why"]()
+        self.assertTrue(res["served"], f"{label}: the guest did not "
+                                       f"finish{res['why']}")
+        self.assertIsNotNone(res["lease"],
+                             f"{label}: no DHCP lease{res['why']}")
         return res
 
     # --- the two backends ----------------------------------------------------
@@ -353,35 +214,6 @@ class VmGuestTest(unittest.TestCase):
         self.assertTrue(res.get("download_ok"), f"download{why}")
         self.assertTrue(res["upload_ok"], f"upload {res['upload_err']}{why}")
 
-
-def report(results):
-    def f(v, fmt):
-        return "-" if v is None else fmt % v
-    rows = [("", *results)]
-    get = lambda k: [results[b].get(k) for b in results]
-    rows.append(("QEMU start -> DHCP lease (s)",
-                 *[f(v, "%.2f") for v in get("boot_to_lease")]))
-    rows.append(("QEMU start -> first HTTP fetch (s)",
-                 *[f(v, "%.2f") for v in get("boot_to_fetch")]))
-    rows.append(("guest link up -> DHCP lease (s)",
-                 *[f(v, "%.2f") for v in get("link_to_lease")]))
-    rows.append(("guest link up -> first HTTP fetch (s)",
-                 *[f(v, "%.2f") for v in get("link_to_fetch")]))
-    rows.append(("guest link up -> SLAAC address (s)",
-                 *[f(v, "%.2f") for v in get("link_to_slaac")]))
-    rows.append(("download H -> guest (MB/s)",
-                 *[f(v, "%.1f") for v in get("download_mbps")]))
-    rows.append(("upload guest -> H via -t (MB/s)",
-                 *[f(v, "%.1f") for v in get("upload_mbps")]))
-    rows.append(("SLAAC address", *[(r.get("slaac") or {}).get("addr", "-")
-                                   for r in results.values()]))
-    rows.append(("DNS answer", *[(r.get("dns") or {}).get("addr", "-")
-                                for r in results.values()]))
-    rows.append(("MTU from DHCP", *[(r.get("lease") or {}).get("mtu", "-")
-                                   for r in results.values()]))
-    w = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return "VM guest results:\n" + "\n".join(
-        "  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)) for r in rows)
 
 
 if __name__ == "__main__":

@@ -151,11 +151,33 @@ class Cpio:
         return bytes(self.out)
 
 
-def build_initramfs(path, init, files=None):
+def host_binary(path):
+    """{guest path: bytes} for the host's dynamically linked `path` and
+    every library ldd names (at the same paths, the loader included), to
+    pass to build_initramfs(binaries=): the guest runs Debian's own build
+    (ethtool, iperf3) with the host's libc."""
+    out = {path: None}
+    for line in _run("ldd", path).stdout.splitlines():
+        parts = line.split()
+        if "=>" in parts:
+            lib = parts[parts.index("=>") + 1]
+            if lib.startswith("/"):
+                out[lib] = None
+        elif parts and parts[0].startswith("/"):
+            out[parts[0]] = None   # the loader, e.g. /lib64/ld-linux-x86-64.so.2
+    for p in out:
+        with open(p, "rb") as f:
+            out[p] = f.read()
+    return out
+
+
+def build_initramfs(path, init, files=None, binaries=None):
     """Writes a gzip'd initramfs to `path`: busybox (with a symlink per
     applet), the modules under /lib/modules, /dev/console (the kernel
     opens it for /init's stdio before anything is mounted), /init (the
-    text `init`) and `files` ({guest path: text}, executable)."""
+    text `init`), `files` ({guest path: text}, executable) and `binaries`
+    ({guest path: bytes}, executable; their directories are made, see
+    host_binary)."""
     cache = fetch()
     with open(os.path.join(cache, "busybox"), "rb") as f:
         busybox = f.read()
@@ -175,6 +197,16 @@ def build_initramfs(path, init, files=None):
     a.file("init", init.encode(), 0o755)
     for name, text in (files or {}).items():
         a.file(name.lstrip("/"), text.encode(), 0o755)
+    made = {"bin", "dev", "etc", "lib", "lib/modules", "proc", "sys", "tmp",
+            "www", "root"}
+    for name, data in (binaries or {}).items():
+        parts = name.strip("/").split("/")
+        for i in range(1, len(parts)):
+            d = "/".join(parts[:i])
+            if d not in made:
+                a.dir(d)
+                made.add(d)
+        a.file(name.lstrip("/"), data, 0o755)
     with open(path, "wb") as f:
         f.write(gzip.compress(a.finish(), compresslevel=1))
     return path
