@@ -128,6 +128,8 @@ Backend::Backend(const BackendConfig& config, stack::Stack& stack,
       chunks_(chunks),
       busy_connects_(config.limits.busy_connect_rate,
                      config.limits.busy_connect_burst),
+      busy_refusals_(config.limits.busy_connect_rate * kBusyRefusalsPerConnect,
+                     config.limits.busy_connect_burst * kBusyRefusalsPerConnect),
       pins_(config.limits.max_pins),
       new_flows_(config.limits.new_flow_rate,
                  std::max<uint32_t>(1, config.limits.new_flow_burst)) {
@@ -205,6 +207,8 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Create(
   // -u through the stack: as many again, a share of their own.
   uo.max_inbound_flows = b->config_.limits.max_udp_flows;
   uo.idle_timeout = b->config_.limits.udp_idle_timeout;
+  // A turn's datagrams of a flow leave in one sendmmsg (issue #34).
+  uo.coalesce = true;
   uo.bind = bind;
   uo.self_addresses = self;
   Backend* be = b.get();
@@ -331,16 +335,27 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
   // The gateway's host loopback is host_loopback's to allow, not the
   // egress policy's (which would deny 127.0.0.1 in allowlist mode).
   const bool egress = host->ip == tuple.local.ip;
-  // Before the busy shedding: a refused SYN is answered at once, never
-  // left to the guest's retransmissions.
+  // A refused SYN is answered at once with a RST, never left to the
+  // guest's retransmissions, unless the guest floods: while the link is
+  // busy (the guest sends faster than we read) and busy_refusals_ is
+  // spent, it is dropped unanswered (policy_resets_shed). A RST each
+  // would take the thread from the established flows; the guest's
+  // retransmission gets its RST once the flood ebbs.
   std::string pinned_name;
   if (egress) {
     policy::Verdict v = JudgeEgress(policy::kTcp, tuple.remote, *host, now);
     if (!v.allow) {
       // Over the new-flow rate: no RST, which would fail the client; the
       // guest retransmits the SYN after its RTO and gets in then.
-      return v.reason == policy::Reason::kRateLimited ? tcp::SynVerdict::kDrop
-                                                      : tcp::SynVerdict::kReset;
+      if (v.reason == policy::Reason::kRateLimited) {
+        return tcp::SynVerdict::kDrop;
+      }
+      if (config_.limits.busy_connect_rate != 0 && LinkBusy() &&
+          !busy_refusals_.Take(now)) {
+        ++counters_.policy_resets_shed;
+        return tcp::SynVerdict::kDrop;
+      }
+      return tcp::SynVerdict::kReset;
     }
     if (v.reason == policy::Reason::kPinnedName) pinned_name = std::move(v.name);
   } else if (config_.limits.new_flow_rate != 0 &&
@@ -636,6 +651,7 @@ std::string Backend::FormatCounters() const {
       "backend.policy.refused_icmp ", c.policy_refused_protocol[2], "\n",
       "backend.policy.allowed ", c.policy_allowed, "\n",
       "backend.policy.reset_on_change ", c.policy_reset_on_change, "\n",
+      "backend.policy.resets_shed ", c.policy_resets_shed, "\n",
       "backend.policy.pins ", pins_.size(), "\n",
       "backend.policy.pins_evicted ", pins_.evicted(), "\n");
   {

@@ -245,6 +245,10 @@ struct BackendCounters {
   std::array<uint64_t, 3> policy_refused_protocol{};
   uint64_t policy_allowed = 0;
   uint64_t policy_reset_on_change = 0;
+  // Refused SYNs answered with no RST: the link was busy and
+  // kBusyRefusalsPerConnect times busy_connect_rate a second were
+  // answered already (a flood of refused connects; Backend::OnUnclaimedSyn).
+  uint64_t policy_resets_shed = 0;
   // New outbound flows dropped over BackendLimits::new_flow_rate, by
   // protocol (TCP SYNs, UDP, ICMP echo).
   std::array<uint64_t, 3> limit_new_flows_dropped{};
@@ -403,6 +407,11 @@ class Backend : public tcp::SynHandler {
   // Host connects while the link is busy (BackendLimits::
   // busy_connect_rate); the link's rx_batch_limit_hits at the last Sweep.
   TokenBucket busy_connects_;
+  // RSTs for refused SYNs while the link is busy: a RST costs this thread
+  // a TAP write (about 2 us, and the guest kernel's work in that write),
+  // a host connect about 15 us, so the budget is ten times larger.
+  static constexpr uint32_t kBusyRefusalsPerConnect = 10;
+  TokenBucket busy_refusals_;
   uint64_t limit_hits_at_sweep_ = 0;
   absl::flat_hash_map<transport::FourTuple, std::unique_ptr<TcpFlow>> flows_;
   // Of flows_, those AdoptInboundTcp made; the rest are the guest's.

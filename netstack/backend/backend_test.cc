@@ -1319,6 +1319,43 @@ TEST_F(EgressPolicyTest, DeniedTcpDestinationIsResetAtOnceWithoutAHostConnect) {
   EXPECT_NE(text.find("backend.policy.refused_tcp 1\n"), std::string::npos);
 }
 
+// A flood of refused connects while the link is busy: RSTs up to ten
+// times the busy connect rate, then the SYNs are dropped unanswered
+// (counted); the guest's retransmission gets its RST once tokens are back.
+// A link that keeps up answers every one.
+TEST_F(EgressPolicyTest, RefusedSynsPastTheBusyBudgetAreShedThenAnswered) {
+  BackendConfig c;
+  c.policy.egress = PolicyOf("deny tcp:192.0.2.1\n");
+  c.limits.busy_connect_rate = 1;  // ten refusals a second, ten saved up
+  c.limits.busy_connect_burst = 1;
+  Build(c);
+  AddrListener l("192.0.2.1");
+  for (int i = 0; i < 12; ++i) {
+    auto s = ConnectTo("192.0.2.1", l.port);
+    EXPECT_EQ(ErrorOf(*s), ECONNREFUSED);
+  }
+  EXPECT_EQ(backend_->counters().policy_resets_shed, 0u);
+  backend_link_->set_busy(true);
+  std::vector<std::unique_ptr<tcp::TcpSocket>> answered;
+  for (int i = 0; i < 10; ++i) {
+    answered.push_back(ConnectTo("192.0.2.1", l.port));
+    EXPECT_EQ(ErrorOf(*answered.back()), ECONNREFUSED);
+  }
+  auto shed = ConnectTo("192.0.2.1", l.port);
+  ASSERT_TRUE(RunUntil(
+      [&] { return backend_->counters().policy_resets_shed == 1; }));
+  EXPECT_EQ(shed->state(), tcp::TcpState::kSynSent);
+  EXPECT_TRUE(shed->TakeError().ok());
+  // Refused all the same, once per SYN.
+  EXPECT_EQ(Refused(policy::Reason::kDenyRule), 23u);
+  Duration took;
+  EXPECT_EQ(ErrorOf(*shed, &took), ECONNREFUSED);  // its retransmission
+  EXPECT_EQ(l.Accept(), -1);
+  EXPECT_EQ(backend_->counters().tcp_flows_opened, 0u);
+  EXPECT_NE(backend_->FormatCounters().find("backend.policy.resets_shed 1\n"),
+            std::string::npos);
+}
+
 TEST_F(EgressPolicyTest, AllowedTcpDestinationRelays) {
   BuildWith(PolicyOf("allow tcp:192.0.2.1\n"));
   AddrListener l("192.0.2.1");
