@@ -19,6 +19,9 @@ endless download from allowed.test:
     NST_POLICY_MIN_RATIO is set, as a benchmark run does: a timed
     assertion on this shared 2-core machine would fail on its load, not
     on netstackd (the README's rule: speed goals live in benchmarks).
+    The benchmark of that goal is bench/flood_benchmark.py --cases
+    cpu,denied (docs/BENCHMARKS.md, "Refused by the egress policy"),
+    against a CPU-loop control in the same run.
     The flood runs at nice 19: this machine has 2 cores, and the guest
     kernel's work for the flooder's connects is not netstackd's; nice
     keeps it from taking the download's reader's CPU, not netstackd's.
