@@ -259,6 +259,25 @@ class PolicySlirpTest(unittest.TestCase):
         print(f"POLICY_SLIRP tool={self.tool()} allowed_download_MBps="
               f"{SIZE / 1e6 / r.seconds:.1f}", flush=True)
 
+    def test_sighup_rereads_the_file(self):
+        # netstackd's --policy, whichever way it came: SIGHUP reads the
+        # file again (the libslirp stand-in has no such thing).
+        if self.prog.is_debian:
+            self.skipTest("libslirp reads NETSTACK_POLICY at slirp_new only")
+
+        def reload(text, want):
+            with open(self.policy, "w") as f:
+                f.write(text)
+            os.kill(self.s4_pid, signal.SIGHUP)
+            return iu.wait_for(lambda: self.connect(DENIED4)[0] == want, 5)
+        try:
+            self.assertTrue(reload(POLICY + f"allow {DENIED4}\n", "connected"),
+                            self.log())
+        finally:
+            self.assertTrue(reload(POLICY, "ConnectionRefusedError"),
+                            self.log())
+        self.assertIn("SIGHUP: --policy", self.log())
+
     def test_start_line_names_the_policy(self):
         if self.prog.is_debian:
             self.skipTest("Debian's slirp4netns prints no start line of ours")
