@@ -47,6 +47,9 @@ Instant RateBucket::When(double n, Instant now) {
 EgressLimiter::EgressLimiter(uint64_t rate, uint64_t burst,
                              eventloop::TimerWheel& timers, Resume resume)
     : bucket_(static_cast<double>(rate), static_cast<double>(burst)),
+      datagram_share_(static_cast<double>(rate) / 2,
+                      static_cast<double>(std::max<uint64_t>(
+                          EgressLimiter::kMinWrite, burst / 2))),
       // A hundredth of a second's worth: about 100 wakes a second while
       // flows wait, whatever the rate.
       min_write_(std::min(burst, std::max(kMinWrite, rate / 100))),
@@ -77,7 +80,12 @@ void EgressLimiter::Wait(const transport::FourTuple& flow, Instant now) {
 }
 
 bool EgressLimiter::TakeDatagram(size_t n, Instant now) {
-  if (bucket_.Take(static_cast<double>(n) - kEpsilon, now)) {
+  // Taken from the share only while TCP flows wait: otherwise datagrams
+  // may have the whole rate, and the share refills meanwhile.
+  const double want = static_cast<double>(n) - kEpsilon;
+  const bool share = waiters_.empty() || datagram_share_.Available(now) >= want;
+  if (share && bucket_.Take(want, now)) {
+    if (!waiters_.empty()) datagram_share_.Consume(want);
     bucket_.Consume(kEpsilon);
     counters_.bytes += n;
     return true;

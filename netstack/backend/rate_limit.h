@@ -127,7 +127,9 @@ class EgressLimiter {
   // `flow` found Allow 0: queued until `resume(flow)` (counted in waits).
   void Wait(const transport::FourTuple& flow, Instant now);
   // A datagram of `n` bytes: true and taken if the budget holds it whole,
-  // false (counted, dropped) if not. Never waits.
+  // false (counted, dropped) if not. Never waits. While TCP flows wait,
+  // datagrams get at most half the rate (datagram_share_), so neither a
+  // UDP flood nor a TCP upload starves the other.
   [[nodiscard]] bool TakeDatagram(size_t n, Instant now);
 
   uint64_t rate() const { return static_cast<uint64_t>(bucket_.rate()); }
@@ -143,6 +145,7 @@ class EgressLimiter {
   void Arm(Instant now);
 
   RateBucket bucket_;
+  RateBucket datagram_share_;
   const uint64_t min_write_;
   eventloop::TimerWheel& timers_;
   eventloop::Timer timer_;

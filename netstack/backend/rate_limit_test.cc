@@ -176,6 +176,40 @@ TEST_F(EgressLimiterTest, ADatagramOverTheBudgetIsDroppedWhole) {
   EXPECT_EQ(wheel_.size(), 0u);  // datagrams never wait
 }
 
+TEST_F(EgressLimiterTest, ADatagramFloodAndAWaitingUploadShareTheRate) {
+  // A TCP flow that always has more, and 1,200-byte datagrams offered
+  // every millisecond (1.2 MB/s, twelve times the rate).
+  Instant now = kT0;
+  uint64_t tcp = 0, udp = 0;
+  auto pump = [&](const FourTuple& t) {
+    while (true) {
+      const uint64_t a = limiter_.Allow(now);
+      if (a == 0) {
+        limiter_.Wait(t, now);
+        return;
+      }
+      limiter_.Sent(a);
+      tcp += a;
+    }
+  };
+  on_resume_ = pump;
+  pump(Flow(1));
+  for (int ms = 1; ms <= 5000; ++ms) {
+    const Instant t = kT0 + absl::Milliseconds(ms);
+    while (wheel_.NextDeadline() <= t) {
+      now = wheel_.NextDeadline();
+      wheel_.Advance(now);
+    }
+    now = t;
+    udp += limiter_.TakeDatagram(1200, now) ? 1200 : 0;
+  }
+  const double total = 10000 + 100000 * 5.0;
+  EXPECT_NEAR(static_cast<double>(tcp + udp), total, 0.05 * total);
+  // Neither starves: each gets at least two fifths.
+  EXPECT_GT(tcp, 0.4 * total) << udp;
+  EXPECT_GT(udp, 0.4 * total) << tcp;
+}
+
 TEST(AdmissionTest, ABoolIsThePolicysAllowOrRefuse) {
   EXPECT_EQ(Admission(true).kind, Admission::Kind::kAllow);
   EXPECT_EQ(Admission(false).kind, Admission::Kind::kRefuse);

@@ -55,6 +55,7 @@
 #include "netstack/backend/backend.h"
 #include "netstack/backend/dns_config.h"
 #include "netstack/backend/ping_flows.h"
+#include "netstack/backend/rate_limit.h"
 #include "netstack/tcp/tcp_layer.h"
 #include "netstack/transport/address.h"
 #include "netstack/transport/notifier.h"
@@ -359,6 +360,22 @@ ABSL_FLAG(int64_t, flow_log_max_bytes, int64_t{64} << 20,
           "disk).");
 ABSL_FLAG(int, flow_log_rate, 1000,
           "Flow log lines a second at most (a second's burst).");
+ABSL_FLAG(std::string, new_flow_rate, "0",
+          "New outbound flows the guest may open a second, N (TCP connects, "
+          "new UDP flows, new pings; 0: no limit), with M saved up (default "
+          "N). A TCP SYN past it is dropped without a RST "
+          "and the guest's retransmission gets in later; a datagram that "
+          "would open a UDP or ping flow is dropped. Counted "
+          "(backend.limit.new_flows_dropped) and logged as refused, reason "
+          "rate_limited (docs/POLICY.md).");
+ABSL_FLAG(std::string, egress_rate, "0",
+          "Bytes a second the guest's own flows may write to host sockets "
+          "(0: no limit). RATE says bits or bytes a second: "
+          "10Mbit, 500kbit, 1MB, 2MiB. A TCP flow over it waits (the "
+          "guest's window closes, nothing is lost); a UDP datagram or ping "
+          "over it is dropped. SIZE (256KiB, 1MB) may be saved up: by "
+          "default a tenth of a second's worth, at least 64KiB. Port "
+          "forwards into the guest are not limited.");
 
 namespace netstack::tools {
 
@@ -781,6 +798,21 @@ absl::Status ParseBackendLimits(backend::BackendLimits& limits) {
                               " is below 1s (0 turns it off)"));
   }
   limits.tcp_guest_timeout = guest_timeout;
+  // The per-guest limits (netstack/backend/rate_limit.h).
+  absl::StatusOr<backend::NewFlowRate> flows =
+      backend::ParseNewFlowRate(absl::GetFlag(FLAGS_new_flow_rate));
+  if (!flows.ok()) {
+    return Usage(absl::StrCat("--new-flow-rate ", flows.status().message()));
+  }
+  limits.new_flow_rate = flows->per_second;
+  limits.new_flow_burst = flows->burst;
+  absl::StatusOr<backend::EgressRate> bytes =
+      backend::ParseEgressRate(absl::GetFlag(FLAGS_egress_rate));
+  if (!bytes.ok()) {
+    return Usage(absl::StrCat("--egress-rate ", bytes.status().message()));
+  }
+  limits.egress_rate = bytes->bytes_per_second;
+  limits.egress_burst = bytes->burst;
   return absl::OkStatus();
 }
 
@@ -935,6 +967,11 @@ absl::Status ParseHostMode(const CommandLine& cl, Config& c) {
       !absl::GetFlag(FLAGS_flow_log).empty()) {
     return Usage("--allow, --deny, --policy, --egress and --flow-log judge "
                  "a guest's flows: they need --backend (or -- CMD)");
+  }
+  if (absl::GetFlag(FLAGS_new_flow_rate) != "0" ||
+      absl::GetFlag(FLAGS_egress_rate) != "0") {
+    return Usage("--new-flow-rate and --egress-rate limit a guest's flows: "
+                 "they need --backend (or -- CMD)");
   }
   if (c.addrs.empty() && c.addrs6.empty()) {
     return Usage("at least one --addr or --addr6 is required (or --backend)");
@@ -1161,6 +1198,20 @@ std::string StartSummary(const Config& c) {
         c.flow_log.empty() ? std::string()
                            : absl::StrCat(", flow log ", c.flow_log),
         "\n");
+    const backend::BackendLimits& l = c.backend->limits;
+    if (l.new_flow_rate != 0 || l.egress_rate != 0) {
+      absl::StrAppend(
+          &out, "netstackd: limits: new flows ",
+          l.new_flow_rate != 0
+              ? absl::StrCat(l.new_flow_rate, "/s (burst ", l.new_flow_burst,
+                             ")")
+              : std::string("unlimited"),
+          ", egress ",
+          l.egress_rate != 0
+              ? backend::FormatEgressRate({l.egress_rate, l.egress_burst})
+              : std::string("unlimited"),
+          "\n");
+    }
   } else {
     std::vector<std::string> addrs;
     for (const auto& a : c.addrs) addrs.push_back(stack::ToString(a));

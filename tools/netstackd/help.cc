@@ -99,6 +99,7 @@ HelpPage NetstackdHelpPage() {
        "a source address, a DNS server).",
        {"--allow RULE", "--deny RULE", "--policy FILE", "--egress open|none",
         "--flow-log FILE", "--flow-log-max-bytes N", "--flow-log-rate N",
+        "--new-flow-rate N[/s][,burst=M]", "--egress-rate RATE[,burst=SIZE]",
         "--host-loopback", "--outbound-bind IP", "--dns-upstream ADDR[:PORT]"}},
       {"Performance",
        "to tune throughput (segmentation offload, the TAP's queues); the "
