@@ -132,10 +132,19 @@ class Stats(unittest.TestCase):
         self.assertEqual(s["p50_us"], 100.0)
         self.assertEqual(s["p99_us"], 300.0)
         self.assertAlmostEqual(s["mean_us"], 106.0)
-        verdicts = dl.goals({"p50_us": 100, "p99_us": 200, "mean_us": 110},
-                            {"p50_us": 109, "p99_us": 260, "mean_us": 122})
+        blocks = [{"none": {"p50_us": 100, "p99_us": 200, "mean_us": 110},
+                   "policy": {"p50_us": 109, "p99_us": 260, "mean_us": 122}},
+                  {"none": {"p50_us": 100, "p99_us": 200, "mean_us": 100},
+                   "policy": {"p50_us": 300, "p99_us": 200, "mean_us": 90}},
+                  {"none": {"p50_us": 50, "p99_us": 100, "mean_us": 60},
+                   "policy": {"p50_us": 50, "p99_us": 130, "mean_us": 90}}]
+        ratios = dl.block_ratios(blocks)
+        self.assertAlmostEqual(ratios["p50_us"], 1.09)
+        self.assertAlmostEqual(ratios["p99_us"], 1.3)
+        self.assertAlmostEqual(ratios["mean_us"], 122 / 110)
+        verdicts = dl.goals(ratios)
         self.assertEqual([ok for _, ok in verdicts], [True, False])
-        self.assertIn("p50 1.09x", verdicts[0][0])
+        self.assertIn("p50 1.090x", verdicts[0][0])
 
 
 class PolicyFile(unittest.TestCase):
