@@ -43,6 +43,9 @@ class GuestConfigServices : public stack::TransportHandler {
   std::optional<stack::DropReason> Deliver(const stack::Ipv6Datagram& d,
                                            Instant now) override;
   void OnIcmpError(const stack::IcmpError& e, Instant now) override;
+  void OnReceiveBatchEnd(Instant now) override {
+    if (next_ != nullptr) next_->OnReceiveBatchEnd(now);
+  }
 
   // The RA timer; Poll ends with Stack::Flush when it sent something.
   Instant NextDeadline() const { return ra_.NextDeadline(); }

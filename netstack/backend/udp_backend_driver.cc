@@ -88,6 +88,7 @@ int Run(const Args& a) {
 
   UdpFlowOptions uo;
   uo.self_addresses = selfs;
+  uo.coalesce = true;  // as the Backend runs them
   UdpFlowTable flows(rt.stack(), rt.udp(), chunks, packets, loop, uo);
   PingOptions po;
   po.self_addresses = selfs;

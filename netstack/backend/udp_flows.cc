@@ -28,6 +28,15 @@ std::string UdpFlowCounters::Format() const {
   return out;
 }
 
+namespace {
+// Datagrams in a backlog entry.
+template <typename P>
+uint64_t Datagrams(const P& p) {
+  if (p.segment_size == 0) return 1;
+  return (p.payload.size() + p.segment_size - 1) / p.segment_size;
+}
+}  // namespace
+
 class UdpFlowTable::FlowHandler final : public eventloop::Handler {
  public:
   FlowHandler(UdpFlowTable& table, Flow& flow) : table_(table), flow_(flow) {}
@@ -64,6 +73,10 @@ struct UdpFlowTable::Flow {
   uint64_t bytes_in = 0;
   // The socket refused UDP_SEGMENT once: super-datagrams are split here.
   bool no_segment = false;
+  // EPOLLOUT is armed: the socket's buffer was full (EAGAIN).
+  bool blocked = false;
+  // On the table's dirty_ list: its backlog leaves at the turn's end.
+  bool dirty = false;
   // Datagrams waiting for room in the socket's buffer, in order:
   // backlog[head, tail) of kBacklog slots, made at the first EAGAIN.
   // The first one's bytes before backlog_offset have left already.
@@ -77,9 +90,10 @@ struct UdpFlowTable::Flow {
 // with its UDP_SEGMENT control message, or one piece of a split one.
 struct UdpFlowTable::TxScratch {
   struct Piece {
-    size_t entry;   // index in the entries being sent
+    size_t entry;   // index in the entries being sent (the last one)
     uint32_t end;   // the entry's bytes sent once this message has left
     uint32_t datagrams;
+    uint32_t bytes;
   };
   mmsghdr msgs[kSendBatch];
   iovec iov[kSendBatch];
@@ -101,7 +115,7 @@ void UdpFlowTable::FlowHandler::OnReadable(Instant now) {
 }
 
 void UdpFlowTable::FlowHandler::OnWritable(Instant now) {
-  table_.FlushBacklog(flow_, now);
+  (void)table_.FlushBacklog(flow_, now);
 }
 
 void UdpFlowTable::FlowHandler::OnError(Instant now, uint32_t) {
@@ -123,11 +137,15 @@ UdpFlowTable::UdpFlowTable(stack::Stack& stack, udp::UdpLayer& udp,
       rx_(std::make_unique<RxScratch>()) {
   udp_.SetUnmatchedHandler(this);
   loop_.AddPoller(this);
+  if (options_.coalesce) {
+    turn_hook_ = loop_.AddTurnEndHook([this](Instant now) { FlushDirty(now); });
+  }
 }
 
 UdpFlowTable::~UdpFlowTable() {
   udp_.SetUnmatchedHandler(nullptr);
   loop_.RemovePoller(this);
+  if (options_.coalesce) loop_.RemoveTurnEndHook(turn_hook_);
   for (std::list<Flow*>* list :
        {&outbound_lru_, &inbound_replied_lru_, &inbound_unreplied_lru_}) {
     while (!list->empty()) {
@@ -285,6 +303,9 @@ UdpFlowTable::Flow* UdpFlowTable::Open(const Key& key, uint16_t udp_len,
 }
 
 void UdpFlowTable::Close(Flow* flow) {
+  if (flow->dirty) {
+    *std::find(dirty_.begin(), dirty_.end(), flow) = nullptr;
+  }
   if (flow->inbound) {
     inbound_.erase(InboundKey{flow->fd, flow->client});
     --flow->counts->flows_open;
@@ -332,6 +353,11 @@ void UdpFlowTable::SendToHost(Flow& flow, const buffer::PayloadView& payload,
   flow.last_udp_len = static_cast<uint16_t>(std::min<size_t>(
       (segment_size != 0 ? segment_size : payload.size()) + 8, 65535));
   const Pending entry{payload, segment_size};
+  if (options_.coalesce && !flow.inbound) {
+    // Sent at the turn's end with the rest of the turn's datagrams.
+    Queue(flow, entry, now);
+    return;
+  }
   if (flow.head != flow.tail) {
     // Behind the datagrams already waiting: order within a flow holds.
     Backlog(flow, std::span<const Pending>(&entry, 1), SendProgress{});
@@ -359,9 +385,10 @@ UdpFlowTable::SendProgress UdpFlowTable::SendNow(
   while (done.entries < entries.size()) {
     // Build up to kSendBatch messages from where the last call stopped.
     unsigned m = 0;
+    unsigned iovs = 0;
     size_t e = done.entries;
     uint32_t off = done.offset;
-    while (m < kSendBatch && e < entries.size()) {
+    while (m < kSendBatch && iovs < kSendBatch && e < entries.size()) {
       const Pending& p = entries[e];
       const uint32_t size = p.payload.size();
       const bool super = p.segment_size != 0 && size > p.segment_size;
@@ -373,26 +400,60 @@ UdpFlowTable::SendProgress UdpFlowTable::SendNow(
       }
       uint32_t end = size;
       uint32_t datagrams = 1;
+      uint16_t segment = 0;
       if (super && !flow.no_segment && off == 0) {
         // The whole super-datagram: the host kernel cuts it (UDP GSO).
+        segment = p.segment_size;
+        datagrams = (size + p.segment_size - 1) / p.segment_size;
+      } else if (super) {
+        end = std::min<uint32_t>(off + p.segment_size, size);
+      }
+      msg.msg_hdr.msg_iov = &tx.iov[iovs];
+      tx.iov[iovs++] = iovec{
+          const_cast<uint8_t*>(p.payload.bytes().data()) + off, end - off};
+      if (super) {
+        // Sent whole above, or one piece of it.
+      } else if (!flow.no_segment && size > 0 && off == 0) {
+        // Datagrams of one size in a row (a turn's worth, coalesced):
+        // one message, one iovec each, cut again by the host kernel. A
+        // shorter one may close it, as UDP_SEGMENT allows.
+        uint32_t total = size;
+        while (e + 1 < entries.size() && iovs < kSendBatch &&
+               datagrams < kMaxSegments) {
+          const Pending& q = entries[e + 1];
+          const uint32_t qsize = q.payload.size();
+          if (q.segment_size != 0 || qsize == 0 || qsize > size ||
+              total + qsize > kMaxSegmentedPayload) {
+            break;
+          }
+          tx.iov[iovs++] =
+              iovec{const_cast<uint8_t*>(q.payload.bytes().data()), qsize};
+          total += qsize;
+          ++datagrams;
+          ++e;
+          if (qsize < size) break;
+        }
+        if (datagrams > 1) segment = static_cast<uint16_t>(size);
+        end = entries[e].payload.size();
+      }
+      msg.msg_hdr.msg_iovlen = static_cast<size_t>(
+          &tx.iov[iovs] - msg.msg_hdr.msg_iov);
+      if (segment != 0) {
         msg.msg_hdr.msg_control = tx.control[m];
         msg.msg_hdr.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
         cmsghdr* c = CMSG_FIRSTHDR(&msg.msg_hdr);
         c->cmsg_level = SOL_UDP;
         c->cmsg_type = UDP_SEGMENT;
         c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-        std::memcpy(CMSG_DATA(c), &p.segment_size, sizeof(uint16_t));
-        datagrams = (size + p.segment_size - 1) / p.segment_size;
-      } else if (super) {
-        end = std::min<uint32_t>(off + p.segment_size, size);
+        std::memcpy(CMSG_DATA(c), &segment, sizeof(uint16_t));
       }
-      tx.iov[m] = iovec{const_cast<uint8_t*>(p.payload.bytes().data()) + off,
-                        end - off};
-      msg.msg_hdr.msg_iov = &tx.iov[m];
-      msg.msg_hdr.msg_iovlen = 1;
-      tx.pieces[m] = TxScratch::Piece{e, end, datagrams};
+      uint32_t bytes = 0;
+      for (size_t k = 0; k < msg.msg_hdr.msg_iovlen; ++k) {
+        bytes += static_cast<uint32_t>(msg.msg_hdr.msg_iov[k].iov_len);
+      }
+      tx.pieces[m] = TxScratch::Piece{e, end, datagrams, bytes};
       ++m;
-      if (end == size) {
+      if (end == entries[e].payload.size()) {
         ++e;
         off = 0;
       } else {
@@ -404,11 +465,15 @@ UdpFlowTable::SendProgress UdpFlowTable::SendNow(
     if (sent < 0) sent = 0;
     for (int i = 0; i < sent; ++i) {
       const TxScratch::Piece& piece = tx.pieces[i];
-      const uint32_t bytes = tx.iov[i].iov_len;
+      const uint32_t bytes = piece.bytes;
       counters_.datagrams_to_host += piece.datagrams;
       counters_.bytes_to_host += bytes;
       flow.bytes_out += bytes;
-      if (piece.datagrams > 1) ++counters_.to_host_segmented;
+      if (piece.datagrams > 1) {
+        ++(entries[piece.entry].segment_size != 0
+               ? counters_.to_host_segmented
+               : counters_.to_host_coalesced);
+      }
       if (flow.counts != nullptr) {
         flow.counts->datagrams_from_guest += piece.datagrams;
         flow.counts->bytes_from_guest += bytes;
@@ -500,19 +565,59 @@ void UdpFlowTable::Backlog(Flow& flow, std::span<const Pending> entries,
                   : p.payload.Subview(skip, p.payload.size() - skip),
         p.segment_size};
   }
-  if (was_empty && flow.head != flow.tail) {
+  if (flow.head != flow.tail && !flow.blocked) {
+    flow.blocked = true;
     (void)loop_.Modify(flow.fd, eventloop::EventLoop::kReadable |
                                     eventloop::EventLoop::kWritable);
   }
 }
 
-void UdpFlowTable::FlushBacklog(Flow& flow, Instant now) {
-  if (flow.head == flow.tail) return;
+void UdpFlowTable::Queue(Flow& flow, const Pending& entry, Instant now) {
+  if (!flow.backlog) flow.backlog = std::make_unique<Pending[]>(kBacklog);
+  for (int attempt = 0; flow.tail == kBacklog && attempt < 2; ++attempt) {
+    if (flow.head > 0) {
+      std::move(&flow.backlog[flow.head], &flow.backlog[flow.tail],
+                &flow.backlog[0]);
+      flow.tail -= flow.head;
+      flow.head = 0;
+      continue;
+    }
+    // A turn with more than kBacklog datagrams for one flow: send what is
+    // there now, unless the socket is full (then the newest is dropped).
+    if (flow.blocked || !FlushBacklog(flow, now)) break;
+  }
+  if (flow.tail == kBacklog) {
+    counters_.to_host_dropped_full += Datagrams(entry);
+    return;
+  }
+  if (flow.blocked) counters_.to_host_waited += Datagrams(entry);
+  if (flow.head == flow.tail) flow.backlog_offset = 0;
+  flow.backlog[flow.tail++] = entry;
+  if (!flow.dirty && !flow.blocked) {
+    flow.dirty = true;
+    dirty_.push_back(&flow);
+  }
+}
+
+void UdpFlowTable::FlushDirty(Instant now) {
+  // A flow may close while its backlog leaves (an error queue that fails):
+  // Close clears its slot here.
+  for (size_t i = 0; i < dirty_.size(); ++i) {
+    Flow* f = dirty_[i];
+    if (f == nullptr) continue;
+    f->dirty = false;
+    (void)FlushBacklog(*f, now);
+  }
+  dirty_.clear();
+}
+
+bool UdpFlowTable::FlushBacklog(Flow& flow, Instant now) {
+  if (flow.head == flow.tail) return true;
   const SendProgress done = SendNow(
       flow,
       std::span<const Pending>(&flow.backlog[flow.head], flow.tail - flow.head),
       flow.backlog_offset, now);
-  if (done.closed) return;
+  if (done.closed) return false;
   for (size_t i = 0; i < done.entries; ++i) {
     flow.backlog[flow.head + i] = Pending{};  // the chunks go back
   }
@@ -521,8 +626,20 @@ void UdpFlowTable::FlushBacklog(Flow& flow, Instant now) {
   if (flow.head == flow.tail) {
     flow.head = flow.tail = 0;
     flow.backlog_offset = 0;
-    (void)loop_.Modify(flow.fd, eventloop::EventLoop::kReadable);
+    if (flow.blocked) {
+      flow.blocked = false;
+      (void)loop_.Modify(flow.fd, eventloop::EventLoop::kReadable);
+    }
+  } else if (!flow.blocked) {
+    // Stopped at EAGAIN: the rest leaves on EPOLLOUT.
+    for (size_t i = flow.head; i < flow.tail; ++i) {
+      counters_.to_host_waited += Datagrams(flow.backlog[i]);
+    }
+    flow.blocked = true;
+    (void)loop_.Modify(flow.fd, eventloop::EventLoop::kReadable |
+                                    eventloop::EventLoop::kWritable);
   }
+  return true;
 }
 
 void UdpFlowTable::ReadHost(Flow& flow, Instant now) {

@@ -112,6 +112,12 @@ struct UdpFlowOptions {
   // on the guest's flows (same return value and errno), to make a host
   // socket refuse part of a batch. Unset: sendmmsg.
   std::function<int(int fd, mmsghdr* msgs, unsigned n)> send_batch;
+  // The guest's datagrams wait for the end of the link's receive batch
+  // (a TAP reads up to 64 frames; UdpLayer's OnReceiveBatchEnd), or of
+  // the loop's turn, whichever comes first, and each flow's leave
+  // together: one sendmmsg, datagrams of one size in a row as one
+  // UDP_SEGMENT message. Off: each leaves when it arrives.
+  bool coalesce = false;
 };
 
 // X(field, "name")
@@ -139,6 +145,9 @@ struct UdpFlowOptions {
   /* split here because the host socket refused UDP_SEGMENT. */           \
   X(to_host_segmented, "to_host_segmented")                               \
   X(to_host_split, "to_host_split")                                       \
+  /* Messages of several same-sized datagrams coalesced in a turn, sent */ \
+  /* with UDP_SEGMENT (UdpFlowOptions::coalesce). */                      \
+  X(to_host_coalesced, "to_host_coalesced")                               \
   /* Datagrams that found the host socket's buffer full (EAGAIN) and */   \
   /* waited on the flow's backlog; sendmmsg calls on guest flows. */      \
   X(to_host_waited, "to_host_waited")                                     \
@@ -215,6 +224,10 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   // SO_RCVBUF of a flow's host socket (the kernel doubles it for its
   // bookkeeping): a host peer's burst waits there for our next read.
   static constexpr int kHostReceiveBuffer = 4 << 20;
+  // One UDP_SEGMENT message: at most this many datagrams (Linux's
+  // UDP_MAX_SEGMENTS is 64 before 6.x, 128 after) and payload bytes.
+  static constexpr uint32_t kMaxSegments = 64;
+  static constexpr uint32_t kMaxSegmentedPayload = 65507;
 
   // Registers with `udp` as its unmatched handler (and with `loop` as a
   // poller, for the idle timer); both undone by the destructor, which
@@ -230,6 +243,8 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
                            const transport::SocketAddress& dst,
                            const buffer::PayloadView& payload,
                            Instant now) override;
+  // coalesce: the batch's datagrams leave now (FlushDirty).
+  void OnReceiveBatchEnd(Instant now) override { FlushDirty(now); }
   // A USO super-datagram: relayed whole (UDP_SEGMENT) on the guest's flows.
   bool OnUnmatchedSuperDatagram(const transport::SocketAddress& src,
                                 const transport::SocketAddress& dst,
@@ -323,8 +338,13 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   // Keeps what SendNow left of `entries` on the backlog (room allowing).
   void Backlog(Flow& flow, std::span<const Pending> entries,
                const SendProgress& done);
-  // The socket is writable: the backlog leaves.
-  void FlushBacklog(Flow& flow, Instant now);
+  // The socket is writable (or the turn ends): the backlog leaves; false
+  // if the flow closed meanwhile.
+  bool FlushBacklog(Flow& flow, Instant now);
+  // UdpFlowOptions::coalesce: `entry` waits on the backlog for the turn's
+  // end (FlushDirty).
+  void Queue(Flow& flow, const Pending& entry, Instant now);
+  void FlushDirty(Instant now);
   int SendBatch(Flow& flow, mmsghdr* msgs, unsigned n);
   void ReadHost(Flow& flow, Instant now);
   // `n` bytes in `chunk` to the guest from the flow's peer: one datagram,
@@ -359,6 +379,9 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   // sendmmsg/recvmmsg arrays, reused (no allocation per datagram).
   std::unique_ptr<TxScratch> tx_;
   std::unique_ptr<RxScratch> rx_;
+  // Flows with datagrams queued this turn (coalesce); null: closed since.
+  std::vector<Flow*> dirty_;
+  eventloop::EventLoop::HookId turn_hook_ = 0;
 };
 
 }  // namespace netstack::backend

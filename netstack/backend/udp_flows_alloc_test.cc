@@ -110,5 +110,64 @@ TEST_F(UdpFlowsAllocTest, RelayingBothWaysDoesNotAllocate) {
   EXPECT_EQ(table_->counters().datagrams_to_guest, 52u * 8u);
 }
 
+
+// The same with the turn's datagrams coalesced (UdpFlowOptions::coalesce,
+// as the Backend runs it): each batch leaves as one UDP_SEGMENT message
+// from the flow's backlog, and a USO super-frame from the guest as one
+// UDP_SEGMENT send; the host's replies come back by recvmmsg.
+TEST_F(UdpFlowsAllocTest, CoalescedAndSuperDatagramsDoNotAllocate) {
+  UdpFlowOptions o;
+  o.coalesce = true;
+  table_.reset();
+  table_ = std::make_unique<UdpFlowTable>(*stack_, *udp_, chunks_, packets_,
+                                          *loop_, o);
+  link::InboundFrame batch[9];
+  for (size_t i = 0; i < 8; ++i) batch[i] = Frame(1000);
+  // A USO super-frame: 4 datagrams of 250 bytes under one UDP header.
+  batch[8] = Frame(1000);
+  batch[8].udp_gso_size = 250;
+  batch[8].checksum_partial = true;
+  uint8_t buf[2048];
+  sockaddr_storage from;
+  socklen_t from_len = sizeof(from);
+  bool ok = true;
+  constexpr size_t kDatagrams = 8 + 4;
+  auto round = [&] {
+    const uint64_t to_guest = table_->counters().datagrams_to_guest;
+    link_->Deliver(batch, now_);
+    (void)loop_->RunOnce(absl::ZeroDuration());  // the turn's end: sent
+    for (size_t i = 0; i < kDatagrams; ++i) {
+      pollfd p{server_, POLLIN, 0};
+      if (poll(&p, 1, 2000) != 1) { ok = false; return; }
+      from_len = sizeof(from);
+      const ssize_t n = recvfrom(server_, buf, sizeof(buf), 0,
+                                 reinterpret_cast<sockaddr*>(&from), &from_len);
+      if (n != (i < 8 ? 1000 : 250)) { ok = false; return; }
+      sendto(server_, buf, static_cast<size_t>(n), 0,
+             reinterpret_cast<sockaddr*>(&from), from_len);
+    }
+    for (int turn = 0; turn < 200 && table_->counters().datagrams_to_guest <
+                                         to_guest + kDatagrams;
+         ++turn) {
+      (void)loop_->RunOnce(absl::Milliseconds(10));
+    }
+    stack_->Flush(now_);
+    if (table_->counters().datagrams_to_guest != to_guest + kDatagrams) {
+      ok = false;
+    }
+  };
+  round();
+  round();
+  ASSERT_TRUE(ok);
+  const uint64_t before = HeapAllocations();
+  for (int i = 0; i < 50; ++i) round();
+  const uint64_t allocations = HeapAllocations() - before;
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(allocations, 0u);
+  EXPECT_EQ(table_->counters().datagrams_to_host, 52u * kDatagrams);
+  // Each round: the 8 as one message, the super-datagram as another.
+  EXPECT_EQ(table_->counters().to_host_coalesced, 52u);
+  EXPECT_EQ(table_->counters().to_host_segmented, 52u);
+}
 }  // namespace
 }  // namespace netstack::backend

@@ -769,6 +769,29 @@ class UdpBatchTest : public UdpFlowsTest {
     in.udp_gso_size = segment;
     link_->Deliver(std::span<link::InboundFrame>(&in, 1), now_);
   }
+  // Sends each of `payloads` from `guest` to `dst`, all in ONE link batch
+  // (as a TAP read of several frames).
+  void InjectBatch(const SocketAddress& guest, const SocketAddress& dst,
+                   const std::vector<std::vector<uint8_t>>& payloads) {
+    std::vector<std::vector<uint8_t>> frames;
+    for (const auto& d : payloads) {
+      const std::vector<uint8_t> l4 = udp::testing::UdpDatagram(guest, dst, d);
+      auto packets =
+          guest.ip.is_v4()
+              ? stack::testing::Ipv4Packets(guest.ip.v4(), dst.ip.v4(), 17,
+                                            next_ident_++, l4, 1500)
+              : stack::testing::Ipv6Packets(guest.ip.v6(), dst.ip.v6(), 17,
+                                            64, next_ident_++, l4, 1500);
+      for (auto& p : packets) {
+        frames.push_back(stack::testing::WithEthernet(
+            peer_.mac, our_mac_,
+            guest.ip.is_v4() ? udp::testing::kEtherIpv4
+                             : udp::testing::kEtherIpv6,
+            p));
+      }
+    }
+    link_->Inject(frames, now_);
+  }
   // Each datagram the server gets, in order, until none comes for 300 ms.
   static std::vector<std::vector<uint8_t>> ReceiveAll(HostServer& s) {
     std::vector<std::vector<uint8_t>> got;
@@ -1029,5 +1052,63 @@ TEST_F(UdpBatchTest, PortUnreachableForASuperDatagramReachesTheGuest) {
   EXPECT_EQ(table_->counters().to_host_segmented, 2u);
 }
 
+
+TEST_F(UdpBatchTest, CoalescedTurnSendsSameSizedDatagramsInOneMessage) {
+  Seen seen;
+  int budget = -1;
+  UdpFlowOptions o;
+  o.coalesce = true;
+  o.send_batch = Hook(seen, budget, false);
+  MakeTable(o);
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    SCOPED_TRACE(lo.ToString());
+    HostServer server(lo);
+    const SocketAddress guest = Guest(lo, 41010);
+    // One turn's datagrams: 20 of 1000 bytes and a shorter one (one
+    // UDP_SEGMENT message), then 5 of 700 (another), then one alone.
+    std::vector<std::vector<uint8_t>> want;
+    for (int i = 0; i < 20; ++i) want.push_back(Pattern(1000, i));
+    want.push_back(Pattern(300, 50));
+    for (int i = 0; i < 5; ++i) want.push_back(Pattern(700, 60 + i));
+    want.push_back(Pattern(9000, 70));
+    const Seen before = seen;
+    InjectBatch(guest, server.addr, want);  // leaves at the batch's end
+    EXPECT_EQ(ReceiveAll(server), want);
+    EXPECT_EQ(seen.calls - before.calls, 1);
+    EXPECT_EQ(seen.messages - before.messages, 3);
+    EXPECT_EQ(seen.segmented - before.segmented, 2);
+  }
+  EXPECT_EQ(table_->counters().to_host_coalesced, 4u);
+  EXPECT_EQ(table_->counters().datagrams_to_host, 2u * 27u);
+}
+
+TEST_F(UdpBatchTest, CoalescedFlowThatFillsMidTurnWaitsInOrder) {
+  Seen seen;
+  int budget = 1;  // the first message only, then EAGAIN
+  UdpFlowOptions o;
+  o.coalesce = true;
+  o.send_batch = Hook(seen, budget, false);
+  MakeTable(o);
+  HostServer server(kLo4);
+  const SocketAddress guest = Guest(kLo4, 41011);
+  std::vector<std::vector<uint8_t>> want;
+  for (size_t size : {size_t{100}, size_t{100}, size_t{5}, size_t{64},
+                      size_t{1200}, size_t{1200}}) {
+    want.push_back(Pattern(size, static_cast<uint8_t>(want.size())));
+  }
+  InjectBatch(guest, server.addr, want);
+  // 100, 100, 5 left as one message; the rest wait for EPOLLOUT.
+  EXPECT_EQ(ReceiveAll(server).size(), 3u);
+  // More in the next turn queue behind them.
+  want.push_back(Pattern(77, 99));
+  InjectUdp(guest, server.addr, want.back());
+  budget = -1;
+  Turn(absl::Milliseconds(50));
+  std::vector<std::vector<uint8_t>> rest = ReceiveAll(server);
+  ASSERT_EQ(rest.size(), want.size() - 3);
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), want.begin() + 3));
+  EXPECT_EQ(table_->counters().to_host_waited, 4u);
+  EXPECT_EQ(table_->counters().to_host_dropped_full, 0u);
+}
 }  // namespace
 }  // namespace netstack::backend

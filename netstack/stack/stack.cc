@@ -313,6 +313,7 @@ void Stack::DeliverFrames(Nic& nic, std::span<link::InboundFrame> frames,
       ++counters_.rx_consumed;
     }
   }
+  if (udp_ != nullptr) udp_->OnReceiveBatchEnd(now);
   Flush(now);
 }
 

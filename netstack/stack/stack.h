@@ -133,6 +133,9 @@ class TransportHandler {
                                             Instant now) = 0;
   // An ICMP error about a datagram of this protocol that we sent.
   virtual void OnIcmpError(const IcmpError& e, Instant now) {}
+  // The link's batch of frames has been delivered (before the flush): a
+  // transport that held back work for the batch does it now.
+  virtual void OnReceiveBatchEnd(Instant now) {}
 };
 
 // An ICMP or ICMPv6 echo request, verified (type, code, checksum), for

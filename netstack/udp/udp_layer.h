@@ -121,6 +121,9 @@ class UnmatchedDatagramHandler {
                                         const transport::SocketAddress& dst,
                                         const buffer::PayloadView& payload,
                                         uint16_t segment_size, Instant now);
+  // The stack delivered the link's batch: a backend that holds the
+  // batch's datagrams back sends them now.
+  virtual void OnReceiveBatchEnd(Instant now) {}
 };
 
 class UdpLayer : public stack::TransportHandler {
@@ -151,6 +154,10 @@ class UdpLayer : public stack::TransportHandler {
   // hard ones (port or protocol unreachable, administratively
   // prohibited) as its pending error, as Linux without IP_RECVERR does.
   void OnIcmpError(const stack::IcmpError& e, Instant now) override;
+  // Passed on to the unmatched handler.
+  void OnReceiveBatchEnd(Instant now) override {
+    if (unmatched_ != nullptr) unmatched_->OnReceiveBatchEnd(now);
+  }
 
   // The unmatched-datagram hook; nullptr removes it. Not owned; must
   // outlive its registration. Broadcasts and multicasts never reach it.
