@@ -36,7 +36,9 @@
 // steered to it; frames of flows we have not answered (new connections,
 // a guest's SYN flood from random ports) spread over all the queues.
 // OnReadable reads the first queue first, up to rx_batch, and each other
-// queue for a small share (at least one frame): under a flood of new
+// queue for a small share (at least one frame; while the others were
+// empty, they are looked at only when the first is, or every 8th turn):
+// under a flood of new
 // flows the other queues overflow in the kernel (the guest's tx_dropped),
 // while the established flows share their queue with only 1/queues of
 // it. ReadFd() is then an epoll fd over the queues; WriteFd() the first.
@@ -220,6 +222,11 @@ class TapEndpoint final : public LinkEndpoint {
   size_t other_queue_share_ = 0;
   // Bit q: other_queues_[q] still had frames after its share, last turn.
   uint32_t still_full_ = 0;
+  // OnReadable reads the first queue without asking epoll while the other
+  // queues had no frames at the last ask, for up to this many turns.
+  static constexpr uint32_t kOtherQueuesEvery = 8;
+  uint32_t turns_without_other_queues_ = 0;
+  bool other_queues_busy_ = false;
   const std::string ifname_;
   const std::string netns_;
   const LinkCapabilities caps_;
