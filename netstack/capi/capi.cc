@@ -37,6 +37,7 @@
 #include "link/callback_endpoint.h"
 #include "link/fd_util.h"
 #include "link/unix_stream_endpoint.h"
+#include "link/vhost_user_endpoint.h"
 #include "netstack/backend/backend.h"
 #include "netstack/backend/dns_config.h"
 #include "netstack/capi/capi_internal.h"
@@ -296,6 +297,22 @@ absl::Status LinkOptions(const netstack_config& c, uint32_t mtu,
       o->decorators.software_gso_max_size = kGsoMaxSize;
       return absl::OkStatus();
     }
+    case NETSTACK_LINK_VHOST_USER: {
+      auto shared = std::make_shared<link::UniqueFd>(std::move(fd));
+      o->open_link = [shared, mtu, mac](buffer::ChunkPool& chunks,
+                                        buffer::PacketPool& packets)
+          -> absl::StatusOr<std::unique_ptr<link::LinkEndpoint>> {
+        link::VhostUserOptions vo;
+        vo.mtu = mtu;
+        vo.mac = mac;
+        vo.path = "fd";
+        auto ep = link::VhostUserEndpoint::FromConnectedFd(
+            shared->release(), vo, chunks, packets);
+        if (!ep.ok()) return ep.status();
+        return std::unique_ptr<link::LinkEndpoint>(*std::move(ep));
+      };
+      return absl::OkStatus();
+    }
     case NETSTACK_LINK_CALLBACK: {
       if (c.send_frame == nullptr) {
         return Invalid("a callback link needs send_frame");
@@ -321,15 +338,18 @@ absl::Status LinkOptions(const netstack_config& c, uint32_t mtu,
     }
   }
   return Invalid(absl::StrCat("link_type ", c.link_type,
-                              " is not NETSTACK_LINK_CALLBACK, _TAP or "
-                              "_STREAM"));
+                              " is not NETSTACK_LINK_CALLBACK, _TAP, "
+                              "_STREAM or _VHOST_USER"));
 }
 
 // Everything but the link's fd, checked before the link is touched.
 absl::Status BuildOptions(const netstack_config& c, RuntimeOptions* o,
                           uint32_t* mtu, std::optional<wire::MacAddress>* mac) {
   *mtu = c.mtu != 0 ? c.mtu
-                    : (c.link_type == NETSTACK_LINK_CALLBACK ? 1500 : 65520);
+                    : (c.link_type == NETSTACK_LINK_CALLBACK ||
+                               c.link_type == NETSTACK_LINK_VHOST_USER
+                           ? 1500
+                           : 65520);
   if (*mtu < 1280 || *mtu > 65520) {
     return Invalid(absl::StrCat("mtu ", *mtu, " out of range [1280, 65520]"));
   }
@@ -489,7 +509,8 @@ NETSTACK_API netstack_t* netstack_new(const netstack_config* cfg, char* err,
   if (cfg != nullptr && cfg->size >= offsetof(netstack_config, link_fd) +
                                          sizeof(int) &&
       (cfg->link_type == NETSTACK_LINK_TAP ||
-       cfg->link_type == NETSTACK_LINK_STREAM)) {
+       cfg->link_type == NETSTACK_LINK_STREAM ||
+       cfg->link_type == NETSTACK_LINK_VHOST_USER)) {
     fd.reset(cfg->link_fd);
   }
   auto fail = [&](const absl::Status& s) -> netstack_t* {
@@ -499,10 +520,11 @@ NETSTACK_API netstack_t* netstack_new(const netstack_config* cfg, char* err,
   netstack_config c;
   if (absl::Status s = capi::CopyConfig(cfg, &c); !s.ok()) return fail(s);
   if (c.link_type != NETSTACK_LINK_CALLBACK &&
-      c.link_type != NETSTACK_LINK_TAP && c.link_type != NETSTACK_LINK_STREAM) {
+      c.link_type != NETSTACK_LINK_TAP && c.link_type != NETSTACK_LINK_STREAM &&
+      c.link_type != NETSTACK_LINK_VHOST_USER) {
     return fail(capi::Invalid(absl::StrCat(
         "link_type ", c.link_type,
-        " is not NETSTACK_LINK_CALLBACK, _TAP or _STREAM")));
+        " is not NETSTACK_LINK_CALLBACK, _TAP, _STREAM or _VHOST_USER")));
   }
   if (c.link_type == NETSTACK_LINK_CALLBACK && c.link_fd != -1) {
     return fail(capi::Invalid(

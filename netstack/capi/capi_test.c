@@ -521,6 +521,50 @@ static void test_stream_link(void) {
   close(sv[1]);
 }
 
+/* NETSTACK_LINK_VHOST_USER: the library answers a vhost-user front-end
+ * on the socket (link/vhost_user_endpoint_test.cc drives the rings). */
+static void test_vhost_user_link(void) {
+  int sv[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  netstack_config cfg;
+  netstack_config_init(&cfg);
+  cfg.link_type = NETSTACK_LINK_VHOST_USER;
+  cfg.link_fd = sv[0];
+  cfg.dns_upstreams = "127.0.0.1:5353";
+  char err[256];
+  netstack_t *ns = netstack_new(&cfg, err, sizeof err);
+  CHECK(ns != NULL);
+  if (ns == NULL) {
+    fprintf(stderr, "vhost-user: %s\n", err);
+    close(sv[1]);
+    return;
+  }
+  /* VHOST_USER_GET_FEATURES (1), version 1, no payload. */
+  const uint32_t get_features[3] = {1, 1, 0};
+  CHECK(write(sv[1], get_features, sizeof get_features) ==
+        (ssize_t)sizeof get_features);
+  uint8_t reply[20];
+  ssize_t got = 0;
+  for (int i = 0; i < 50 && got < (ssize_t)sizeof reply; ++i) {
+    struct pollfd p = {.fd = netstack_fd(ns), .events = POLLIN};
+    poll(&p, 1, 20);
+    CHECK(netstack_poll(ns) == 0);
+    ssize_t n = recv(sv[1], reply + got, sizeof reply - (size_t)got,
+                     MSG_DONTWAIT);
+    if (n > 0) got += n;
+  }
+  CHECK(got == (ssize_t)sizeof reply);
+  uint32_t head[3];
+  uint64_t features;
+  memcpy(head, reply, sizeof head);
+  memcpy(&features, reply + 12, sizeof features);
+  CHECK(head[0] == 1 && head[1] == (1 | 4) && head[2] == 8);
+  CHECK((features >> 32 & 1) == 1); /* VIRTIO_F_VERSION_1 */
+  CHECK((features >> 11 & 1) == 1); /* VIRTIO_NET_F_HOST_TSO4 */
+  netstack_free(ns);
+  close(sv[1]);
+}
+
 /* A port on 127.0.0.1 that nobody holds right now. */
 static int free_port(int family) {
   int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -909,6 +953,7 @@ int main(void) {
   test_dhcp_and_dns_off();
   test_pcap();
   test_stream_link();
+  test_vhost_user_link();
   test_forwards();
   test_counters();
   test_run_and_stop();

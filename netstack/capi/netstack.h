@@ -86,6 +86,10 @@ enum netstack_link_type {
   NETSTACK_LINK_TAP = 1,
   /* link_fd is a connected stream socket, QEMU's length-prefixed frames. */
   NETSTACK_LINK_STREAM = 2,
+  /* link_fd is a connected vhost-user socket (QEMU's -chardev socket,
+   * -netdev vhost-user); the library is the vhost-user-net back-end and
+   * reads and writes the guest's virtqueues in its shared memory. */
+  NETSTACK_LINK_VHOST_USER = 3,
 };
 
 enum netstack_proto {
