@@ -613,7 +613,9 @@ TEST_F(EgressFullBackendTest, DnsAnswersPinAddressesForNameRules) {
     const std::string l(line);
     EXPECT_NE(l.find("\"name\":\"denied.test\""), std::string::npos) << l;
     EXPECT_NE(l.find("\"verdict\":\"deny\""), std::string::npos) << l;
-    EXPECT_NE(l.find("\"src\":\"10.0.2.100:0\""), std::string::npos) << l;
+    // The guest's address and the port it asked from (send_query's).
+    EXPECT_NE(l.find("\"src\":\"10.0.2.100:40053\""), std::string::npos)
+        << l;
   }
 
   // The allowed name: asked upstream, answered, pinned.
