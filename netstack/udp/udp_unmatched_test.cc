@@ -1,5 +1,6 @@
 // The unmatched-datagram hook (UdpLayer::SetUnmatchedHandler) and
 // SendFrom: what a network backend builds its UDP flows on.
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -105,5 +106,65 @@ TEST_F(UdpUnmatchedTest, SendFromUsesAForeignSourceWithAValidChecksum) {
                    .ok());
 }
 
+
+// A USO super-frame (issue #34): one UDP header over `payload`, which is
+// datagrams of `segment` bytes, as a TAP with USO hands it over.
+class UdpUsoTest : public UdpUnmatchedTest {
+ protected:
+  void InjectUso(const SocketAddress& src, const SocketAddress& dst,
+                 const std::vector<uint8_t>& payload, uint16_t segment) {
+    const auto packets = stack::testing::Ipv4Packets(
+        src.ip.v4(), dst.ip.v4(), 17, 7,
+        testing::UdpDatagram(src, dst, payload), 65535);
+    ASSERT_EQ(packets.size(), 1u);
+    const auto frame = stack::testing::WithEthernet(
+        peer_.mac, our_mac_, testing::kEtherIpv4, packets[0]);
+    buffer::ChunkRef chunk = chunks_.Allocate();
+    std::memcpy(chunk->mutable_data().data(), frame.data(), frame.size());
+    link::InboundFrame in;
+    in.frame = buffer::PayloadView(std::move(chunk), 0,
+                                   static_cast<uint32_t>(frame.size()));
+    in.checksum_partial = true;
+    in.udp_gso_size = segment;
+    link_->Deliver(std::span<link::InboundFrame>(&in, 1), now_);
+  }
+};
+
+std::vector<uint8_t> Numbered(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 3 + 1);
+  return v;
+}
+
+TEST_F(UdpUsoTest, SuperDatagramToOurSocketIsQueuedAsItsDatagrams) {
+  std::unique_ptr<UdpSocket> sock = udp_->Open(Family::kIpv4);
+  ASSERT_TRUE(sock->Bind(Our4(5000)).ok());
+  const std::vector<uint8_t> data = Numbered(3 * 100 + 40);
+  InjectUso(Peer4(1234), Our4(5000), data, 100);
+  for (size_t i = 0; i < 4; ++i) {
+    auto got = sock->RecvDatagram();
+    ASSERT_TRUE(got.ok()) << i;
+    const size_t n = i < 3 ? 100 : 40;
+    ASSERT_EQ(got->payload.size(), n) << i;
+    EXPECT_EQ(0, std::memcmp(got->payload.bytes().data(), &data[i * 100], n));
+    EXPECT_EQ(got->from, Peer4(1234));
+  }
+  EXPECT_FALSE(sock->RecvDatagram().ok());
+  EXPECT_TRUE(rec_.calls.empty());
+}
+
+TEST_F(UdpUsoTest, SuperDatagramNobodyTakesReachesTheHandlerInOrder) {
+  const std::vector<uint8_t> data = Numbered(2 * 300 + 1);
+  InjectUso(Peer4(1234), Our4(6000), data, 300);
+  // A handler that does not relay super-datagrams whole gets each one.
+  ASSERT_EQ(rec_.calls.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const size_t n = i < 2 ? 300 : 1;
+    ASSERT_EQ(rec_.calls[i].payload.size(), n) << i;
+    EXPECT_EQ(0, std::memcmp(rec_.calls[i].payload.bytes().data(),
+                             &data[i * 300], n));
+  }
+  EXPECT_TRUE(TakeSent().empty());
+}
 }  // namespace
 }  // namespace netstack::udp
