@@ -201,6 +201,7 @@ void TcpFlow::OnWritable(Instant now) {
 
 void TcpFlow::OnReadable(Instant now) {
   (void)now;
+  host_readable_ = true;
   if (phase_ == Phase::kRelaying) Pump();
 }
 
@@ -215,6 +216,7 @@ void TcpFlow::OnError(Instant now, uint32_t epoll_events) {
     return End(FlowEnd::kHostReset, false, /*guest_reset=*/true);
   }
   if (err != 0) return End(FlowEnd::kHostError, false, true);
+  host_readable_ = true;  // a recv sees the hang-up
   Pump();
   if (phase_ == Phase::kRelaying && host_eof_ && host_wr_shut_) MaybeFinish();
 }
@@ -393,6 +395,7 @@ bool TcpFlow::PumpHostToGuest() {
       return true;
     }
     waiting_for_chunk_ = false;  // (still listed: ChunkAvailable is harmless)
+    if (!host_readable_) return true;  // epoll's OnReadable brings us back
     const size_t want =
         std::min<size_t>(room.size(), limit - sock_->unsent_bytes());
     const ssize_t n = recv(fd_, room.data(), want, MSG_DONTWAIT);
@@ -412,7 +415,10 @@ bool TcpFlow::PumpHostToGuest() {
       // only say EAGAIN (one of the seven system calls a TCP_RR
       // transaction cost). The loop's epoll is level-triggered, so
       // bytes or a FIN that come later wake us as before.
-      if (static_cast<size_t>(n) < want) return true;
+      if (static_cast<size_t>(n) < want) {
+        host_readable_ = false;
+        return true;
+      }
       continue;
     }
     if (n == 0) {
@@ -423,7 +429,10 @@ bool TcpFlow::PumpHostToGuest() {
       return true;
     }
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      host_readable_ = false;
+      return true;
+    }
     End(errno == ECONNRESET ? FlowEnd::kHostReset : FlowEnd::kHostError,
         false, /*guest_reset=*/true);
     return false;

@@ -148,6 +148,11 @@ class TcpFlow : public eventloop::Handler {
   bool guest_eof_ = false;      // the guest's FIN was read
   bool host_wr_shut_ = false;   // ... and relayed (shutdown SHUT_WR)
   bool host_eof_ = false;       // the host's EOF was read and relayed
+  // False after a short recv or EAGAIN emptied the host socket, until
+  // epoll says it is readable again: a Pump for the guest's sake (its
+  // bytes, its ACKs) then asks the host nothing (issue #34: a TCP_RR
+  // transaction made 1.2 recv calls, 0.2 of them EAGAIN).
+  bool host_readable_ = true;
   bool in_pump_ = false;
   bool inbound_ = false;
   // The egress policy's: Start's `egress` and `host`; when it started and
