@@ -341,9 +341,12 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
   // spent, it is dropped unanswered (policy_resets_shed). A RST each
   // would take the thread from the established flows; the guest's
   // retransmission gets its RST once the flood ebbs.
-  std::string pinned_name;
+  // An allowed SYN's "opened" line waits for the busy check below: a shed
+  // SYN opens no flow, and its line would never be closed.
+  policy::Verdict v;
   if (egress) {
-    policy::Verdict v = JudgeEgress(policy::kTcp, tuple.remote, *host, now);
+    v = JudgeEgress(policy::kTcp, tuple.remote, *host, now,
+                    /*log_opened=*/false);
     if (!v.allow) {
       // Over the new-flow rate: no RST, which would fail the client; the
       // guest retransmits the SYN after its RTO and gets in then.
@@ -357,7 +360,6 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
       }
       return tcp::SynVerdict::kReset;
     }
-    if (v.reason == policy::Reason::kPinnedName) pinned_name = std::move(v.name);
   } else if (config_.limits.new_flow_rate != 0 &&
              !TakeNewFlow(policy::kTcp, now)) {
     return tcp::SynVerdict::kDrop;  // the host's loopback is a flow too
@@ -366,6 +368,11 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
       !busy_connects_.Take(now)) {
     ++counters_.tcp_syns_shed;
     return tcp::SynVerdict::kDrop;
+  }
+  std::string pinned_name;
+  if (egress) {
+    LogVerdict(policy::kTcp, tuple.remote, *host, v, now);
+    if (v.reason == policy::Reason::kPinnedName) pinned_name = std::move(v.name);
   }
   // The layer holds one SYN per tuple, but a flow outlives its guest
   // socket until the next Sweep: a SYN for the tuple of a flow whose
@@ -384,7 +391,7 @@ tcp::SynVerdict Backend::OnUnclaimedSyn(const transport::FourTuple& tuple,
 policy::Verdict Backend::JudgeEgress(policy::Protocol protocol,
                                      const transport::SocketAddress& guest,
                                      const transport::SocketAddress& dst,
-                                     Instant now) {
+                                     Instant now, bool log_opened) {
   const policy::Policy& p = *config_.policy.egress;
   policy::Verdict v = p.Decide(protocol, dst.ip, dst.port, &pins_, now);
   if (v.allow && config_.limits.new_flow_rate != 0 &&
@@ -399,6 +406,15 @@ policy::Verdict Backend::JudgeEgress(policy::Protocol protocol,
     ++counters_.policy_refused[static_cast<size_t>(v.reason)];
     ++counters_.policy_refused_protocol[ProtocolIndex(protocol)];
   }
+  if (!v.allow || log_opened) LogVerdict(protocol, guest, dst, v, now);
+  return v;
+}
+
+void Backend::LogVerdict(policy::Protocol protocol,
+                         const transport::SocketAddress& guest,
+                         const transport::SocketAddress& dst,
+                         const policy::Verdict& v, Instant now) {
+  const policy::Policy& p = *config_.policy.egress;
   if (flow_log_ != nullptr) {
     policy::FlowEvent e;
     e.kind = v.allow ? policy::FlowEvent::Kind::kOpened
@@ -413,7 +429,6 @@ policy::Verdict Backend::JudgeEgress(policy::Protocol protocol,
     e.verdict = v;
     flow_log_->Record(e, now);
   }
-  return v;
 }
 
 void Backend::LogClosed(policy::Protocol protocol,

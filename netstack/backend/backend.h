@@ -366,10 +366,16 @@ class Backend : public tcp::SynHandler {
       const transport::SocketAddress& dst);
   // Judges a new outbound flow from `guest` to `dst` (the host's address,
   // after HostDestination): counts the verdict and records it in the flow
-  // log (opened or refused).
+  // log (opened or refused; opened only with `log_opened`, else the
+  // caller calls LogVerdict once the flow really opens).
   policy::Verdict JudgeEgress(policy::Protocol protocol,
                               const transport::SocketAddress& guest,
-                              const transport::SocketAddress& dst, Instant now);
+                              const transport::SocketAddress& dst, Instant now,
+                              bool log_opened = true);
+  void LogVerdict(policy::Protocol protocol,
+                  const transport::SocketAddress& guest,
+                  const transport::SocketAddress& dst,
+                  const policy::Verdict& v, Instant now);
   // An outbound flow JudgeEgress allowed has ended: the flow log's record.
   void LogClosed(policy::Protocol protocol,
                  const transport::SocketAddress& guest,

@@ -1532,6 +1532,60 @@ TEST_F(EgressPolicyTest, FlowLogRecordsEachFlowOpenedRefusedAndClosed) {
   close(host);
 }
 
+// A SYN the policy allows but the busy link's connect budget sheds opens
+// no flow, so it gets no "opened" line (which would never be closed);
+// its retransmission, connected, gets one opened and one closed line.
+TEST_F(EgressPolicyTest, AShedSynLogsNoOpenedLine) {
+  BackendConfig c;
+  c.policy.egress = PolicyOf("allow tcp:192.0.2.1\n");
+  c.limits.busy_connect_rate = 1;
+  c.limits.busy_connect_burst = 1;
+  Build(c);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/backend_shed_flows.log";
+  std::remove(path.c_str());
+  policy::FlowLog::Options o;
+  o.path = path;
+  auto log = policy::FlowLog::Open(o, loop_->Now());
+  ASSERT_TRUE(log.ok()) << log.status();
+  backend_->SetFlowLog(log->get());
+  AddrListener l("192.0.2.1");
+  backend_link_->set_busy(true);
+  auto first = ConnectTo("192.0.2.1", l.port);
+  ASSERT_TRUE(RunUntil([&] { return first->state() == tcp::TcpState::kEstablished; }));
+  auto second = ConnectTo("192.0.2.1", l.port);  // no token: shed
+  ASSERT_TRUE(RunUntil([&] { return backend_->counters().tcp_syns_shed == 1; }));
+  (*log)->Flush();
+  auto read_lines = [&] {
+    std::vector<std::string> lines;
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) return lines;
+    char buf[2048];
+    while (std::fgets(buf, sizeof(buf), f) != nullptr) lines.push_back(buf);
+    std::fclose(f);
+    return lines;
+  };
+  auto count = [](const std::vector<std::string>& lines, const char* want) {
+    size_t n = 0;
+    for (const auto& l : lines) n += l.find(want) != std::string::npos;
+    return n;
+  };
+  std::vector<std::string> lines = read_lines();
+  EXPECT_EQ(count(lines, "\"event\":\"opened\""), 1u);  // the first only
+  // The retransmission a second later gets in: its own opened line.
+  ASSERT_TRUE(RunUntil([&] { return second->state() == tcp::TcpState::kEstablished; }));
+  first->Abort();
+  second->Abort();
+  ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
+  (*log)->Flush();
+  backend_->SetFlowLog(nullptr);
+  lines = read_lines();
+  EXPECT_EQ(count(lines, "\"event\":\"opened\""), 2u);
+  EXPECT_EQ(count(lines, "\"event\":\"closed\""), 2u);
+  for (int i = 0; i < 2; ++i) close(l.Accept());
+}
+
 // The new-flow rate (BackendLimits::new_flow_rate): a flood of SYNs
 // gets the burst through at once and the rest one token at a time;
 // each SYN over the rate is dropped without an RST (the guest's
