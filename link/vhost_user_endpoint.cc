@@ -343,6 +343,7 @@ void VhostUserEndpoint::Disconnect(bool bad_stream) {
   if (bad_stream) ++vstats_.bad_streams;
   from_guest_more_ = false;
   to_guest_waiting_ = false;
+  tx_live_ = false;
   broken_counted_[0] = broken_counted_[1] = false;
 }
 
@@ -408,6 +409,11 @@ bool VhostUserEndpoint::ReadOneMessage() {
   device_.Handle(request, flags, std::span<const uint8_t>(payload, size),
                  std::span<UniqueFd>(fds, nfds), &reply);
   SyncKicks();
+  // A TX ring that (re)starts may hold chains posted while it was stopped,
+  // whose kick went to the old fd: look once (from Poll) without a kick.
+  const bool tx_live = device_.Live(kTxQueue);
+  if (tx_live && !tx_live_) from_guest_more_ = true;
+  tx_live_ = tx_live;
   if (reply.send) {
     uint8_t out[vhost_user::kHeaderSize + sizeof(reply.payload)];
     const uint32_t rflags = vhost_user::kVersion | vhost_user::kFlagReply;
@@ -427,27 +433,33 @@ void VhostUserEndpoint::SyncKicks() {
   for (int q = 0; q < vhost_user::kQueues; ++q) {
     if (device_.kick_generation(q) == kick_gen_[q]) continue;
     kick_gen_[q] = device_.kick_generation(q);
-    if (registered_kick_[q] >= 0) {
-      // Fails harmlessly when the fd was closed (epoll dropped it then).
-      (void)::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, registered_kick_[q],
+    // epoll watches a file description, not an fd number, and forgets it
+    // only when every fd of it is closed; QEMU keeps its own. So epoll
+    // gets our own dup, taken out again while it is still open: a kick
+    // fd the device replaced or closed must not stay registered (a kick
+    // there would wake us forever, never drained).
+    if (kick_dup_[q].valid()) {
+      (void)::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, kick_dup_[q].get(),
                         nullptr);
-      registered_kick_[q] = -1;
+      kick_dup_[q].reset();
     }
     const int fd = device_.kick_fd(q);
     if (fd < 0) continue;
+    UniqueFd dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (!dup.valid()) continue;
     // QEMU's eventfds are non-blocking already; make sure, since a read
     // that blocked would stop the loop.
-    (void)SetNonBlocking(fd);
-    if (EpollCtl(epoll_.get(), EPOLL_CTL_ADD, fd,
+    (void)SetNonBlocking(dup.get());
+    if (EpollCtl(epoll_.get(), EPOLL_CTL_ADD, dup.get(),
                  kTagKick + static_cast<uint64_t>(q))
             .ok()) {
-      registered_kick_[q] = fd;
+      kick_dup_[q] = std::move(dup);
     }
   }
 }
 
 void VhostUserEndpoint::DrainKick(int q) {
-  const int fd = device_.kick_fd(q);
+  const int fd = kick_dup_[q].get();
   if (fd < 0) return;
   uint64_t v;
   if (::read(fd, &v, sizeof(v)) == sizeof(v)) ++vstats_.kicks;

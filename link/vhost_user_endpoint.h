@@ -187,9 +187,10 @@ class VhostUserEndpoint final : public LinkEndpoint {
   const size_t rx_batch_;
   LinkReceiver* receiver_ = nullptr;
   vhost_user::Device device_;
-  int registered_kick_[vhost_user::kQueues] = {-1, -1};
+  UniqueFd kick_dup_[vhost_user::kQueues];  // what epoll watches
   uint64_t kick_gen_[vhost_user::kQueues] = {0, 0};
   bool from_guest_more_ = false;   // the TX queue had more than a batch
+  bool tx_live_ = false;           // the TX ring was live after the last message
   bool to_guest_waiting_ = false;  // Transmit ran out of guest buffers
   uint16_t no_room_had_ = 0;  // chains ToGuest() had when it ran out
   bool broken_counted_[vhost_user::kQueues] = {false, false};

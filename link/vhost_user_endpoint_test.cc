@@ -654,6 +654,51 @@ TEST_F(VhostUserTest, RunawayAvailIndexStopsTheQueue) {
   EXPECT_TRUE(rx_.frames.empty());
 }
 
+// A guest reset mid-transfer: QEMU stops the rings (GET_VRING_BASE),
+// the driver starts again from the bases it was told, and the frames
+// flow again; a chain posted while the ring was stopped is not touched.
+TEST_F(VhostUserTest, RingsStopAndRestartMidTransfer) {
+  ExpectGoodFrameStillPasses(1);
+  fe_->PostRx(2, 2048);
+  Step();
+  for (uint32_t q = 0; q < 2; ++q) {
+    fe_->Send(vu::kGetVringBase, FakeFrontEnd::State(q, 0));
+    Step();
+    auto r = fe_->Reply();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->size(), 8u);
+    EXPECT_EQ(Get32(r->data()), q);
+    EXPECT_EQ(Get32(r->data() + 4), q == 0 ? 0u : 1u);  // chains taken
+  }
+  EXPECT_EQ(ep_->device_stats().ring_stops, 2u);
+  // Stopped: no frame goes to the guest, none is taken from it.
+  EXPECT_EQ(Send(MakePacket(packets_, chunks_, TestFrame(100, 2))), 0u);
+  EXPECT_EQ(ep_->vhost_stats().to_guest_not_ready, 1u);
+  fe_->PostTx(WithHeader(TestFrame(100, 3)));
+  Step();
+  EXPECT_EQ(rx_.frames.size(), 1u);
+  // Restart from the bases (the chain posted meanwhile is taken now).
+  for (uint32_t q = 0; q < 2; ++q) {
+    fe_->Send(vu::kSetVringBase, FakeFrontEnd::State(q, q == 0 ? 0 : 1));
+    fe_->Send(vu::kSetVringAddr, fe_->Addr(q));
+    UniqueFd kick(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    fe_->Send(vu::kSetVringKick, FakeFrontEnd::U64(q), {kick.get()});
+    fe_->Send(vu::kSetVringEnable, FakeFrontEnd::State(q, 1));
+  }
+  Step();
+  ASSERT_EQ(rx_.frames.size(), 2u);
+  EXPECT_EQ(testing::FrameId(rx_.frames.back().bytes), 3u);
+  // The old kick fds (QEMU still holds them) are no longer watched: a
+  // kick there leaves the endpoint quiet.
+  fe_->Kick(1);
+  pollfd p{ep_->ReadFd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+  EXPECT_EQ(Send(MakePacket(packets_, chunks_, TestFrame(100, 4))), 1u);
+  auto frames = fe_->TakeRxFrames();
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0], TestFrame(100, 4));
+}
+
 // --- Hostile or broken front-ends: messages refused and counted.
 
 TEST_F(VhostUserTest, BadMessagesAreRefusedAndCounted) {
