@@ -206,12 +206,13 @@ class Syscalls(unittest.TestCase):
 0,,syscalls:sys_enter_readv,2000000,100.00,,
 <not counted>,,syscalls:sys_enter_splice,0,0.00,,
 10000,,syscalls:sys_enter_poll,2000000,100.00,,
+40000,,context-switches,2000000,100.00,,
 """
 
     def test_perf_stat_counts(self):
         self.assertEqual(bb.parse_perf_stat(self.PERF),
                          {"total": 60000, "read": 20000, "write": 30000,
-                          "poll": 10000})
+                          "poll": 10000, "context switches": 40000})
         self.assertEqual(bb.parse_perf_stat(""), {})
 
     def test_per_mb_and_per_transaction(self):
@@ -228,6 +229,9 @@ class Syscalls(unittest.TestCase):
                       "read 200.0, poll 100.0 |", lines[2])
         self.assertIn("| 3.0 per transaction | write 1.5, read 1.0, "
                       "poll 0.5", lines[3])
+        # Context switches (the backend's sleeps and preemptions) in a
+        # column of their own, not among the calls.
+        self.assertTrue(lines[3].rstrip(" |").endswith("| 2.0"), lines[3])
         self.assertEqual(bb.syscall_table({("netstackd", "rr"): rr(1)}, ws,
                                           bb.TOOLS), "")
 
