@@ -1265,6 +1265,30 @@ class EgressPolicyTest : public BackendTest {
   }
   // Runs until `s` reports an error; its errno (0: none in time) and how
   // long it took.
+  // A flow log at $TEST_TMPDIR/`name`, put in force; `*path` is its file.
+  std::unique_ptr<policy::FlowLog> StartFlowLog(const std::string& name,
+                                                std::string* path) {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    *path = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+    std::remove(path->c_str());
+    policy::FlowLog::Options o;
+    o.path = *path;
+    auto log = policy::FlowLog::Open(o, loop_->Now());
+    EXPECT_TRUE(log.ok()) << log.status();
+    if (!log.ok()) return nullptr;
+    backend_->SetFlowLog(log->get());
+    return *std::move(log);
+  }
+  // The lines of the flow log at `path` (empty if it cannot be read).
+  static std::vector<std::string> LogLines(const std::string& path) {
+    std::vector<std::string> lines;
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) return lines;
+    char buf[2048];
+    while (std::fgets(buf, sizeof(buf), f) != nullptr) lines.push_back(buf);
+    std::fclose(f);
+    return lines;
+  }
   int ErrorOf(tcp::TcpSocket& s, Duration* took = nullptr) {
     const Instant t0 = loop_->Now();
     absl::Status err;
@@ -1484,15 +1508,9 @@ TEST_F(EgressPolicyTest, PinsAdmitANameRulesAddressUntilTheyExpire) {
 
 TEST_F(EgressPolicyTest, FlowLogRecordsEachFlowOpenedRefusedAndClosed) {
   BuildWith(PolicyOf("allow tcp:192.0.2.1\n"));
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string path =
-      std::string(tmp != nullptr ? tmp : "/tmp") + "/backend_flows.log";
-  std::remove(path.c_str());
-  policy::FlowLog::Options o;
-  o.path = path;
-  auto log = policy::FlowLog::Open(o, loop_->Now());
-  ASSERT_TRUE(log.ok()) << log.status();
-  backend_->SetFlowLog(log->get());
+  std::string path;
+  std::unique_ptr<policy::FlowLog> log = StartFlowLog("backend_flows.log", &path);
+  ASSERT_NE(log, nullptr);
   AddrListener l1("192.0.2.1"), l2("192.0.2.2");
   auto refused = ConnectTo("192.0.2.2", l2.port);
   EXPECT_EQ(ErrorOf(*refused), ECONNREFUSED);
@@ -1503,16 +1521,9 @@ TEST_F(EgressPolicyTest, FlowLogRecordsEachFlowOpenedRefusedAndClosed) {
   ASSERT_TRUE(Relays(*s, host));
   s->Abort();
   ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
-  (*log)->Flush();
+  log->Flush();
   backend_->SetFlowLog(nullptr);
-  std::vector<std::string> lines;
-  {
-    std::FILE* f = std::fopen(path.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    char buf[2048];
-    while (std::fgets(buf, sizeof(buf), f) != nullptr) lines.push_back(buf);
-    std::fclose(f);
-  }
+  const std::vector<std::string> lines = LogLines(path);
   ASSERT_EQ(lines.size(), 3u);
   auto has = [](const std::string& line, const std::string& want) {
     return line.find(want) != std::string::npos;
@@ -1541,46 +1552,32 @@ TEST_F(EgressPolicyTest, AShedSynLogsNoOpenedLine) {
   c.limits.busy_connect_rate = 1;
   c.limits.busy_connect_burst = 1;
   Build(c);
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string path =
-      std::string(tmp != nullptr ? tmp : "/tmp") + "/backend_shed_flows.log";
-  std::remove(path.c_str());
-  policy::FlowLog::Options o;
-  o.path = path;
-  auto log = policy::FlowLog::Open(o, loop_->Now());
-  ASSERT_TRUE(log.ok()) << log.status();
-  backend_->SetFlowLog(log->get());
+  std::string path;
+  std::unique_ptr<policy::FlowLog> log =
+      StartFlowLog("backend_shed_flows.log", &path);
+  ASSERT_NE(log, nullptr);
   AddrListener l("192.0.2.1");
   backend_link_->set_busy(true);
   auto first = ConnectTo("192.0.2.1", l.port);
   ASSERT_TRUE(RunUntil([&] { return first->state() == tcp::TcpState::kEstablished; }));
   auto second = ConnectTo("192.0.2.1", l.port);  // no token: shed
   ASSERT_TRUE(RunUntil([&] { return backend_->counters().tcp_syns_shed == 1; }));
-  (*log)->Flush();
-  auto read_lines = [&] {
-    std::vector<std::string> lines;
-    std::FILE* f = std::fopen(path.c_str(), "r");
-    if (f == nullptr) return lines;
-    char buf[2048];
-    while (std::fgets(buf, sizeof(buf), f) != nullptr) lines.push_back(buf);
-    std::fclose(f);
-    return lines;
-  };
+  log->Flush();
   auto count = [](const std::vector<std::string>& lines, const char* want) {
     size_t n = 0;
     for (const auto& l : lines) n += l.find(want) != std::string::npos;
     return n;
   };
-  std::vector<std::string> lines = read_lines();
+  std::vector<std::string> lines = LogLines(path);
   EXPECT_EQ(count(lines, "\"event\":\"opened\""), 1u);  // the first only
   // The retransmission a second later gets in: its own opened line.
   ASSERT_TRUE(RunUntil([&] { return second->state() == tcp::TcpState::kEstablished; }));
   first->Abort();
   second->Abort();
   ASSERT_TRUE(RunUntil([&] { return backend_->tcp_flow_count() == 0; }));
-  (*log)->Flush();
+  log->Flush();
   backend_->SetFlowLog(nullptr);
-  lines = read_lines();
+  lines = LogLines(path);
   EXPECT_EQ(count(lines, "\"event\":\"opened\""), 2u);
   EXPECT_EQ(count(lines, "\"event\":\"closed\""), 2u);
   for (int i = 0; i < 2; ++i) close(l.Accept());
@@ -1596,15 +1593,10 @@ TEST_F(EgressPolicyTest, SynFloodPastTheNewFlowRateIsDroppedAndCounted) {
   c.limits.new_flow_rate = 10;
   c.limits.new_flow_burst = 4;
   Build(c);
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string path =
-      std::string(tmp != nullptr ? tmp : "/tmp") + "/backend_rate_flows.log";
-  std::remove(path.c_str());
-  policy::FlowLog::Options o;
-  o.path = path;
-  auto log = policy::FlowLog::Open(o, loop_->Now());
-  ASSERT_TRUE(log.ok()) << log.status();
-  backend_->SetFlowLog(log->get());
+  std::string path;
+  std::unique_ptr<policy::FlowLog> log =
+      StartFlowLog("backend_rate_flows.log", &path);
+  ASSERT_NE(log, nullptr);
   AddrListener l("192.0.2.1");
   constexpr int kFlood = 12;
   std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
@@ -1640,23 +1632,16 @@ TEST_F(EgressPolicyTest, SynFloodPastTheNewFlowRateIsDroppedAndCounted) {
                                    dropped, "\n")),
             std::string::npos)
       << text;
-  (*log)->Flush();
+  log->Flush();
   backend_->SetFlowLog(nullptr);
   size_t limited = 0, opened = 0;
-  {
-    std::FILE* f = std::fopen(path.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    char buf[2048];
-    while (std::fgets(buf, sizeof(buf), f) != nullptr) {
-      const std::string line = buf;
-      if (line.find("\"event\":\"refused\"") != std::string::npos &&
-          line.find("\"verdict\":\"deny\",\"reason\":\"rate_limited\"") !=
-              std::string::npos) {
-        ++limited;
-      }
-      opened += line.find("\"event\":\"opened\"") != std::string::npos;
+  for (const std::string& line : LogLines(path)) {
+    if (line.find("\"event\":\"refused\"") != std::string::npos &&
+        line.find("\"verdict\":\"deny\",\"reason\":\"rate_limited\"") !=
+            std::string::npos) {
+      ++limited;
     }
-    std::fclose(f);
+    opened += line.find("\"event\":\"opened\"") != std::string::npos;
   }
   EXPECT_EQ(limited, dropped);
   EXPECT_EQ(opened, static_cast<size_t>(kFlood));
