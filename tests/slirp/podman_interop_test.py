@@ -203,16 +203,9 @@ class PodmanTest(unittest.TestCase):
             f"the user's processes survive SIGKILL: {cls.left_after_kill}")
         left = cls.user.live_processes()
         assert not left, f"processes of {cls.user.name} left: {left}"
-        left = cls.procs.leftovers()
-        assert not left, f"processes left: {left}"
-        left = cls.host.leftover_namespaces()
-        assert not left, f"namespaces left: {left}"
         left = cls.user.leftovers()
         assert not left, f"user left: {left}"
-        with open("/proc/self/mountinfo") as f:
-            mounts = [l for l in f if cls.tmp in l]
-        assert not mounts, f"mounts left: {mounts}"
-        assert not os.path.exists(cls.tmp), f"{cls.tmp} is left"
+        su.assert_nothing_left(cls.procs, cls.host, cls.tmp)
 
     # --- helpers -----------------------------------------------------------
 

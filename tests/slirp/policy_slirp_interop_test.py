@@ -199,13 +199,7 @@ class PolicySlirpTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls._teardown()
-        left = cls.procs.leftovers()
-        assert not left, f"processes left: {left}"
-        left = cls.host.leftover_namespaces()
-        assert not left, f"namespaces left: {left}"
-        with open("/proc/self/mountinfo") as f:
-            assert cls.tmp not in f.read(), f"a mount of {cls.tmp} is left"
-        assert not os.path.exists(cls.tmp), f"{cls.tmp} is left"
+        su.assert_nothing_left(cls.procs, cls.host, cls.tmp)
 
     def guest_run(self, *cmd, timeout=60):
         return iu.run(*self.guest, *cmd, check=False, timeout=timeout)

@@ -173,11 +173,7 @@ class RootlesskitTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls._teardown()
-        left = cls.procs.leftovers()
-        assert not left, f"processes left: {left}"
-        left = cls.host.leftover_namespaces()
-        assert not left, f"namespaces left: {left}"
-        assert not os.path.exists(cls.tmp), f"{cls.tmp} is left"
+        su.assert_nothing_left(cls.procs, cls.host, cls.tmp)
 
     def read_out(self, name):
         with open(os.path.join(self.out, name)) as f:

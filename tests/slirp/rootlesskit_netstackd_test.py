@@ -329,11 +329,7 @@ class RootlesskitCase(unittest.TestCase):
     def tearDownClass(cls):
         cls._teardown()
         assert not cls.left, f"uid {su.NOBODY_UID}'s processes left: {cls.left}"
-        left = cls.procs.leftovers()
-        assert not left, f"processes left: {left}"
-        left = cls.host.leftover_namespaces()
-        assert not left, f"namespaces left: {left}"
-        assert not os.path.exists(cls.tmp), f"{cls.tmp} is left"
+        su.assert_nothing_left(cls.procs, cls.host, cls.tmp)
 
     def read_out(self, name):
         with open(os.path.join(self.out, name)) as f:

@@ -260,13 +260,7 @@ class Slirp4netnsCase:
     def tearDownClass(cls):
         cls._teardown()
         # Nothing may be left behind, also after a failure.
-        left = cls.procs.leftovers()
-        assert not left, f"processes left: {left}"
-        left = cls.host.leftover_namespaces()
-        assert not left, f"namespaces left: {left}"
-        with open("/proc/self/mountinfo") as f:
-            assert cls.tmp not in f.read(), f"a mount of {cls.tmp} is left"
-        assert not os.path.exists(cls.tmp), f"{cls.tmp} is left"
+        su.assert_nothing_left(cls.procs, cls.host, cls.tmp)
 
     # --- the checks --------------------------------------------------------
 

@@ -315,6 +315,20 @@ def _children(pid):
     return found
 
 
+def assert_nothing_left(procs, host, tmp):
+    """A test class's last check, after its teardown: none of its
+    processes (`procs`, a Processes) or namespaces (`host`, a Host) are
+    left, nothing is mounted under `tmp`, and `tmp` itself is gone."""
+    left = procs.leftovers()
+    assert not left, f"processes left: {left}"
+    left = host.leftover_namespaces()
+    assert not left, f"namespaces left: {left}"
+    with open("/proc/self/mountinfo") as f:
+        mounts = [l for l in f if tmp in l]
+    assert not mounts, f"mounts left: {mounts}"
+    assert not os.path.exists(tmp), f"{tmp} is left"
+
+
 def descendants(pid):
     """`pid` and every process below it, breadth first."""
     out, todo = [], [pid]

@@ -110,5 +110,44 @@ class LibslirpIdentityTest(unittest.TestCase):
         os.kill(pid, 9)
 
 
+
+class NothingLeftTest(unittest.TestCase):
+    """assert_nothing_left says no to each kind of leftover."""
+
+    class Procs:
+        def __init__(self, left):
+            self.left = left
+
+        def leftovers(self):
+            return self.left
+
+    class Namespaces:
+        def __init__(self, left):
+            self.left = left
+
+        def leftover_namespaces(self):
+            return self.left
+
+    def test_clean_passes(self):
+        gone = tempfile.mktemp(prefix="nst-left-")
+        su.assert_nothing_left(self.Procs([]), self.Namespaces([]), gone)
+
+    def test_each_leftover_is_refused(self):
+        gone = tempfile.mktemp(prefix="nst-left-")
+        with self.assertRaisesRegex(AssertionError, "processes left"):
+            su.assert_nothing_left(self.Procs([123]), self.Namespaces([]),
+                                   gone)
+        with self.assertRaisesRegex(AssertionError, "namespaces left"):
+            su.assert_nothing_left(self.Procs([]), self.Namespaces(["nsx"]),
+                                   gone)
+        kept = tempfile.mkdtemp(prefix="nst-left-")
+        try:
+            with self.assertRaisesRegex(AssertionError, "is left"):
+                su.assert_nothing_left(self.Procs([]), self.Namespaces([]),
+                                       kept)
+        finally:
+            os.rmdir(kept)
+
+
 if __name__ == "__main__":
     unittest.main()
