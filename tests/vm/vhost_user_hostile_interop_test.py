@@ -316,7 +316,9 @@ class VhostUserHostileTest(unittest.TestCase):
         iu.wait_for(lambda: used.extend(fe.take_used(TX)) or len(used) >= 6, 5)
         time.sleep(0.2)
         used += fe.take_used(TX)
-        self.assertEqual(used, [(i, 0) for i in range(6)])
+        self.assertEqual(used, [(i, 0) for i in range(6)],
+                         f"netstackd's exit status {self.nd.proc.poll()} "
+                         f"(None: running); its log:\n{self.nd.log()}")
 
         c = self.nd.counters()
         vu = {k: v for k, v in c.items() if k.startswith("link.vhost_user.")}
