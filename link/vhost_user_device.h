@@ -199,7 +199,6 @@ class Device {
   Queue queues_[kQueues];
   uint64_t features_ = 0;
   uint64_t protocol_features_ = 0;
-  bool protocol_features_offered_ = false;  // GET_FEATURES had bit 30
   DeviceStats stats_;
 };
 

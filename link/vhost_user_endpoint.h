@@ -4,12 +4,13 @@
 // through shared memory: we read the guest's TX queue and write its RX
 // queue ourselves, with no socket and no copy in QEMU.
 //
-//   qemu-system-x86_64 ... \
-//     -object memory-backend-memfd,id=mem,size=256M,share=on \
-//     -numa node,memdev=mem \
-//     -chardev socket,id=vu0,path=PATH \
-//     -netdev vhost-user,id=n0,chardev=vu0 \
+//   qemu-system-x86_64 ...
+//     -object memory-backend-memfd,id=mem,size=256M,share=on
+//     -numa node,memdev=mem
+//     -chardev socket,id=vu0,path=PATH
+//     -netdev vhost-user,id=n0,chardev=vu0
 //     -device virtio-net-pci,netdev=n0
+// (one command line; docs/VM.md has it whole)
 //
 // From the guest (its TX queue): each chain is a virtio-net header and an
 // Ethernet frame. Both are copied once, out of guest memory into a chunk
@@ -172,7 +173,6 @@ class VhostUserEndpoint final : public LinkEndpoint {
   PutResult ToGuest(const buffer::PacketBuffer& p);
   bool GuestTakesGso(const buffer::PacketBuffer& p) const;
 
-  buffer::ChunkPool& chunks_;
   buffer::PacketPool& packets_;
   UniqueFd epoll_;
   UniqueFd listener_;
