@@ -120,6 +120,7 @@ def backend_cases(cases, rates, flags, denied=False):
     nothing else, and a flow log."""
     topo = BackendTopology()
     logdir = tempfile.mkdtemp(prefix="nst-flood-log-") if denied else None
+    nd = None
     try:
         if denied:
             log = os.path.join(logdir, "flows.jsonl")
@@ -183,6 +184,10 @@ def backend_cases(cases, rates, flags, denied=False):
                   f"FILE and FILE.1 (cap: 2 x --flow-log-max-bytes); "
                   f"{refused} refused lines in FILE", flush=True)
     finally:
+        # netstackd is not one of topo's processes: a case that raised
+        # would leave it running in H.
+        if nd is not None:
+            nd.close()
         topo.close()
         if logdir:
             shutil.rmtree(logdir, ignore_errors=True)
@@ -191,6 +196,7 @@ def backend_cases(cases, rates, flags, denied=False):
 def stack_case(rates, extra):
     topo = iu.Topology("tap", "nstfb")
     net4 = "10.87.0"
+    nd = None
     try:
         flags = topo.setup(net4, "fd00:87")
         ns = topo.peer_ns
@@ -214,6 +220,8 @@ def stack_case(rates, extra):
         nd.stop()
         nd.close()
     finally:
+        if nd is not None:
+            nd.close()
         topo.close()
 
 
