@@ -194,6 +194,9 @@ class UdpBackendInteropTest(unittest.TestCase):
         p.wait()
     for n in (NS_G, NS_H, NS_S):
       run("ip", "netns", "del", n, check=False)
+    # dnsmasq's pid file and the driver's files: nothing left in /tmp.
+    if getattr(cls, "tmp", None):
+      shutil.rmtree(cls.tmp, ignore_errors=True)
 
   @classmethod
   def _topology(cls):
