@@ -42,7 +42,8 @@ class NetstackdCli(unittest.TestCase):
         self.expect_failure(["--tap", "t0", "--addr6", "fd00::2/129"], 2,
                             "bad IPv6 CIDR")
         self.expect_failure(["--addr", "10.0.0.2/24"], 2,
-                            "exactly one of --tap, --packet, --unix or --fd")
+                            "exactly one of --tap, --packet, --unix, "
+                            "--vhost-user or --fd")
         self.expect_failure(["--tap", "t0", "--packet", "p0", "--addr",
                              "10.0.0.2/24"], 2, "exactly one of")
         self.expect_failure(["--tap", "t0", "--addr", "10.0.0.2/24",

@@ -647,8 +647,9 @@ void FillLink(Config& c) {
   }
 }
 
-// The link: exactly one of --tap, --packet, --unix or --fd (or a TAP of
-// our own in the guest's namespace), and the flags that go with each.
+// The link: exactly one of --tap, --packet, --unix, --vhost-user or --fd
+// (or a TAP of our own in the guest's namespace), and the flags that go
+// with each.
 absl::Status ParseLink(bool own_tap, Config& c) {
   const int links = !absl::GetFlag(FLAGS_tap).empty() +
                     !absl::GetFlag(FLAGS_packet).empty() +
