@@ -42,7 +42,8 @@ from tests.backend.backend_topology import H4, H6
 from tests.interop import interop_util as iu
 from tests.vm import vm_harness as vh
 from tests.vm.vm_harness import (DNSMASQ, FWD_PORT, HTTP_PORT, NAME, QEMU,
-                                 SINK_GW4, SINK_GW6, SIZE, VmTopology)
+                                 SINK_GW4, SINK_GW6, VmTopology,
+                                 check_netstackd_guest)
 
 
 class VmGuestTest(unittest.TestCase):
@@ -130,35 +131,7 @@ class VmGuestTest(unittest.TestCase):
             if k.startswith("tcp.") and any(
                 w in k for w in ("retrans", "tlp", "loss_probe", "timeout"))),
             flush=True)
-        why = res["why"] + log
-        lease = res["lease"]
-        self.assertEqual(lease.get("ip"), "10.0.2.100", why)
-        self.assertEqual(lease.get("router"), "10.0.2.2", why)
-        self.assertEqual(lease.get("dns"), "10.0.2.3", why)
-        self.assertIsNotNone(res["slaac"], f"no SLAAC address{why}")
-        self.assertTrue(res["slaac"]["addr"].startswith("fd00::"), why)
-        self.assertTrue(res["slaac"]["via"].startswith("fe80::"), why)
-        self.assertIsNotNone(res["dns"], f"{NAME} not resolved{why}")
-        self.assertEqual(res["dns"]["addr"], H4, why)
-        self.assertIsNotNone(res["fetch"], f"first fetch failed{why}")
-        self.assertEqual(res["fetch"]["text"], "hello-from-h", why)
-        self.assertIsNotNone(res["fetch6"], f"IPv6 fetch failed{why}")
-        self.assertTrue(res.get("download_ok"), f"download{why}")
-        self.assertTrue(res["upload_ok"], f"upload {res['upload_err']}{why}")
-        self.assertGreaterEqual(
-            counters.get("backend.dhcp4.leases_granted", 0), 1, counters)
-        # The upload went through -t on the stack path to the guest's lease
-        # (forward.N.bytes_* count only the splice path's relays, so the
-        # bytes are the backend's: the download's guest -> host share is
-        # its requests).
-        self.assertGreaterEqual(counters.get("forward.1.accepted", 0), 1,
-                                counters)
-        self.assertEqual(counters.get("forward.1.failed", -1), 0, counters)
-        self.assertGreaterEqual(
-            counters.get("backend.tcp_inbound_established", 0), 1, counters)
-        self.assertGreaterEqual(
-            counters.get("backend.tcp_bytes_guest_to_host", 0), SIZE,
-            counters)
+        check_netstackd_guest(self, res, counters, res["why"] + log)
 
     def test_2_passt(self):
         topo = self.topo

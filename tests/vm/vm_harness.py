@@ -249,6 +249,41 @@ def check_guest(topo, label, con, backend_log, dl_sha, size, backend_pid):
     return res
 
 
+def check_netstackd_guest(tc, res, counters, why):
+    """The assertions every netstackd-served guest run makes, on the
+    guest's report `res` and netstackd's `counters` (`tc`: the TestCase):
+    lease, SLAAC, the name, both fetches, the download and the upload
+    through -t, and the counters that say the backend carried them."""
+    tc.assertTrue(res["served"], f"the guest did not finish{why}")
+    lease = res["lease"]
+    tc.assertIsNotNone(lease, f"no DHCP lease{why}")
+    tc.assertEqual(lease.get("ip"), "10.0.2.100", why)
+    tc.assertEqual(lease.get("router"), "10.0.2.2", why)
+    tc.assertEqual(lease.get("dns"), "10.0.2.3", why)
+    tc.assertIsNotNone(res["slaac"], f"no SLAAC address{why}")
+    tc.assertTrue(res["slaac"]["addr"].startswith("fd00::"), why)
+    tc.assertTrue(res["slaac"]["via"].startswith("fe80::"), why)
+    tc.assertIsNotNone(res["dns"], f"{NAME} not resolved{why}")
+    tc.assertEqual(res["dns"]["addr"], H4, why)
+    tc.assertIsNotNone(res["fetch"], f"first fetch failed{why}")
+    tc.assertEqual(res["fetch"]["text"], "hello-from-h", why)
+    tc.assertIsNotNone(res["fetch6"], f"IPv6 fetch failed{why}")
+    tc.assertTrue(res.get("download_ok"), f"download{why}")
+    tc.assertTrue(res["upload_ok"], f"upload {res['upload_err']}{why}")
+    tc.assertGreaterEqual(
+        counters.get("backend.dhcp4.leases_granted", 0), 1, counters)
+    # The upload went through -t on the stack path to the guest's lease
+    # (forward.N.bytes_* count only the splice path's relays, so the bytes
+    # are the backend's: the download's guest -> host share is its
+    # requests).
+    tc.assertGreaterEqual(counters.get("forward.1.accepted", 0), 1, counters)
+    tc.assertEqual(counters.get("forward.1.failed", -1), 0, counters)
+    tc.assertGreaterEqual(
+        counters.get("backend.tcp_inbound_established", 0), 1, counters)
+    tc.assertGreaterEqual(
+        counters.get("backend.tcp_bytes_guest_to_host", 0), SIZE, counters)
+
+
 def report(results):
     """The figures of each run side by side, a column per backend."""
     def f(v, fmt):

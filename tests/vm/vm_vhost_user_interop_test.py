@@ -37,7 +37,8 @@ import unittest
 from tests.backend.backend_topology import H4, H6
 from tests.interop import interop_util as iu
 from tests.vm import vm_harness as vh
-from tests.vm.vm_harness import DNSMASQ, FWD_PORT, HTTP_PORT, QEMU, SIZE
+from tests.vm.vm_harness import (DNSMASQ, FWD_PORT, HTTP_PORT, QEMU,
+                                 check_netstackd_guest)
 
 
 def netstackd_has_vhost_user():
@@ -111,31 +112,8 @@ class VmVhostUserTest(unittest.TestCase):
         return res, counters
 
     def check(self, res, counters, why):
-        self.assertTrue(res["served"], f"the guest did not finish{why}")
-        lease = res["lease"]
-        self.assertIsNotNone(lease, f"no DHCP lease{why}")
-        self.assertEqual(lease.get("ip"), "10.0.2.100", why)
-        self.assertEqual(lease.get("router"), "10.0.2.2", why)
-        self.assertEqual(lease.get("dns"), "10.0.2.3", why)
-        self.assertIsNotNone(res["slaac"], f"no SLAAC address{why}")
-        self.assertTrue(res["slaac"]["addr"].startswith("fd00::"), why)
-        self.assertTrue(res["slaac"]["via"].startswith("fe80::"), why)
-        self.assertIsNotNone(res["dns"], f"name not resolved{why}")
-        self.assertEqual(res["dns"]["addr"], H4, why)
-        self.assertIsNotNone(res["fetch"], f"first fetch failed{why}")
-        self.assertEqual(res["fetch"]["text"], "hello-from-h", why)
-        self.assertIsNotNone(res["fetch6"], f"IPv6 fetch failed{why}")
-        self.assertTrue(res.get("download_ok"), f"download{why}")
-        self.assertTrue(res["upload_ok"], f"upload {res['upload_err']}{why}")
+        check_netstackd_guest(self, res, counters, why)
         self.assertIsNotNone(res["offload"], f"no ethtool -k report{why}")
-        self.assertGreaterEqual(
-            counters.get("backend.dhcp4.leases_granted", 0), 1, counters)
-        self.assertGreaterEqual(counters.get("forward.1.accepted", 0), 1,
-                                counters)
-        self.assertEqual(counters.get("forward.1.failed", -1), 0, counters)
-        self.assertGreaterEqual(
-            counters.get("backend.tcp_bytes_guest_to_host", 0), SIZE,
-            counters)
 
     def test_1_stream(self):
         res, _ = self.run_netstackd("stream", "--unix")
