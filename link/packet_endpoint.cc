@@ -523,7 +523,7 @@ bool PacketEndpoint::TakeFrame(size_t msg, size_t slot, bool have_slot,
                                     static_cast<uint32_t>(len))
               : slots_.View(slot, offset, static_cast<uint32_t>(len));
   frames_[kept] = InboundFrame{std::move(view), info.checksum_verified,
-                               info.checksum_partial};
+                               info.checksum_partial, info.udp_gso_size};
   ++stats_.rx_frames;
   stats_.rx_bytes += len;
   return true;

@@ -50,7 +50,9 @@
 // that breaks the contract of packet.h, or any GSO packet without
 // host_gso, is dropped (tx_bad_gso). Receive slots hold 64 KiB, so the
 // peer need NOT turn TSO/GSO off: its super-frames arrive whole, flagged
-// checksum_partial and counted in rx_gso.
+// checksum_partial and counted in rx_gso. A kernel peer's UDP_SEGMENT
+// send arrives as one USO super-frame (GSO_UDP_L4); with a virtio-net
+// header its gso_size goes on as InboundFrame::udp_gso_size.
 // Measured on this kernel (veth): a frame shorter than the device's
 // gso_max_size (65536 bytes including the Ethernet header) crosses the veth
 // whole and the peer receives one GSO packet; a longer one is segmented in

@@ -18,7 +18,9 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -425,6 +427,44 @@ TEST_F(PacketTest, PeerGsoSuperFramesAreAcceptedByDefault) {
       EXPECT_EQ(ep_->fd_stats().rx_spilled, c.frame_size == 0 ? 1u : 0u);
       EXPECT_EQ(ep_->Stats().rx_dropped, 0u);
     }
+    ep_.reset();
+  }
+}
+
+// A kernel UDP_SEGMENT send crosses the veth as one USO super-frame; with
+// a virtio-net header its gso_size reaches the stack as
+// InboundFrame::udp_gso_size (without one the frame is a plain datagram).
+TEST_F(PacketTest, UsoSuperFrameCarriesItsGsoSize) {
+  struct SizeReceiver : LinkReceiver {
+    void DeliverFrames(std::span<InboundFrame> frames, Instant) override {
+      for (const InboundFrame& f : frames) {
+        sizes.push_back({f.frame.size(), f.udp_gso_size});
+      }
+    }
+    std::vector<std::pair<size_t, uint16_t>> sizes;  // frame length, size
+  };
+  for (const bool vnet : {true, false}) {
+    SCOPED_TRACE(vnet ? "vnet_hdr" : "no vnet_hdr");
+    PacketOptions o;
+    o.vnet_hdr = vnet;
+    Open(o);
+    SizeReceiver got;
+    ep_->Attach(&got);
+    AddStaticNeighbour();
+    UniqueFd sock = KernelSocket();
+    const int segment = 1000;
+    ASSERT_EQ(::setsockopt(sock.get(), SOL_UDP, UDP_SEGMENT, &segment,
+                           sizeof(segment)),
+              0);
+    ASSERT_TRUE(testing::SendUdp(sock.get(), kOurIp, kOurPort,
+                                 std::vector<uint8_t>(3500, 'u'))
+                    .ok());
+    while (testing::WaitReadable(ep_->ReadFd(), 200)) {
+      ep_->OnReadable(absl::Now());
+    }
+    ASSERT_EQ(got.sizes.size(), 1u);
+    EXPECT_EQ(got.sizes[0].first, 14u + 20 + 8 + 3500);
+    EXPECT_EQ(got.sizes[0].second, vnet ? 1000 : 0);
     ep_.reset();
   }
 }
