@@ -42,6 +42,16 @@
 // flows the other queues overflow in the kernel (the guest's tx_dropped),
 // while the established flows share their queue with only 1/queues of
 // it. ReadFd() is then an epoll fd over the queues; WriteFd() the first.
+// The kernel's table of flows holds 4,096 for 3 s, so past 1,365 new
+// connections a second (TCP_CRR) it is full and every newer flow's frames
+// spread like SYNs. On a TAP it made, Open therefore loads a steering
+// program (TUNSETSTEERINGEBPF; needs CAP_BPF or CAP_SYS_ADMIN, steered()
+// says whether it took) that sends a TCP SYN without ACK to queue 1 +
+// source port % (queues - 1) and every other frame to the first queue: a
+// SYN flood shares nothing with the established flows, a new connection
+// costs one frame on another queue, and all other traffic (UDP included)
+// shares the first queue. NETSTACK_TAP_STEERING=0 in the environment
+// leaves the kernel's steering (benchmarks compare both).
 // A TAP made without multi_queue (`ip tuntap add` without it) refuses
 // IFF_MULTI_QUEUE: Open then falls back to one queue (queue_count()); one
 // made with it is attached as one of its queues when queues is 1.
@@ -68,6 +78,8 @@
 // of equal-sized datagrams; InboundFrame::udp_gso_size carries the size
 // up to the UDP layer, and the backend sends it on with UDP_SEGMENT. A
 // kernel that refuses the flags (EINVAL) gets the offloads without them.
+// The other way, Capabilities().udp_gso: a UDP super-datagram the stack
+// sends (GsoType::kUdpV4/kUdpV6) is written as ONE UDP_L4 frame.
 // NETSTACK_TAP_USO=0 in the environment turns it off (benchmarks compare
 // both).
 #ifndef NETSTACK_LINK_TAP_ENDPOINT_H_
@@ -191,6 +203,9 @@ class TapEndpoint final : public LinkEndpoint {
   uint32_t queue_count() const {
     return static_cast<uint32_t>(1 + other_queues_.size());
   }
+  // Several queues steered by our program (see the file comment), not by
+  // the kernel's table of flows.
+  bool steered() const { return steered_; }
 
  private:
   // The rest of Open/FromFd, once `tun` is attached: the virtio-net header,
@@ -227,6 +242,7 @@ class TapEndpoint final : public LinkEndpoint {
   static constexpr uint32_t kOtherQueuesEvery = 8;
   uint32_t turns_without_other_queues_ = 0;
   bool other_queues_busy_ = false;
+  bool steered_ = false;  // steered(); set by Open
   const std::string ifname_;
   const std::string netns_;
   const LinkCapabilities caps_;

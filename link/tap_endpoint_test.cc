@@ -43,6 +43,15 @@ const wire::Ipv4Address kOurIp = wire::Ipv4Address::FromU32(0x0ac90102);
 constexpr uint16_t kKernelPort = 5555;
 constexpr uint16_t kOurPort = 6666;
 
+// NETSTACK_TAP_STEERING=0 for a scope: tests of the kernel's own
+// steering (by its table of flows), which a TAP without our steering
+// program still has.
+class KernelSteering {
+ public:
+  KernelSteering() { ::setenv("NETSTACK_TAP_STEERING", "0", 1); }
+  ~KernelSteering() { ::unsetenv("NETSTACK_TAP_STEERING"); }
+};
+
 class TapTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -523,7 +532,11 @@ TEST_F(TapTest, StaleOffloadsOfAPersistentTapAreCleared) {
 TEST_F(TapTest, QueuesSteerAnsweredFlowsToTheFirstQueue) {
   TapOptions o;
   o.queues = 4;
-  Open(o);
+  {
+    KernelSteering kernel;  // ours: TapSteeringTest
+    Open(o);
+  }
+  EXPECT_FALSE(ep_->steered());
   ASSERT_EQ(ep_->queue_count(), 4u);
   EXPECT_NE(ep_->ReadFd(), ep_->WriteFd());
   EXPECT_NE(ep_->Name().find("(4 queues)"), std::string::npos) << ep_->Name();
@@ -618,7 +631,10 @@ TEST_F(TapTest, AnsweredFlowCostsTwoReadsATurnOnAMultiQueueTap) {
 TEST_F(TapTest, OneFrameOnAnotherQueueIsNotABusyLink) {
   TapOptions o;
   o.queues = 16;  // netstackd's default: a share of one frame a queue
-  Open(o);
+  {
+    KernelSteering kernel;  // UDP from new ports spreads over the queues
+    Open(o);
+  }
   ConfigureKernelSide();
   AddStaticNeighbour();
   UniqueFd sock = KernelSocket();
@@ -1090,6 +1106,132 @@ TEST(ValidateVnetRxUsoTest, UdpL4FramesAreCheckedLikeTcpOnes) {
   auto short_ip = frame;
   Put16(short_ip, 16, 100);
   EXPECT_EQ(check(uso, short_ip, true), VnetRxVerdict::kGsoBadIpLength);
+}
+
+// Frames a test writes on the kernel's side of the TAP with an AF_PACKET
+// socket: they leave through the TAP's queue selection like any frame the
+// kernel sends, so a test picks the flows (and TCP flags) it needs.
+class TapSteeringTest : public TapTest {
+ protected:
+  void OpenSixteenQueues() {
+    TapOptions o;
+    o.queues = 16;  // netstackd's default
+    Open(o);
+    ASSERT_EQ(ep_->queue_count(), 16u);
+    ConfigureKernelSide();
+    auto raw = OpenInNetns(ns_->name(), [] {
+      return ::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+    });
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    raw_.reset(*raw);
+    std::string index;
+    ASSERT_TRUE(
+        ns_->Exec(absl::StrCat("cat /sys/class/net/", kTap, "/ifindex"), &index)
+            .ok());
+    sockaddr_ll ll{};
+    ll.sll_family = AF_PACKET;
+    ll.sll_ifindex = std::stoi(index);
+    ASSERT_EQ(
+        ::bind(raw_.get(), reinterpret_cast<sockaddr*>(&ll), sizeof(ll)), 0)
+        << std::strerror(errno);
+    kernel_mac_ = KernelMac();
+  }
+
+  // A TCP segment (flags: 0x02 SYN, 0x10 ACK, ...) from `port` on the
+  // kernel's side, IPv4 or IPv6; or a UDP datagram when `udp`.
+  void SendFrame(uint16_t port, uint8_t tcp_flags, bool v6 = false,
+                 bool udp = false) {
+    using namespace guest_vnet;  // NOLINT: the test's own helpers
+    std::vector<uint8_t> l4 = L4(!udp, 10);
+    Put16(l4, 0, port);
+    if (!udp) l4[13] = tcp_flags;
+    auto f = Eth(Us().mac, kernel_mac_, v6 ? kTypeIpv6 : kTypeIpv4);
+    auto ip = v6 ? Ipv6(l4) : Ipv4(kKernelIp, kOurIp, udp ? 17 : 6, l4);
+    f.insert(f.end(), ip.begin(), ip.end());
+    ASSERT_EQ(::send(raw_.get(), f.data(), f.size(), 0),
+              static_cast<ssize_t>(f.size()))
+        << std::strerror(errno);
+  }
+
+  // Reads (OnReadable) until `count` more frames came, or 2 s passed.
+  void ReadFrames(size_t count) {
+    const size_t want = rx_.frames.size() + count;
+    const absl::Time deadline = absl::Now() + absl::Seconds(2);
+    while (rx_.frames.size() < want && absl::Now() < deadline) {
+      if (testing::WaitReadable(ep_->ReadFd(), 100)) {
+        ep_->OnReadable(absl::Now());
+      }
+    }
+    ASSERT_EQ(rx_.frames.size(), want);
+  }
+
+  UniqueFd raw_;
+  wire::MacAddress kernel_mac_;
+};
+
+// The kernel steers a flow to the queue we last wrote it on, from a table
+// of 4,096 flows kept 3 s: TCP_CRR fills it in about a second, and then
+// every new connection's frames spread over the 16 queues (issue #34).
+// Our steering program sends every TCP segment but a SYN to the first
+// queue, whether or not we ever wrote on its flow, and each SYN to
+// another queue.
+TEST_F(TapSteeringTest, SegmentsOfFlowsWeNeverAnsweredComeOnTheFirstQueue) {
+  OpenSixteenQueues();
+  EXPECT_TRUE(ep_->steered());
+  constexpr int kFlows = 32;
+  for (int i = 0; i < kFlows; ++i) {
+    const uint16_t port = static_cast<uint16_t>(20000 + i);
+    SendFrame(port, 0x10);                      // ACK
+    SendFrame(port, 0x18, /*v6=*/true);         // ACK|PSH, IPv6
+    SendFrame(port, 0, false, /*udp=*/true);    // UDP
+  }
+  ReadFrames(3 * kFlows);
+  EXPECT_EQ(ep_->Stats().rx_frames_other_queues, 0u)
+      << "segments of flows we never wrote on came on other queues";
+  for (int i = 0; i < kFlows; ++i) {
+    SendFrame(static_cast<uint16_t>(21000 + i), 0x02, /*v6=*/i % 2 == 1);
+  }
+  ReadFrames(kFlows);
+  EXPECT_EQ(ep_->Stats().rx_frames_other_queues,
+            static_cast<uint64_t>(kFlows))
+      << "a SYN came on the first queue";
+  // A SYN-ACK is an answer, not a new connection.
+  SendFrame(22000, 0x12);
+  ReadFrames(1);
+  EXPECT_EQ(ep_->Stats().rx_frames_other_queues,
+            static_cast<uint64_t>(kFlows));
+}
+
+// TCP_CRR's turns: a new connection's SYN comes on another queue, then
+// its next segments on the first. The turn after the SYN reads the first
+// queue directly: the frame and the read that finds it empty, no epoll.
+TEST_F(TapSteeringTest, TheTurnAfterANewConnectionCostsTwoReads) {
+  OpenSixteenQueues();
+  ASSERT_TRUE(ep_->steered());
+  constexpr int kConnections = 16;
+  uint64_t two_read_turns = 0;
+  for (int i = 0; i < kConnections; ++i) {
+    const uint16_t port = static_cast<uint16_t>(23000 + i);
+    SendFrame(port, 0x02);  // SYN
+    ReadFrames(1);
+    SendFrame(port, 0x10);  // the handshake's ACK
+    ASSERT_TRUE(testing::WaitReadable(ep_->ReadFd(), 2000));
+    const uint64_t calls_before = ep_->Stats().rx_syscalls;
+    ep_->OnReadable(absl::Now());
+    two_read_turns += ep_->Stats().rx_syscalls - calls_before == 2;
+  }
+  EXPECT_EQ(ep_->Stats().rx_frames_other_queues,
+            static_cast<uint64_t>(kConnections));
+  EXPECT_EQ(two_read_turns, static_cast<uint64_t>(kConnections));
+}
+
+// NETSTACK_TAP_STEERING=0 leaves the kernel's steering.
+TEST_F(TapSteeringTest, SteeringCanBeTurnedOff) {
+  {
+    KernelSteering kernel;
+    OpenSixteenQueues();
+  }
+  EXPECT_FALSE(ep_->steered());
 }
 
 TEST(TapOpenTest, MissingNamespaceIsAClearError) {
