@@ -36,6 +36,8 @@ GsoEndpoint::GsoEndpoint(std::unique_ptr<LinkEndpoint> inner,
 LinkCapabilities GsoEndpoint::Capabilities() const {
   LinkCapabilities caps = inner_->Capabilities();
   caps.gso_max_size = options_.gso_max_size;
+  // The splitter cuts TCP only: UDP super-datagrams are cut above it.
+  caps.udp_gso = false;
   return caps;
 }
 

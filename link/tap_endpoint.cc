@@ -454,6 +454,12 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Setup(
   LinkCapabilities caps;
   caps.mtu = mtu;
   caps.gso_max_size = options.host_gso ? options.gso_max_size : 0;
+  // USO toward the guest too. Writing a UDP_L4 frame needs no TUN_F_USO
+  // flag (they govern only what the kernel hands us; Linux 6.18 takes the
+  // frame without them), but the kernels that accept the flags (6.2 on)
+  // are the ones whose virtio_net_hdr_to_skb knows UDP_L4: older ones
+  // refuse the write (EINVAL), so the flags' fate decides.
+  caps.udp_gso = (offloads & uso_flags) != 0;
   // Only GSO frames get NEEDS_CSUM; every other frame leaves with a zero
   // header and must carry complete checksums.
   caps.tx_checksum_offload = false;

@@ -78,6 +78,8 @@
 // of equal-sized datagrams; InboundFrame::udp_gso_size carries the size
 // up to the UDP layer, and the backend sends it on with UDP_SEGMENT. A
 // kernel that refuses the flags (EINVAL) gets the offloads without them.
+// The other way, Capabilities().udp_gso: a UDP super-datagram the stack
+// sends (GsoType::kUdpV4/kUdpV6) is written as ONE UDP_L4 frame.
 // NETSTACK_TAP_USO=0 in the environment turns it off (benchmarks compare
 // both).
 #ifndef NETSTACK_LINK_TAP_ENDPOINT_H_

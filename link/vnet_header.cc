@@ -14,6 +14,9 @@ constexpr uint16_t kTypeQinQ = 0x88a8;   // IEEE 802.1ad
 constexpr uint16_t kTypeIpv4 = 0x0800;
 constexpr uint16_t kTypeIpv6 = 0x86dd;
 constexpr uint8_t kProtoTcp = 6;
+constexpr uint8_t kProtoUdp = 17;
+constexpr size_t kUdpHeaderLen = 8;
+constexpr uint16_t kUdpChecksumOffset = 6;  // RFC 768
 constexpr size_t kIpv4MinHeaderLen = 20;
 constexpr size_t kIpv6HeaderLen = 40;
 constexpr size_t kTcpMinHeaderLen = 20;
@@ -25,7 +28,8 @@ struct GsoLayout {
   bool ok = false;
   uint8_t gso_type = vnet::kGsoNone;
   size_t l4_start = 0;  // = csum_start
-  size_t hdr_len = 0;   // Ethernet + IP + TCP
+  size_t hdr_len = 0;   // Ethernet + IP + TCP (or UDP)
+  uint16_t csum_offset = vnet::kTcpChecksumOffset;
 };
 
 GsoLayout ParseGsoHeaders(std::span<const uint8_t> h, size_t frame_len,
@@ -40,30 +44,48 @@ GsoLayout ParseGsoHeaders(std::span<const uint8_t> h, size_t frame_len,
     ethertype = wire::LoadBe16(&h[16]);
   }
   size_t l4 = 0;
-  if (type == buffer::GsoType::kTcpV4) {
+  // USO: the same with UDP above IP (virtio-net GSO_UDP_L4, either family).
+  const bool udp =
+      type == buffer::GsoType::kUdpV4 || type == buffer::GsoType::kUdpV6;
+  const uint8_t proto = udp ? kProtoUdp : kProtoTcp;
+  if (type == buffer::GsoType::kTcpV4 || type == buffer::GsoType::kUdpV4) {
     // RFC 791 section 3.1.
     if (ethertype != kTypeIpv4 || h.size() < l3 + kIpv4MinHeaderLen) {
       return out;
     }
     const uint8_t* ip = &h[l3];
     const size_t ihl = size_t{ip[0] & 0x0fu} * 4;
-    if ((ip[0] >> 4) != 4 || ihl < kIpv4MinHeaderLen || ip[9] != kProtoTcp ||
+    if ((ip[0] >> 4) != 4 || ihl < kIpv4MinHeaderLen || ip[9] != proto ||
         wire::LoadBe16(ip + 2) != frame_len - l3) {
       return out;
     }
     l4 = l3 + ihl;
-    out.gso_type = vnet::kGsoTcpV4;
-  } else if (type == buffer::GsoType::kTcpV6) {
+    out.gso_type = udp ? vnet::kGsoUdpL4 : vnet::kGsoTcpV4;
+  } else if (type == buffer::GsoType::kTcpV6 ||
+             type == buffer::GsoType::kUdpV6) {
     // RFC 8200 section 3.
     if (ethertype != kTypeIpv6 || h.size() < l3 + kIpv6HeaderLen) return out;
     const uint8_t* ip = &h[l3];
-    if ((ip[0] >> 4) != 6 || ip[6] != kProtoTcp ||
+    if ((ip[0] >> 4) != 6 || ip[6] != proto ||
         wire::LoadBe16(ip + 4) != frame_len - l3 - kIpv6HeaderLen) {
       return out;
     }
     l4 = l3 + kIpv6HeaderLen;
-    out.gso_type = vnet::kGsoTcpV6;
+    out.gso_type = udp ? vnet::kGsoUdpL4 : vnet::kGsoTcpV6;
   } else {
+    return out;
+  }
+  if (udp) {
+    // RFC 768: an 8-byte header whose Length covers the super-datagram,
+    // the last bytes of the headers.
+    if (h.size() != l4 + kUdpHeaderLen ||
+        wire::LoadBe16(&h[l4 + 4]) != frame_len - l4) {
+      return out;
+    }
+    out.l4_start = l4;
+    out.hdr_len = l4 + kUdpHeaderLen;
+    out.csum_offset = kUdpChecksumOffset;
+    out.ok = true;
     return out;
   }
   // RFC 9293 section 3.1: Data Offset in the high nibble of byte 12.
@@ -138,8 +160,6 @@ VnetRxVerdict ParseGuestGsoFrame(std::span<const uint8_t> f, uint8_t type,
 // UDP header's offset, *hdrs_out IP + UDP header bytes.
 VnetRxVerdict ParseGuestUsoFrame(std::span<const uint8_t> f, size_t* l4_out,
                                  size_t* hdrs_out) {
-  constexpr uint8_t kProtoUdp = 17;
-  constexpr size_t kUdpHeaderLen = 8;
   size_t l3 = kEthHeaderLen;
   uint16_t ethertype = wire::LoadBe16(&f[12]);
   if (ethertype == kTypeVlan || ethertype == kTypeQinQ) {
@@ -231,7 +251,6 @@ VnetRxVerdict ValidateVnetRx(std::span<const uint8_t> hdr,
           : ParseGuestGsoFrame(frame, gso_type, &l4, &l3_hdrs);
   if (layout != VnetRxVerdict::kOk) return layout;
   // The UDP checksum sits 6 bytes into its header (RFC 768).
-  constexpr size_t kUdpChecksumOffset = 6;
   if (csum_start != l4 || csum_offset != (uso ? kUdpChecksumOffset
                                               : vnet::kTcpChecksumOffset)) {
     return VnetRxVerdict::kGsoTypeMismatch;
@@ -276,7 +295,7 @@ VnetTxKind FillVnetHeader(const buffer::PacketBuffer& p,
   vnet::StoreLe16(h + vnet::kGsoSizeOffset, p.gso().size);
   vnet::StoreLe16(h + vnet::kCsumStartOffset,
                   static_cast<uint16_t>(l.l4_start));
-  vnet::StoreLe16(h + vnet::kCsumOffsetOffset, vnet::kTcpChecksumOffset);
+  vnet::StoreLe16(h + vnet::kCsumOffsetOffset, l.csum_offset);
   return VnetTxKind::kGso;
 }
 

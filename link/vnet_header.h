@@ -132,7 +132,9 @@ enum class VnetTxKind : uint8_t {
   kPlain,
   // A GSO packet: NEEDS_CSUM, TCPV4/TCPV6 (| ECN when the TCP header has
   // CWR set, as Linux marks SKB_GSO_TCP_ECN), gso_size = GsoInfo::size,
-  // hdr_len, csum_start and csum_offset from the headers.
+  // hdr_len, csum_start and csum_offset from the headers. A UDP one
+  // (GsoType::kUdpV4/kUdpV6): UDP_L4, csum_offset 6, hdr_len through
+  // the UDP header.
   kGso,
   // A GSO packet whose headers break the contract of buffer/packet.h (or
   // GSO size 0): it must not be sent. `out` is zeroed.

@@ -1,5 +1,6 @@
 #include "link/vnet_header.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -97,6 +98,50 @@ TEST_F(VnetHeaderTest, CwrAsksForEcnHandling) {
   ASSERT_EQ(Fill(*p, h), VnetTxKind::kGso);
   EXPECT_EQ(h[1], 0x81);  // TCPV4 | ECN
   EXPECT_TRUE(ParseVnetHeader(h.data()).gso);
+}
+
+// USO toward the guest (issue #34): a UDP super-datagram asks for
+// UDP_L4, csum_offset 6 and hdr_len through the UDP header; a UDP Length
+// that does not cover the payload, or TCP's type over it, is malformed.
+TEST_F(VnetHeaderTest, UdpSuperDatagramAsksForUdpL4) {
+  for (bool v6 : {false, true}) {
+    const size_t ip = v6 ? 40 : 20;
+    const uint16_t payload = 7205;
+    buffer::PacketPtr p = packets_.Allocate();
+    ASSERT_TRUE(p->AppendPayload(
+        buffer::PayloadView(chunks_.Allocate(), 0, payload)));
+    std::span<uint8_t> h = *p->headers().Prepend(14 + ip + 8);
+    std::fill(h.begin(), h.end(), uint8_t{0});
+    auto be16 = [&](size_t at, size_t v) {
+      h[at] = static_cast<uint8_t>(v >> 8);
+      h[at + 1] = static_cast<uint8_t>(v);
+    };
+    be16(12, v6 ? 0x86dd : 0x0800);
+    if (v6) {
+      h[14] = 0x60;
+      be16(18, 8 + payload);
+      h[20] = 17;
+    } else {
+      h[14] = 0x45;
+      be16(16, ip + 8 + payload);
+      h[23] = 17;
+    }
+    be16(14 + ip + 4, 8 + payload);
+    p->gso() = buffer::GsoInfo{
+        v6 ? buffer::GsoType::kUdpV6 : buffer::GsoType::kUdpV4, 1200};
+    Header vh;
+    ASSERT_EQ(Fill(*p, vh), VnetTxKind::kGso) << v6;
+    const uint8_t l4 = static_cast<uint8_t>(14 + ip);
+    // gso_size 1200 = 0x4b0.
+    const Header want = {0x01, 0x05, static_cast<uint8_t>(l4 + 8), 0, 0xb0,
+                         0x04, l4, 0, 6, 0};
+    EXPECT_EQ(vh, want) << v6;
+    be16(14 + ip + 4, 8 + payload - 1);
+    EXPECT_EQ(Fill(*p, vh), VnetTxKind::kMalformed) << v6;
+    be16(14 + ip + 4, 8 + payload);
+    p->gso().type = v6 ? buffer::GsoType::kTcpV6 : buffer::GsoType::kTcpV4;
+    EXPECT_EQ(Fill(*p, vh), VnetTxKind::kMalformed) << v6;
+  }
 }
 
 TEST_F(VnetHeaderTest, NonGsoPacketGetsAZeroHeader) {

@@ -31,6 +31,10 @@
 //     its segment size, and each of its datagrams goes to the guest as a
 //     view of the one chunk. UdpLayer::SendFrom sends from the peer's
 //     address and port to the guest's; the stack fragments above the MTU.
+//     Where the guest's link takes USO (a TAP with virtio-net headers,
+//     LinkCapabilities::udp_gso), a super-datagram instead leaves whole,
+//     ONE frame that the guest's kernel cuts (UdpLayer::SendSuperFrom;
+//     to_guest_uso), cut here only where it exceeds one frame's limits.
 //     At most kReadBatch datagrams or super-datagrams per readiness call.
 //   - A host ICMP error (read from the socket's error queue) becomes a
 //     destination unreachable to the guest, from the peer's address:
@@ -154,6 +158,9 @@ struct UdpFlowOptions {
   X(to_host_batches, "to_host_batches")                                   \
   /* Host super-datagrams read with UDP_GRO; recvmmsg calls. */           \
   X(to_guest_gro, "to_guest_gro")                                         \
+  /* Super-frames sent to the guest whole (USO): GRO reads, or the */     \
+  /* part of one that fits a super-frame, where the link takes them. */    \
+  X(to_guest_uso, "to_guest_uso")                                         \
   X(to_guest_batches, "to_guest_batches")                                 \
   /* Guest to host: the host socket's buffer was full (EAGAIN), the */    \
   /* datagram was too big for the host path (EMSGSIZE), another error. */ \

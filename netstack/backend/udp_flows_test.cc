@@ -23,6 +23,9 @@
 
 #include "gtest/gtest.h"
 #include "netstack/eventloop/event_loop.h"
+#include "netstack/stack/test_frames.h"
+#include "netstack/wire/checksum.h"
+#include "netstack/wire/udp.h"
 #include "netstack/udp/udp_test_fixture.h"
 #include "netstack/wire/bytes.h"
 
@@ -1110,5 +1113,280 @@ TEST_F(UdpBatchTest, CoalescedFlowThatFillsMidTurnWaitsInOrder) {
   EXPECT_EQ(table_->counters().to_host_waited, 4u);
   EXPECT_EQ(table_->counters().to_host_dropped_full, 0u);
 }
+
+// USO toward the guest (issue #34): a host GRO read leaves as ONE super-
+// frame when the link takes UDP super-datagrams (a TAP with virtio-net
+// headers: LinkCapabilities::udp_gso), else as its datagrams.
+
+// Records each packet with the GSO request the link would turn into its
+// virtio-net header (link/vnet_header.h's FillVnetHeader).
+class UsoLink final : public link::LinkEndpoint {
+ public:
+  struct Sent {
+    buffer::GsoInfo gso;
+    std::vector<uint8_t> frame;
+  };
+  explicit UsoLink(const link::LinkCapabilities& caps) : caps_(caps) {}
+  link::LinkCapabilities Capabilities() const override { return caps_; }
+  void Attach(link::LinkReceiver* receiver) override { receiver_ = receiver; }
+  size_t Transmit(buffer::PacketChain& chain, Instant) override {
+    size_t n = 0;
+    while (buffer::PacketPtr p = chain.PopFront()) {
+      Sent s{p->gso(), std::vector<uint8_t>(p->headers().data().begin(),
+                                            p->headers().data().end())};
+      for (const auto& v : p->payload()) {
+        s.frame.insert(s.frame.end(), v.bytes().begin(), v.bytes().end());
+      }
+      sent.push_back(std::move(s));
+      ++n;
+    }
+    return n;
+  }
+  void Inject(const std::vector<uint8_t>& frame, buffer::ChunkPool& chunks,
+              Instant now) {
+    buffer::ChunkRef c = chunks.Allocate();
+    std::memcpy(c->mutable_data().data(), frame.data(), frame.size());
+    link::InboundFrame in;
+    in.frame = buffer::PayloadView(std::move(c), 0,
+                                   static_cast<uint32_t>(frame.size()));
+    receiver_->DeliverFrames(std::span<link::InboundFrame>(&in, 1), now);
+  }
+  link::LinkStats Stats() const override { return {}; }
+  std::string Name() const override { return "uso"; }
+
+  std::vector<Sent> sent;
+
+ private:
+  link::LinkCapabilities caps_;
+  link::LinkReceiver* receiver_ = nullptr;
+};
+
+// The parameter: the link takes USO.
+class UdpUsoTest : public ::testing::TestWithParam<bool> {
+ protected:
+  UdpUsoTest() {
+    loop_ = std::move(*eventloop::EventLoop::Create());
+    Make(65535);
+  }
+  // The stack, its link (with `gso_max_size`) and the table, anew.
+  void Make(uint32_t gso_max_size) {
+    table_.reset();
+    udp_.reset();
+    stack_.reset();
+    link::LinkCapabilities caps;
+    caps.mtu = 1500;
+    caps.gso_max_size = gso_max_size;
+    caps.udp_gso = GetParam();
+    caps.mac = our_mac_;
+    link_ = std::make_unique<UsoLink>(caps);
+    stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
+                                            packets_);
+    const stack::NicId nic = *stack_->AddNic(link_.get(), "uso0");
+    EXPECT_TRUE(stack_->AddAddress(nic, *stack::ParseIpv4Cidr("10.9.0.2/24")).ok());
+    EXPECT_TRUE(stack_->AddAddress(nic, *stack::ParseIpv6Cidr("fd00:9::2/64")).ok());
+    EXPECT_TRUE(stack_->AddAddress(nic, stack::Ipv4Cidr{kLo4.v4(), 32}).ok());
+    EXPECT_TRUE(stack_->AddAddress(nic, stack::Ipv6Cidr{kLo6.v6(), 128}).ok());
+    udp_ = std::make_unique<udp::UdpLayer>(*stack_, chunks_, packets_,
+                                           notifier_, 7);
+    peer_.mac = *wire::MacAddress::Parse("02:00:00:00:00:01");
+    peer_.ip4 = *wire::Ipv4Address::Parse("10.9.0.1");
+    peer_.ip6 = *wire::Ipv6Address::Parse("fd00:9::1");
+    const Instant now = loop_->Now();
+    link_->Inject(stack::testing::ArpRequest(
+                      peer_, *wire::Ipv4Address::Parse("10.9.0.2")),
+                  chunks_, now);
+    link_->Inject(stack::testing::Icmpv6NeighborSolicitation(
+                      peer_, *wire::Ipv6Address::Parse("fd00:9::2")),
+                  chunks_, now);
+    stack_->Flush(now);
+    link_->sent.clear();
+    table_ = std::make_unique<UdpFlowTable>(*stack_, *udp_, chunks_, packets_,
+                                            *loop_, UdpFlowOptions{});
+  }
+
+  // Opens the guest's flow to `server` with one datagram; returns the
+  // flow's host address.
+  SocketAddress OpenFlow(HostServer& server, uint16_t guest_port) {
+    const bool v4 = server.addr.ip.is_v4();
+    const SocketAddress guest{v4 ? IpAddress(peer_.ip4) : IpAddress(peer_.ip6),
+                              guest_port};
+    const std::vector<uint8_t> l4 =
+        udp::testing::UdpDatagram(guest, server.addr, udp::testing::Bytes("hi"));
+    const auto packets =
+        v4 ? stack::testing::Ipv4Packets(peer_.ip4, server.addr.ip.v4(), 17,
+                                         1, l4, 1500)
+           : stack::testing::Ipv6Packets(peer_.ip6, server.addr.ip.v6(), 17,
+                                         64, 1, l4, 1500);
+    link_->Inject(stack::testing::WithEthernet(
+                      peer_.mac, our_mac_,
+                      v4 ? udp::testing::kEtherIpv4 : udp::testing::kEtherIpv6,
+                      packets[0]),
+                  chunks_, loop_->Now());
+    SocketAddress flow;
+    EXPECT_TRUE(server.Receive(&flow, false));
+    return flow;
+  }
+  // The host peer sends `data` to `to` in ONE UDP_SEGMENT send of
+  // `segment`-byte datagrams; the flow's socket (UDP_GRO) reads it whole.
+  static void SendSegmented(HostServer& server, const SocketAddress& to,
+                            const std::vector<uint8_t>& data,
+                            uint16_t segment) {
+    sockaddr_storage ss;
+    const socklen_t len = ToSockaddr(to, ss);
+    iovec iov{const_cast<uint8_t*>(data.data()), data.size()};
+    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(uint16_t))] = {};
+    msghdr m{};
+    m.msg_name = &ss;
+    m.msg_namelen = len;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+    ASSERT_EQ(sendmsg(server.fd, &m, 0), static_cast<ssize_t>(data.size()));
+  }
+  // Turns the loop until `datagrams` more reached the guest (or 2 s).
+  void RunUntilDatagrams(uint64_t datagrams) {
+    const uint64_t want = table_->counters().datagrams_to_guest + datagrams;
+    const Instant until = loop_->Now() + absl::Seconds(2);
+    while (loop_->Now() < until &&
+           table_->counters().datagrams_to_guest < want) {
+      (void)loop_->RunOnce(absl::Milliseconds(20));
+    }
+    stack_->Flush(loop_->Now());
+  }
+  // Checks `s`: from `server` to the guest's `port`, one UDP header over
+  // `payload` (IP and UDP lengths cover it all), and a GSO request of
+  // `segment` (0: none, and a complete checksum).
+  void ExpectFrame(const UsoLink::Sent& s, const SocketAddress& server,
+                   uint16_t port, std::span<const uint8_t> payload,
+                   uint16_t segment) {
+    const SentFrame f = ParseSent(s.frame);
+    const bool v4 = server.ip.is_v4();
+    ASSERT_EQ(f.protocol, 17);
+    ASSERT_EQ(f.l4.size(), payload.size() + 8);
+    if (v4) {
+      EXPECT_EQ(f.ip4.payload_len, payload.size() + 8);
+    } else {
+      EXPECT_EQ(f.ip6.payload_len, payload.size() + 8);
+    }
+    EXPECT_EQ(wire::LoadBe16(&f.l4[0]), server.port);
+    EXPECT_EQ(wire::LoadBe16(&f.l4[2]), port);
+    EXPECT_EQ(wire::LoadBe16(&f.l4[4]), payload.size() + 8);
+    EXPECT_TRUE(std::equal(payload.begin(), payload.end(), f.l4.begin() + 8));
+    const uint32_t udp_len = static_cast<uint32_t>(f.l4.size());
+    const uint16_t pseudo =
+        v4 ? wire::Ipv4PseudoHeaderSum(server.ip.v4(), peer_.ip4, 17, udp_len)
+           : wire::Ipv6PseudoHeaderSum(server.ip.v6(), peer_.ip6, 17, udp_len);
+    if (segment != 0) {
+      EXPECT_EQ(s.gso.type,
+                v4 ? buffer::GsoType::kUdpV4 : buffer::GsoType::kUdpV6);
+      EXPECT_EQ(s.gso.size, segment);
+      // CHECKSUM_PARTIAL: the pseudo-header sum only, for the kernel (or
+      // the guest's NIC) to finish per datagram.
+      EXPECT_EQ(wire::LoadBe16(&f.l4[6]), pseudo);
+    } else {
+      EXPECT_EQ(s.gso.type, buffer::GsoType::kNone);
+      EXPECT_TRUE(wire::UdpHeader(f.l4).ChecksumValid(
+          pseudo, wire::UdpZeroChecksum::kReject));
+    }
+  }
+
+  buffer::ChunkPool chunks_{1024};
+  buffer::PacketPool packets_{1024};
+  transport::Notifier notifier_;
+  std::unique_ptr<eventloop::EventLoop> loop_;
+  wire::MacAddress our_mac_ = *wire::MacAddress::Parse("02:00:00:00:00:02");
+  stack::testing::Peer peer_;
+  std::unique_ptr<UsoLink> link_;
+  std::unique_ptr<stack::Stack> stack_;
+  std::unique_ptr<udp::UdpLayer> udp_;
+  std::unique_ptr<UdpFlowTable> table_;
+};
+
+TEST_P(UdpUsoTest, GroReadLeavesAsOneSuperFrameOnlyWhereTheLinkTakesUso) {
+  const bool uso = GetParam();
+  uint16_t port = 42000;
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    SCOPED_TRACE(lo.ToString());
+    HostServer server(lo);
+    const SocketAddress flow = OpenFlow(server, ++port);
+    link_->sent.clear();
+    const uint64_t uso_before = table_->counters().to_guest_uso;
+    const std::vector<uint8_t> data = Pattern(6 * 1200 + 5, 9);
+    SendSegmented(server, flow, data, 1200);
+    RunUntilDatagrams(7);
+    const std::span<const uint8_t> all(data);
+    if (uso) {
+      ASSERT_EQ(link_->sent.size(), 1u);
+      ExpectFrame(link_->sent[0], server.addr, port, all, 1200);
+      EXPECT_EQ(table_->counters().to_guest_uso, uso_before + 1);
+    } else {
+      ASSERT_EQ(link_->sent.size(), 7u);
+      for (size_t i = 0; i < 7; ++i) {
+        ExpectFrame(link_->sent[i], server.addr, port,
+                    all.subspan(i * 1200, std::min<size_t>(1200, all.size() - i * 1200)),
+                    0);
+      }
+      EXPECT_EQ(table_->counters().to_guest_uso, uso_before);
+    }
+  }
+  EXPECT_EQ(table_->counters().datagrams_to_guest, 14u);
+}
+
+// A GRO read past what one super-frame may carry (64 datagrams; 65,535
+// IP bytes) leaves as a super-frame of whole datagrams and the rest; a
+// datagram larger than the MTU leaves alone (fragmented), never in one.
+TEST_P(UdpUsoTest, SuperFramesStopAtTheSegmentCountIpLengthAndMtu) {
+  if (!GetParam()) GTEST_SKIP() << "USO only";
+  struct Case {
+    IpAddress lo;
+    size_t bytes;
+    uint16_t segment;
+    size_t super_bytes;  // of the first frame; 0: none
+  };
+  // 65 of 1000, a super-frame of 64; 1473 + 28 > 1500. (The host's own
+  // GRO reads stay within 65,535 IP bytes, so IP length is the last case's,
+  // on a link with a smaller gso_max_size: 40 + 8 + 40 * 1300 > 50,000.)
+  for (const Case& c : {Case{kLo4, 65000, 1000, 64000},
+                        Case{kLo6, 65000, 1000, 64000},
+                        Case{kLo4, 3 * 1473, 1473, 0},
+                        Case{kLo6, 40 * 1300, 1300, 38 * 1300}}) {
+    SCOPED_TRACE(c.lo.ToString() + " " + std::to_string(c.segment));
+    if (c.segment == 1300) Make(50000);
+    HostServer server(c.lo);
+    const SocketAddress flow =
+        OpenFlow(server, static_cast<uint16_t>(43000 + c.segment));
+    link_->sent.clear();
+    const uint64_t uso_before = table_->counters().to_guest_uso;
+    const std::vector<uint8_t> data = Pattern(c.bytes, 3);
+    SendSegmented(server, flow, data, c.segment);
+    RunUntilDatagrams((c.bytes + c.segment - 1) / c.segment);
+    const std::span<const uint8_t> all(data);
+    ASSERT_FALSE(link_->sent.empty());
+    if (c.super_bytes == 0) {
+      for (const UsoLink::Sent& s : link_->sent) {
+        EXPECT_EQ(s.gso.type, buffer::GsoType::kNone);
+      }
+      EXPECT_EQ(table_->counters().to_guest_uso, uso_before);
+      continue;
+    }
+    ExpectFrame(link_->sent[0], server.addr, 43000 + c.segment,
+                all.first(c.super_bytes), c.segment);
+    // The rest: one datagram alone, or two as a super-frame of their own.
+    const size_t rest = c.bytes - c.super_bytes;
+    ASSERT_EQ(link_->sent.size(), 2u);
+    ExpectFrame(link_->sent[1], server.addr, 43000 + c.segment,
+                all.subspan(c.super_bytes), rest > c.segment ? c.segment : 0);
+    EXPECT_EQ(table_->counters().to_guest_uso,
+              uso_before + (rest > c.segment ? 2 : 1));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(LinkTakesUso, UdpUsoTest, ::testing::Bool());
 }  // namespace
 }  // namespace netstack::backend

@@ -44,7 +44,11 @@ class PacketPool;
 //     virtio-net's VIRTIO_NET_HDR_F_NEEDS_CSUM expects); payload and
 //     header are not summed;
 //   - PSH and FIN belong to the last wire packet, CWR to the first.
-enum class GsoType : uint8_t { kNone = 0, kTcpV4, kTcpV6 };
+// A UDP super-datagram (kUdpV4/kUdpV6, USO; only to a link whose
+// LinkCapabilities::udp_gso says it takes them) is the same with the UDP
+// header: its Length and the checksum's pseudo-header cover the whole
+// payload, which is cut every `size` bytes into datagrams of their own.
+enum class GsoType : uint8_t { kNone = 0, kTcpV4, kTcpV6, kUdpV4, kUdpV6 };
 
 struct GsoInfo {
   GsoType type = GsoType::kNone;

@@ -26,6 +26,9 @@ struct LinkCapabilities {
   // Largest super-segment the link accepts in one packet (host GSO or the
   // software splitter); 0 means no GSO: every packet fits the MTU.
   uint32_t gso_max_size = 0;
+  // It also takes UDP super-datagrams (GsoType::kUdpV4/kUdpV6, USO) up
+  // to gso_max_size: a TAP with virtio-net headers on Linux 6.2 or later.
+  bool udp_gso = false;
   // The link (or the host kernel behind it) completes partial TCP/UDP
   // checksums of outgoing packets.
   bool tx_checksum_offload = false;

@@ -150,7 +150,8 @@ std::optional<PathInfo<wire::Ipv4Address>> Stack::Path(
   auto src = SourceFor(*nic, dst);
   if (!src) return std::nullopt;
   return PathInfo<wire::Ipv4Address>{*src, nic->id, nic->caps.mtu,
-                                     nic->caps.gso_max_size};
+                                     nic->caps.gso_max_size,
+                                     nic->caps.udp_gso};
 }
 
 std::optional<PathInfo<wire::Ipv6Address>> Stack::Path(
@@ -161,7 +162,8 @@ std::optional<PathInfo<wire::Ipv6Address>> Stack::Path(
   auto src = SourceFor(*nic, dst);
   if (!src) return std::nullopt;
   return PathInfo<wire::Ipv6Address>{*src, nic->id, nic->caps.mtu,
-                                     nic->caps.gso_max_size};
+                                     nic->caps.gso_max_size,
+                                     nic->caps.udp_gso};
 }
 
 bool Stack::HasAddress(const wire::Ipv4Address& a) const {

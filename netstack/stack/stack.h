@@ -186,6 +186,7 @@ struct PathInfo {
   NicId nic = 0;
   uint32_t mtu = 0;           // L3 MTU of the outgoing link
   uint32_t gso_max_size = 0;  // 0: no GSO
+  bool udp_gso = false;       // LinkCapabilities::udp_gso
 };
 
 // A NIC in gateway mode (netstack/backend): the stack stands in for

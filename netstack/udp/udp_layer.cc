@@ -170,7 +170,8 @@ absl::Status UdpLayer::SendDatagram(const SocketAddress& local,
 
 absl::Status UdpLayer::SendDatagramViews(
     const SocketAddress& local, const SocketAddress& dst,
-    std::span<const buffer::PayloadView> views, Instant now) {
+    std::span<const buffer::PayloadView> views, Instant now,
+    uint16_t segment_size) {
   size_t len = 0;
   for (const buffer::PayloadView& v : views) len += v.size();
   NETSTACK_DCHECK(len <= kMaxIpv6Payload);
@@ -188,10 +189,13 @@ absl::Status UdpLayer::SendDatagramViews(
     ++counters_.send_no_buffer;
     return transport::NoBuffers();
   }
+  // A super-datagram's link sums each datagram's slice: here it gets only
+  // the pseudo-header sum (CHECKSUM_PARTIAL), as TCP's super-segments.
+  const bool super = segment_size != 0;
   wire::ChecksumAccumulator payload_sum;
   for (const buffer::PayloadView& v : views) {
     if (v.empty()) continue;
-    payload_sum.Add(v.bytes());
+    if (!super) payload_sum.Add(v.bytes());
     if (!packet->AppendPayload(v)) {
       ++counters_.send_too_many_views;
       return transport::InvalidArgument("more payload views than a packet holds");
@@ -214,9 +218,14 @@ absl::Status UdpLayer::SendDatagramViews(
 
   bool sent = false;
   if (dst.ip.is_v4()) {
-    udp.FillChecksum(
-        wire::Ipv4PseudoHeaderSum(src.v4(), dst.ip.v4(), kUdp, udp_len),
-        payload_sum);
+    const uint16_t pseudo =
+        wire::Ipv4PseudoHeaderSum(src.v4(), dst.ip.v4(), kUdp, udp_len);
+    if (super) {
+      packet->gso() = buffer::GsoInfo{buffer::GsoType::kUdpV4, segment_size};
+      udp.SetChecksum(pseudo);
+    } else {
+      udp.FillChecksum(pseudo, payload_sum);
+    }
     wire::Ipv4Repr ip;
     ip.src = src.v4();
     ip.dst = dst.ip.v4();
@@ -224,9 +233,14 @@ absl::Status UdpLayer::SendDatagramViews(
     sent = stack_.SendIpv4(ip, std::move(packet), now);
   } else {
     // RFC 8200 8.1: mandatory over IPv6; FillChecksum never writes zero.
-    udp.FillChecksum(
-        wire::Ipv6PseudoHeaderSum(src.v6(), dst.ip.v6(), kUdp, udp_len),
-        payload_sum);
+    const uint16_t pseudo =
+        wire::Ipv6PseudoHeaderSum(src.v6(), dst.ip.v6(), kUdp, udp_len);
+    if (super) {
+      packet->gso() = buffer::GsoInfo{buffer::GsoType::kUdpV6, segment_size};
+      udp.SetChecksum(pseudo);
+    } else {
+      udp.FillChecksum(pseudo, payload_sum);
+    }
     wire::Ipv6Repr ip;
     ip.src = src.v6();
     ip.dst = dst.ip.v6();
@@ -257,6 +271,55 @@ absl::Status UdpLayer::SendFrom(const SocketAddress& src,
     return transport::MessageTooLong();
   }
   return SendDatagramViews(src, dst, views, now);
+}
+
+size_t UdpLayer::SuperDatagramLimit(const IpAddress& dst,
+                                    uint16_t segment_size) const {
+  if (segment_size == 0) return 0;
+  size_t ip_header = 0;
+  uint32_t mtu = 0;
+  uint32_t gso_max = 0;
+  bool udp_gso = false;
+  if (dst.is_v4()) {
+    const auto path = stack_.Path(dst.v4());
+    if (!path) return 0;
+    ip_header = wire::Ipv4Packet::kMinHeaderLen;
+    mtu = path->mtu;
+    gso_max = path->gso_max_size;
+    udp_gso = path->udp_gso;
+  } else {
+    const auto path = stack_.Path(dst.v6());
+    if (!path) return 0;
+    ip_header = wire::Ipv6Packet::kHeaderLen;
+    mtu = path->mtu;
+    gso_max = path->gso_max_size;
+    udp_gso = path->udp_gso;
+  }
+  const size_t headers = ip_header + wire::UdpHeader::kHeaderLen;
+  // Each datagram must fit the MTU whole: a super-datagram is never
+  // fragmented, and the guest would have got its datagrams unfragmented.
+  if (!udp_gso || headers + segment_size > mtu) return 0;
+  const size_t by_size =
+      std::min<size_t>(gso_max, 65535) > headers
+          ? std::min<size_t>(gso_max, 65535) - headers
+          : 0;
+  return std::min(by_size, kMaxUsoSegments * segment_size);
+}
+
+absl::Status UdpLayer::SendSuperFrom(const SocketAddress& src,
+                                     const SocketAddress& dst,
+                                     std::span<const buffer::PayloadView> views,
+                                     uint16_t segment_size, Instant now) {
+  if (src.ip.is_v4() != dst.ip.is_v4() || src.ip.IsUnspecified()) {
+    return transport::InvalidArgument("source and destination families");
+  }
+  size_t len = 0;
+  for (const buffer::PayloadView& v : views) len += v.size();
+  if (len <= segment_size) return SendFrom(src, dst, views, now);
+  if (len > SuperDatagramLimit(dst.ip, segment_size)) {
+    return transport::InvalidArgument("super-datagram past the link's limit");
+  }
+  return SendDatagramViews(src, dst, views, now, segment_size);
 }
 
 // ---------------------------------------------------------------------------

@@ -172,6 +172,23 @@ class UdpLayer : public stack::TransportHandler {
   [[nodiscard]] absl::Status SendFrom(
       const transport::SocketAddress& src, const transport::SocketAddress& dst,
       std::span<const buffer::PayloadView> views, Instant now);
+  // USO toward `dst` (issue #34): the most payload bytes one super-
+  // datagram of `segment_size`-byte datagrams may carry, or 0 when its
+  // link does not take UDP super-datagrams (LinkCapabilities::udp_gso),
+  // or one datagram would not fit the link's MTU whole. Bounded by the
+  // link's gso_max_size and kMaxUsoSegments datagrams.
+  static constexpr size_t kMaxUsoSegments = 64;  // Linux 5.x's UDP_MAX_SEGMENTS
+  size_t SuperDatagramLimit(const transport::IpAddress& dst,
+                            uint16_t segment_size) const;
+  // Sends `views`, datagrams of `segment_size` bytes (the last one shorter
+  // or equal; at most SuperDatagramLimit bytes), as ONE super-datagram
+  // (GsoType::kUdpV4/kUdpV6) that the link, or the kernel behind it,
+  // cuts: one UDP header, its checksum left partial, the payload never
+  // read. Otherwise as SendFrom; InvalidArgument past the limit.
+  [[nodiscard]] absl::Status SendSuperFrom(
+      const transport::SocketAddress& src, const transport::SocketAddress& dst,
+      std::span<const buffer::PayloadView> views, uint16_t segment_size,
+      Instant now);
 
   const UdpCounters& counters() const { return counters_; }
   size_t open_sockets() const { return open_sockets_; }
@@ -214,10 +231,11 @@ class UdpLayer : public stack::TransportHandler {
                             std::span<const uint8_t> data, Instant now);
   // The same with the payload as views, shared and never copied (at most
   // PacketBuffer::kMaxPayloadViews of them).
+  // segment_size > 0: a super-datagram (SendSuperFrom).
   absl::Status SendDatagramViews(const transport::SocketAddress& local,
                                  const transport::SocketAddress& dst,
                                  std::span<const buffer::PayloadView> views,
-                                 Instant now);
+                                 Instant now, uint16_t segment_size = 0);
 
   // Receive demultiplexing shared by both families. `l4` starts at the
   // UDP header; `multi`: a broadcast/multicast destination.
