@@ -197,6 +197,13 @@ absl::StatusOr<std::unique_ptr<PacketEndpoint>> PacketEndpoint::Open(
   // which OnReadable() skips.
   (void)SetIntOpt(fd.get(), SOL_PACKET, PACKET_IGNORE_OUTGOING, 1,
                   "PACKET_IGNORE_OUTGOING");
+  if (options.qdisc_bypass) {
+    if (absl::Status s = SetIntOpt(fd.get(), SOL_PACKET, PACKET_QDISC_BYPASS,
+                                   1, "PACKET_QDISC_BYPASS");
+        !s.ok()) {
+      return Prefixed(label, s);
+    }
+  }
   if (vnet_hdr) {
     if (absl::Status s = SetIntOpt(fd.get(), SOL_PACKET, PACKET_VNET_HDR, 1,
                                    "PACKET_VNET_HDR");

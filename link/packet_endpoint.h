@@ -124,6 +124,12 @@ struct PacketOptions {
   // touch. Off: such frames are dropped (rx_truncated, and one line on
   // stderr the first time).
   bool accept_oversized = true;
+  // PACKET_QDISC_BYPASS: frames go from the socket straight to the
+  // device's transmit function, past the qdisc. Saves the queue's per-frame
+  // work, but a full device then drops instead of pushing back (a veth
+  // with a pfifo qdisc stops its queue and the sender gets EAGAIN; without
+  // the qdisc a burst beyond the peer's ring is lost). Off by default.
+  bool qdisc_bypass = false;
 };
 
 class PacketEndpoint final : public LinkEndpoint {

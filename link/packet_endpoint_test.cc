@@ -469,6 +469,35 @@ TEST_F(PacketTest, UsoSuperFrameCarriesItsGsoSize) {
   }
 }
 
+// PacketOptions::qdisc_bypass sets PACKET_QDISC_BYPASS on the socket (off
+// by default), and frames still reach the peer.
+TEST_F(PacketTest, QdiscBypassIsSetOnlyWhenAsked) {
+  for (const bool bypass : {false, true}) {
+    SCOPED_TRACE(bypass ? "bypass" : "default");
+    PacketOptions o;
+    o.qdisc_bypass = bypass;
+    Open(o);
+    int value = -1;
+    socklen_t len = sizeof(value);
+    ASSERT_EQ(::getsockopt(ep_->ReadFd(), SOL_PACKET, PACKET_QDISC_BYPASS,
+                           &value, &len),
+              0)
+        << std::strerror(errno);
+    EXPECT_EQ(value, bypass ? 1 : 0);
+    UniqueFd sock = KernelSocket();
+    const std::vector<uint8_t> payload(100, bypass ? 'b' : 'q');
+    buffer::PacketChain chain;
+    chain.PushBack(testing::MakeUdpPacket(packets_, chunks_, Us(), Kernel(),
+                                           kOurPort, kKernelPort, payload));
+    ASSERT_EQ(ep_->Transmit(chain, absl::Now()), 1u);
+    ASSERT_TRUE(testing::WaitReadable(sock.get(), 2000));
+    std::vector<uint8_t> got(200);
+    EXPECT_EQ(::recv(sock.get(), got.data(), got.size(), 0),
+              static_cast<ssize_t>(payload.size()));
+    ep_.reset();
+  }
+}
+
 TEST_F(PacketTest, ChosenMacIsUsed) {
   PacketOptions o;
   o.mac = wire::MacAddress::Parse("02:aa:bb:cc:dd:ee");
