@@ -1,11 +1,13 @@
 #include "link/gso.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <span>
 #include <utility>
 
 #include "netstack/buffer/payload_view.h"
+#include "netstack/wire/bytes.h"
 #include "netstack/wire/checksum.h"
 #include "netstack/wire/error.h"
 #include "netstack/wire/ethernet.h"
@@ -27,6 +29,12 @@ constexpr uint8_t kUnsplittableFlags =
 // Flags that belong to one packet of the split only.
 constexpr uint8_t kLastOnlyFlags = wire::tcp_flag::kPsh | wire::tcp_flag::kFin;
 constexpr uint8_t kFirstOnlyFlags = wire::tcp_flag::kCwr;
+// Offsets of the fields a split rewrites (RFC 791, 8200, 9293).
+constexpr size_t kIpv4TotalLengthOffset = 2;  // Identification follows
+constexpr size_t kIpv4ChecksumOffset = 10;
+constexpr size_t kIpv6PayloadLengthOffset = 4;
+constexpr size_t kTcpSeqOffset = 4;
+constexpr size_t kTcpFlagsOffset = 13;
 
 // Where the headers of a validated super-segment are.
 struct Layout {
@@ -124,38 +132,97 @@ class PayloadCursor {
   uint32_t offset_ = 0;
 };
 
-// Rewrites the copied headers of wire packet `i` (of `count`) carrying
-// `payload_len` bytes whose sum is `payload_sum`, and fills both
+// What every wire packet's headers share, summed once per super-segment,
+// so that each packet only stores the fields that change and adds them to
+// these sums (RFC 1071: the sum is order-independent). Sums are folded
+// big-endian values.
+struct HeaderPlan {
+  uint32_t seq = 0;
+  uint16_t ident = 0;
+  uint8_t flags = 0;
+  // TCP: the header without its sequence number, flags byte and checksum,
+  // plus the pseudo-header without its length.
+  uint16_t tcp_fixed_sum = 0;
+  // IPv4: the header without Total Length, Identification and checksum.
+  uint16_t ip_fixed_sum = 0;
+};
+
+HeaderPlan PlanHeaders(std::span<const uint8_t> hdr, const Layout& layout) {
+  HeaderPlan plan;
+  // A copy with the per-packet fields zeroed (zero words add nothing).
+  std::array<uint8_t, buffer::kMaxHeaderLen> copy;
+  std::memcpy(copy.data(), hdr.data(), hdr.size());
+  uint8_t* ip = copy.data() + layout.ip_offset;
+  uint8_t* tcp = copy.data() + layout.tcp_offset;
+  plan.seq = wire::LoadBe32(tcp + kTcpSeqOffset);
+  plan.flags = tcp[kTcpFlagsOffset];
+  std::memset(tcp + kTcpSeqOffset, 0, 4);
+  tcp[kTcpFlagsOffset] = 0;
+  std::memset(tcp + wire::TcpHeader::kChecksumOffset, 0, 2);
+  wire::ChecksumAccumulator tcp_sum;
+  tcp_sum.Add(std::span<const uint8_t>(tcp, layout.tcp_header_len));
+  if (layout.v4) {
+    const wire::Ipv4Packet parsed(hdr.subspan(layout.ip_offset));
+    tcp_sum.AddFolded(
+        wire::Ipv4PseudoHeaderSum(parsed.Source(), parsed.Destination(), kTcp,
+                                  0));
+    plan.ident = parsed.Ident();
+    std::memset(ip + kIpv4TotalLengthOffset, 0, 4);  // length and ident
+    std::memset(ip + kIpv4ChecksumOffset, 0, 2);
+    wire::ChecksumAccumulator ip_sum;
+    ip_sum.Add(std::span<const uint8_t>(ip, wire::Ipv4Packet::kMinHeaderLen));
+    plan.ip_fixed_sum = ip_sum.Folded();
+  } else {
+    const wire::Ipv6Packet parsed(hdr.subspan(layout.ip_offset));
+    tcp_sum.AddFolded(
+        wire::Ipv6PseudoHeaderSum(parsed.Source(), parsed.Destination(), kTcp,
+                                  0));
+  }
+  plan.tcp_fixed_sum = tcp_sum.Folded();
+  return plan;
+}
+
+// The complement of the end-around-carry sum of `sum`'s 16-bit words.
+uint16_t ComplementFold(uint64_t sum) {
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// Writes the fields of wire packet `i` (of `count`) carrying `payload_len`
+// bytes whose sum is `payload_sum` into its copy of the headers, and both
 // checksums.
-void FixHeaders(std::span<uint8_t> hdr, const Layout& layout, size_t i,
-                size_t count, uint32_t gso_size, size_t payload_len,
+void FixHeaders(std::span<uint8_t> hdr, const Layout& layout,
+                const HeaderPlan& plan, size_t i, size_t count,
+                uint32_t gso_size, size_t payload_len,
                 const wire::ChecksumAccumulator& payload_sum) {
-  wire::MutableTcpHeader tcp(hdr.subspan(layout.tcp_offset));
-  const uint32_t seq = tcp.SeqNumber();
-  tcp.SetSeqNumber(seq + static_cast<uint32_t>(i) * gso_size);
-  uint8_t flags = tcp.Flags();
+  uint8_t* ip = hdr.data() + layout.ip_offset;
+  uint8_t* tcp = hdr.data() + layout.tcp_offset;
+  const uint32_t seq = plan.seq + static_cast<uint32_t>(i) * gso_size;
+  uint8_t flags = plan.flags;
   if (i + 1 != count) flags &= static_cast<uint8_t>(~kLastOnlyFlags);
   if (i != 0) flags &= static_cast<uint8_t>(~kFirstOnlyFlags);
-  tcp.SetFlags(flags);
+  wire::StoreBe32(tcp + kTcpSeqOffset, seq);
+  tcp[kTcpFlagsOffset] = flags;
 
   const uint32_t tcp_len =
       static_cast<uint32_t>(layout.tcp_header_len + payload_len);
-  uint16_t pseudo = 0;
   if (layout.v4) {
-    wire::MutableIpv4Packet ip(hdr.subspan(layout.ip_offset));
-    ip.SetTotalLength(
-        static_cast<uint16_t>(wire::Ipv4Packet::kMinHeaderLen + tcp_len));
-    ip.SetIdent(static_cast<uint16_t>(ip.Ident() + i));
-    ip.FillHeaderChecksum();
-    pseudo = wire::Ipv4PseudoHeaderSum(ip.Source(), ip.Destination(), kTcp,
-                                       tcp_len);
+    const uint16_t total =
+        static_cast<uint16_t>(wire::Ipv4Packet::kMinHeaderLen + tcp_len);
+    const uint16_t ident = static_cast<uint16_t>(plan.ident + i);
+    wire::StoreBe16(ip + kIpv4TotalLengthOffset, total);
+    wire::StoreBe16(ip + kIpv4TotalLengthOffset + 2, ident);
+    wire::StoreBe16(ip + kIpv4ChecksumOffset,
+                    ComplementFold(uint64_t{plan.ip_fixed_sum} + total +
+                                   ident));
   } else {
-    wire::MutableIpv6Packet ip(hdr.subspan(layout.ip_offset));
-    ip.SetPayloadLength(static_cast<uint16_t>(tcp_len));
-    pseudo = wire::Ipv6PseudoHeaderSum(ip.Source(), ip.Destination(), kTcp,
-                                       tcp_len);
+    wire::StoreBe16(ip + kIpv6PayloadLengthOffset,
+                    static_cast<uint16_t>(tcp_len));
   }
-  tcp.FillChecksum(pseudo, payload_sum);
+  wire::StoreBe16(tcp + wire::TcpHeader::kChecksumOffset,
+                  ComplementFold(uint64_t{plan.tcp_fixed_sum} + (seq >> 16) +
+                                 (seq & 0xffff) + flags + tcp_len +
+                                 payload_sum.Folded()));
 }
 
 }  // namespace
@@ -199,6 +266,7 @@ GsoSplitStatus SplitGso(buffer::PacketPtr super, buffer::PacketPool& pool,
   }
 
   const std::span<const uint8_t> hdr = super->headers().data();
+  const HeaderPlan plan = PlanHeaders(hdr, layout);
   const size_t count = payload == 0 ? 1 : (payload + gso_size - 1) / gso_size;
   // Built aside and appended whole, so a refusal leaves `out` untouched.
   buffer::PacketChain made;
@@ -215,7 +283,7 @@ GsoSplitStatus SplitGso(buffer::PacketPtr super, buffer::PacketPool& pool,
     if (!cursor.Take(len, *p, payload_sum)) {
       return GsoSplitStatus::kTooManyViews;
     }
-    FixHeaders(*room, layout, i, count, gso_size, len, payload_sum);
+    FixHeaders(*room, layout, plan, i, count, gso_size, len, payload_sum);
     made.PushBack(std::move(p));
   }
   out.Append(std::move(made));
