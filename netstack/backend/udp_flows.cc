@@ -108,6 +108,10 @@ struct UdpFlowTable::RxScratch {
   iovec iov[kRecvBatch];
   alignas(cmsghdr) uint8_t control[kRecvBatch][CMSG_SPACE(sizeof(int))];
   buffer::ChunkRef chunks[kRecvBatch];
+  uint16_t segment[kRecvBatch];  // UDP_GRO's segment size, 0: one datagram
+  // SuperDatagramLimit for datagrams of limit_size bytes, this batch's.
+  uint16_t limit_size = 0;
+  size_t limit = 0;
 };
 
 void UdpFlowTable::FlowHandler::OnReadable(Instant now) {
@@ -692,7 +696,7 @@ void UdpFlowTable::ReadHost(Flow& flow, Instant now) {
       continue;
     }
     for (int i = 0; i < n; ++i) {
-      uint16_t segment_size = 0;
+      rx.segment[i] = 0;
       msghdr& h = rx.msgs[i].msg_hdr;
       for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr;
            c = CMSG_NXTHDR(&h, c)) {
@@ -701,18 +705,78 @@ void UdpFlowTable::ReadHost(Flow& flow, Instant now) {
           int size = 0;
           std::memcpy(&size, CMSG_DATA(c), sizeof(size));
           if (size > 0 && size <= 0xffff) {
-            segment_size = static_cast<uint16_t>(size);
+            rx.segment[i] = static_cast<uint16_t>(size);
           }
         }
       }
+    }
+    rx.limit_size = 0;
+    for (int i = 0; i < n;) {
+      const int run = SendRunToGuest(flow, i, n, now);
+      if (run > 0) {
+        i += run;
+        continue;
+      }
       (void)SendToGuest(flow, std::move(rx.chunks[i]), rx.msgs[i].msg_len,
-                        segment_size, now);
+                        rx.segment[i], now);
+      ++i;
     }
     budget -= n;
     if (static_cast<unsigned>(n) < m) break;  // drained
   }
   // Unused chunks go back: nothing is held between readiness calls.
   for (buffer::ChunkRef& c : rx.chunks) c.Reset();
+}
+
+int UdpFlowTable::SendRunToGuest(Flow& flow, int first, int n, Instant now) {
+  RxScratch& rx = *rx_;
+  const size_t size = rx.msgs[first].msg_len;
+  if (rx.segment[first] != 0 || size == 0 || size > 0xffff || first + 1 >= n ||
+      rx.segment[first + 1] != 0 || rx.msgs[first + 1].msg_len == 0 ||
+      rx.msgs[first + 1].msg_len > size) {
+    return 0;
+  }
+  const uint16_t segment = static_cast<uint16_t>(size);
+  if (rx.limit_size != segment) {
+    rx.limit_size = segment;
+    rx.limit = udp_.SuperDatagramLimit(flow.key.local.ip, segment);
+  }
+  const size_t limit = rx.limit;
+  // Datagrams of `size` bytes, the last one shorter or equal (where the
+  // guest's kernel cuts), each its own view: at most a packet's views.
+  constexpr int kMaxRun = static_cast<int>(
+      std::min<size_t>(buffer::PacketBuffer::kMaxPayloadViews, kRecvBatch));
+  size_t total = size;
+  int run = 1;
+  while (first + run < n && run < kMaxRun) {
+    const size_t next = rx.msgs[first + run].msg_len;
+    if (rx.segment[first + run] != 0 || next == 0 || next > size ||
+        total + next > limit) {
+      break;
+    }
+    total += next;
+    ++run;
+    if (next < size) break;
+  }
+  if (run < 2) return 0;
+  buffer::PayloadView views[kMaxRun];
+  for (int i = 0; i < run; ++i) {
+    views[i] = buffer::PayloadView(std::move(rx.chunks[first + i]), 0,
+                                   rx.msgs[first + i].msg_len);
+  }
+  Touch(flow, now);
+  if (!udp_.SendSuperFrom(flow.key.remote, flow.key.local,
+                          std::span<const buffer::PayloadView>(views, run),
+                          segment, now)
+           .ok()) {
+    counters_.to_guest_dropped_send += run;
+    return run;
+  }
+  ++counters_.to_guest_uso;
+  counters_.datagrams_to_guest += run;
+  counters_.bytes_to_guest += total;
+  flow.bytes_in += total;
+  return run;
 }
 
 bool UdpFlowTable::SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n,

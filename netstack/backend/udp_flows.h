@@ -34,7 +34,10 @@
 //     Where the guest's link takes USO (a TAP with virtio-net headers,
 //     LinkCapabilities::udp_gso), a super-datagram instead leaves whole,
 //     ONE frame that the guest's kernel cuts (UdpLayer::SendSuperFrom;
-//     to_guest_uso), cut here only where it exceeds one frame's limits.
+//     to_guest_uso), cut here only where it exceeds one frame's limits;
+//     so does a recvmmsg's run of plain datagrams of one size (a peer
+//     without UDP_SEGMENT, a path without GRO: the host's loopback), one
+//     view per datagram, up to 16.
 //     At most kReadBatch datagrams or super-datagrams per readiness call.
 //   - A host ICMP error (read from the socket's error queue) becomes a
 //     destination unreachable to the guest, from the peer's address:
@@ -360,6 +363,11 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   // refused).
   bool SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n,
                    uint16_t segment_size, Instant now);
+  // USO where the guest's link takes it: the run of plain datagrams of
+  // one size (the last one shorter or equal) that starts at message
+  // `first` of the n rx_ holds leaves as ONE super-datagram of views.
+  // Returns the messages it took (0: no run of 2; they go one by one).
+  int SendRunToGuest(Flow& flow, int first, int n, Instant now);
   // Drains the error queue; false if the flow was closed.
   bool ReadErrors(Flow& flow, Instant now);
   bool IsSelf(const transport::IpAddress& ip) const;

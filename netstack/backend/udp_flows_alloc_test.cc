@@ -4,6 +4,7 @@
 // pooled chunks and sent as views in pooled packets. (Its own binary:
 // alloc_counter replaces the global operator new.)
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "netstack/backend/udp_flows.h"
 #include "netstack/eventloop/event_loop.h"
 #include "netstack/ip/alloc_counter.h"
+#include "netstack/stack/fake_link.h"
 #include "netstack/stack/test_frames.h"
 #include "netstack/udp/udp_test_fixture.h"
 
@@ -168,6 +170,130 @@ TEST_F(UdpFlowsAllocTest, CoalescedAndSuperDatagramsDoNotAllocate) {
   // Each round: the 8 as one message, the super-datagram as another.
   EXPECT_EQ(table_->counters().to_host_coalesced, 52u);
   EXPECT_EQ(table_->counters().to_host_segmented, 52u);
+}
+
+// USO toward the guest (issue #34): on a link that takes UDP super-
+// datagrams, a run of plain datagrams of one recvmmsg and a UDP_GRO read
+// each leave as ONE super-frame, of views, with no allocation either.
+class UdpUsoAllocTest : public ::testing::Test {
+ protected:
+  UdpUsoAllocTest() {
+    loop_ = std::move(*eventloop::EventLoop::Create());
+    link::LinkCapabilities caps;
+    caps.mtu = 1500;
+    caps.gso_max_size = 65535;
+    caps.udp_gso = true;
+    caps.mac = our_mac_;
+    link_ = std::make_unique<stack::FakeLink>(chunks_, caps);
+    stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
+                                            packets_);
+    const stack::NicId nic = *stack_->AddNic(link_.get(), "uso0");
+    EXPECT_TRUE(stack_->AddAddress(nic, *stack::ParseIpv4Cidr("10.9.0.2/24")).ok());
+    EXPECT_TRUE(stack_->AddAddress(nic, stack::Ipv4Cidr{lo_.v4(), 32}).ok());
+    udp_ = std::make_unique<udp::UdpLayer>(*stack_, chunks_, packets_,
+                                           notifier_, 7);
+    peer_.mac = *wire::MacAddress::Parse("02:00:00:00:00:01");
+    peer_.ip4 = *wire::Ipv4Address::Parse("10.9.0.1");
+    link_->Inject(stack::testing::ArpRequest(
+                      peer_, *wire::Ipv4Address::Parse("10.9.0.2")),
+                  loop_->Now());
+    link_->set_record(false);
+    table_ = std::make_unique<UdpFlowTable>(*stack_, *udp_, chunks_, packets_,
+                                            *loop_, UdpFlowOptions{});
+    server_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_storage ss;
+    socklen_t len = ToSockaddr(SocketAddress{lo_, 0}, ss);
+    EXPECT_EQ(bind(server_, reinterpret_cast<sockaddr*>(&ss), len), 0);
+    len = sizeof(ss);
+    getsockname(server_, reinterpret_cast<sockaddr*>(&ss), &len);
+    server_addr_ = *FromSockaddr(ss, len);
+  }
+  ~UdpUsoAllocTest() override { close(server_); }
+
+  IpAddress lo_ = *IpAddress::Parse("127.0.0.1");
+  wire::MacAddress our_mac_ = *wire::MacAddress::Parse("02:00:00:00:00:02");
+  stack::testing::Peer peer_;
+  buffer::ChunkPool chunks_{1024};
+  buffer::PacketPool packets_{1024};
+  transport::Notifier notifier_;
+  std::unique_ptr<eventloop::EventLoop> loop_;
+  std::unique_ptr<stack::FakeLink> link_;
+  std::unique_ptr<stack::Stack> stack_;
+  std::unique_ptr<udp::UdpLayer> udp_;
+  std::unique_ptr<UdpFlowTable> table_;
+  int server_ = -1;
+  SocketAddress server_addr_;
+};
+
+TEST_F(UdpUsoAllocTest, SuperFramesToTheGuestDoNotAllocate) {
+  // The guest's datagram opens the flow; the server learns its address.
+  const auto packets = stack::testing::Ipv4Packets(
+      peer_.ip4, lo_.v4(), 17, 1,
+      udp::testing::UdpDatagram(SocketAddress{IpAddress(peer_.ip4), 6000},
+                                server_addr_, udp::testing::Bytes("hi")),
+      1500);
+  link_->Inject(stack::testing::WithEthernet(peer_.mac, our_mac_,
+                                             udp::testing::kEtherIpv4,
+                                             packets[0]),
+                loop_->Now());
+  uint8_t buf[2048];
+  sockaddr_storage flow;
+  socklen_t flow_len = sizeof(flow);
+  ASSERT_EQ(recvfrom(server_, buf, sizeof(buf), 0,
+                     reinterpret_cast<sockaddr*>(&flow), &flow_len),
+            2);
+  std::memset(buf, 0x42, sizeof(buf));
+  // 4 datagrams of 250 bytes in one UDP_SEGMENT send: one GRO read.
+  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(uint16_t))] = {};
+  iovec iov{buf, 1000};
+  msghdr m{};
+  m.msg_name = &flow;
+  m.msg_namelen = flow_len;
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  const uint16_t segment = 250;
+  std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+  constexpr size_t kDatagrams = 8 + 4;
+  bool ok = true;
+  auto round = [&] {
+    const uint64_t to_guest = table_->counters().datagrams_to_guest;
+    // 8 plain datagrams of 1000 bytes, then the GRO'd 4 x 250.
+    for (int i = 0; i < 8; ++i) {
+      if (sendto(server_, buf, 1000, 0, reinterpret_cast<sockaddr*>(&flow),
+                 flow_len) != 1000) {
+        ok = false;
+      }
+    }
+    if (sendmsg(server_, &m, 0) != 1000) ok = false;
+    for (int turn = 0; turn < 200 && table_->counters().datagrams_to_guest <
+                                         to_guest + kDatagrams;
+         ++turn) {
+      (void)loop_->RunOnce(absl::Milliseconds(10));
+    }
+    stack_->Flush(loop_->Now());
+    if (table_->counters().datagrams_to_guest != to_guest + kDatagrams) {
+      ok = false;
+    }
+  };
+  round();
+  round();
+  ASSERT_TRUE(ok);
+  const uint64_t uso_before = table_->counters().to_guest_uso;
+  const uint64_t frames_before = link_->Stats().tx_frames;
+  const uint64_t before = HeapAllocations();
+  for (int i = 0; i < 50; ++i) round();
+  const uint64_t allocations = HeapAllocations() - before;
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(allocations, 0u);
+  // Each round: the 8 as one super-frame of 8 views, the GRO read as one.
+  EXPECT_EQ(table_->counters().to_guest_uso - uso_before, 100u);
+  EXPECT_EQ(link_->Stats().tx_frames - frames_before, 100u);
 }
 }  // namespace
 }  // namespace netstack::backend

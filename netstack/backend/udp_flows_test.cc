@@ -1387,6 +1387,55 @@ TEST_P(UdpUsoTest, SuperFramesStopAtTheSegmentCountIpLengthAndMtu) {
   }
 }
 
+// A host peer that sends without UDP_SEGMENT (iperf3) over a path
+// without GRO (the host's loopback): one recvmmsg's run of same-sized
+// datagrams (the last one shorter or equal) leaves as ONE super-frame of
+// views, each datagram's chunk as it was read; a larger one starts the
+// next run. Without USO, each datagram is a frame.
+TEST_P(UdpUsoTest, OneReadsRunOfSameSizedDatagramsLeavesAsOneSuperFrame) {
+  const bool uso = GetParam();
+  uint16_t port = 44000;
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    SCOPED_TRACE(lo.ToString());
+    HostServer server(lo);
+    const SocketAddress flow = OpenFlow(server, ++port);
+    link_->sent.clear();
+    sockaddr_storage ss;
+    const socklen_t len = ToSockaddr(flow, ss);
+    std::vector<std::vector<uint8_t>> sent;
+    for (size_t size : {500, 500, 500, 800, 800, 200, 1000}) {
+      sent.push_back(Pattern(size, static_cast<uint8_t>(sent.size())));
+      ASSERT_EQ(sendto(server.fd, sent.back().data(), size, 0,
+                       reinterpret_cast<sockaddr*>(&ss), len),
+                static_cast<ssize_t>(size));
+    }
+    const uint64_t uso_before = table_->counters().to_guest_uso;
+    RunUntilDatagrams(sent.size());
+    auto joined = [&](size_t from, size_t to) {
+      std::vector<uint8_t> out;
+      for (size_t i = from; i < to; ++i) {
+        out.insert(out.end(), sent[i].begin(), sent[i].end());
+      }
+      return out;
+    };
+    if (uso) {
+      // 3 x 500; 800, 800, 200; 1000 alone.
+      ASSERT_EQ(link_->sent.size(), 3u);
+      ExpectFrame(link_->sent[0], server.addr, port, joined(0, 3), 500);
+      ExpectFrame(link_->sent[1], server.addr, port, joined(3, 6), 800);
+      ExpectFrame(link_->sent[2], server.addr, port, sent[6], 0);
+      EXPECT_EQ(table_->counters().to_guest_uso, uso_before + 2);
+    } else {
+      ASSERT_EQ(link_->sent.size(), sent.size());
+      for (size_t i = 0; i < sent.size(); ++i) {
+        ExpectFrame(link_->sent[i], server.addr, port, sent[i], 0);
+      }
+      EXPECT_EQ(table_->counters().to_guest_uso, uso_before);
+    }
+  }
+  EXPECT_EQ(table_->counters().datagrams_to_guest, 14u);
+}
+
 INSTANTIATE_TEST_SUITE_P(LinkTakesUso, UdpUsoTest, ::testing::Bool());
 }  // namespace
 }  // namespace netstack::backend
