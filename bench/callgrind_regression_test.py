@@ -8,9 +8,10 @@ The figures of bench/callgrind_tx.sh and bench/callgrind_rx.sh as a test:
     (bench/stack_rx_callgrind);
   - with --udp, instructions per 1,400-byte UDP datagram through the UDP
     flow table, guest to host (one datagram a frame, and USO super-frames)
-    and host to guest (one datagram a send, and UDP_SEGMENT sends), as the
-    Backend runs it (bench/udp_callgrind, bench/callgrind_udp.sh). That
-    binary also fails when its measured rounds allocate.
+    and host to guest (one datagram a send, UDP_SEGMENT sends, and those
+    to a link with USO), as the Backend runs it (bench/udp_callgrind,
+    bench/callgrind_udp.sh). That binary also fails when its measured
+    rounds allocate.
 Each is the difference of two runs of different sizes, divided by the
 difference, so set-up cancels out. The counts are nearly exact (a few
 instructions apart between runs) but depend on the CPU, since glibc picks
@@ -69,7 +70,8 @@ def measures(tx, rx, udp=None):
         for name, mode in (("guest to host", "g2h"),
                            ("guest to host USO", "g2h-uso"),
                            ("host to guest", "h2g"),
-                           ("host to guest GSO", "h2g-gso"))])
+                           ("host to guest GSO", "h2g-gso"),
+                           ("host to guest USO", "h2g-uso"))])
 
 
 MEMCPY_RE = re.compile(rb"^c?fn=\(\d+\) (__mem(?:cpy|move)_[a-z0-9_]+)$",

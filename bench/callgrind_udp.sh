@@ -2,8 +2,8 @@
 # Instructions per UDP datagram of 1,400 bytes through netstackd's UDP flow
 # table (bench/udp_callgrind.cc), guest to host and host to guest, from
 # callgrind: two runs differing by 4,096 datagrams, so set-up cancels out.
-# The flow table runs as the Backend runs it (coalesce). g2h-uso needs a
-# tree with USO (issue #34); it prints "n/a" otherwise.
+# The flow table runs as the Backend runs it (coalesce). g2h-uso and
+# h2g-uso need a tree with USO (issue #34); they print "n/a" otherwise.
 # Usage: bench/callgrind_udp.sh   (builds with --config=opt first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,7 @@ ir() {
     coalesce "$2" >"$tmp/stdout" 2>"$tmp/log" || return 1
   awk '/^summary:/ {print $2}' "$tmp/out"
 }
-for mode in g2h g2h-uso h2g h2g-gso; do
+for mode in g2h g2h-uso h2g h2g-gso h2g-uso; do
   if ! a=$(ir "$mode" 1024) || ! b=$(ir "$mode" 5120); then
     echo "$mode: n/a ($(tail -1 "$tmp/stdout"))"
     continue

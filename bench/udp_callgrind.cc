@@ -16,6 +16,9 @@
 //   h2g-gso  the peer sends each 32 as one UDP_SEGMENT send (QUIC stacks
 //            do); a socket with UDP_GRO reads them whole, one without
 //            reads 32 datagrams.
+//   h2g-uso  the same, to a guest link that takes UDP super-datagrams (a
+//            TAP with USO): one super-frame to the guest per read; trees
+//            without LinkCapabilities::udp_gso: exit 3.
 // FLOWS: "plain" (UdpFlowOptions defaults) or "coalesce" (the Backend's:
 // a link batch's datagrams leave together at its end); a tree without
 // UdpFlowOptions::coalesce runs "coalesce" as "plain" and says so.
@@ -56,7 +59,7 @@ namespace {
 constexpr size_t kPayload = 1400;
 constexpr size_t kBatch = 32;  // datagrams per round
 
-enum class Mode { kG2h, kG2hUso, kH2g, kH2gGso };
+enum class Mode { kG2h, kG2hUso, kH2g, kH2gGso, kH2gUso };
 
 // The same source builds against trees from before issue #34's UDP work
 // (no UdpFlowOptions::coalesce, no InboundFrame::udp_gso_size).
@@ -75,6 +78,19 @@ bool SetUso(F& f, uint16_t segment_size) {
   if constexpr (requires { f.udp_gso_size = segment_size; }) {
     f.udp_gso_size = segment_size;
     f.checksum_partial = true;  // as a TAP hands a guest's USO send over
+    return true;
+  } else {
+    return false;
+  }
+}
+
+// The guest's link takes UDP super-datagrams, as a TAP with USO does.
+template <typename C>
+bool SetLinkUso(C& caps) {
+  if constexpr (requires { caps.udp_gso = true; }) {
+    caps.udp_gso = true;
+    caps.gso_max_size = 65535;  // a TAP's (link/tap_endpoint.cc)
+    caps.tx_checksum_offload = true;
     return true;
   } else {
     return false;
@@ -107,6 +123,10 @@ class UdpRelay {
     link::LinkCapabilities caps;
     caps.mtu = 1500;
     caps.mac = *wire::MacAddress::Parse("02:00:00:00:00:02");
+    if (mode == Mode::kH2gUso && !SetLinkUso(caps)) {
+      std::printf("this tree has no LinkCapabilities::udp_gso (USO)\n");
+      return false;
+    }
     link_ = std::make_unique<stack::FakeLink>(chunks_, caps);
     stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,
                                             packets_);
@@ -217,7 +237,8 @@ class UdpRelay {
         return DrainPeer();
       }
       case Mode::kH2g:
-      case Mode::kH2gGso: {
+      case Mode::kH2gGso:
+      case Mode::kH2gUso: {
         const uint64_t before = table_->counters().datagrams_to_guest;
         if (!PeerSend()) return false;
         for (int turn = 0; turn < 100 && table_->counters().datagrams_to_guest <
@@ -353,7 +374,8 @@ int Run(Mode mode, bool coalesce, long datagrams) {
 int main(int argc, char** argv) {
   using netstack::bench::Mode;
   const std::string usage = std::string("usage: ") + argv[0] +
-                            " g2h|g2h-uso|h2g|h2g-gso plain|coalesce "
+                            " g2h|g2h-uso|h2g|h2g-gso|h2g-uso "
+                            "plain|coalesce "
                             "DATAGRAMS (a multiple of 32)\n";
   if (argc != 4) {
     std::fputs(usage.c_str(), stderr);
@@ -370,6 +392,8 @@ int main(int argc, char** argv) {
     mode = Mode::kH2g;
   } else if (m == "h2g-gso") {
     mode = Mode::kH2gGso;
+  } else if (m == "h2g-uso") {
+    mode = Mode::kH2gUso;
   } else {
     std::fputs(usage.c_str(), stderr);
     return 2;
