@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -812,6 +814,110 @@ TEST_F(BackendTest, BulkRepliesLargerThanThePoolDoNotDeadlock) {
   EXPECT_GT(backend_->counters().tcp_chunk_waits, 0u);
   EXPECT_GT(pool_->stats().queue_refused, 0u);
   EXPECT_EQ(backend_->counters().tcp_flows_closed, 0u);
+  for (int fd : hosts) close(fd);
+}
+
+// Issue #34 (rr-under-load): a bulk download and a request/response flow
+// of the same guest. With much more than a turn's share waiting on the
+// bulk flow's host socket, one loop turn moves at most that share
+// (TcpFlow::kHostToGuestPerTurn, 256 KiB) toward the guest, and the other
+// flow's one-byte reply is the first segment the turn sends. The bulk
+// flow used to read up to host_to_guest_buffer (1 MiB) in a turn, and
+// the reply went after all of it.
+TEST_F(BackendTest, BulkDownloadTakesATurnsShareAndAReplyGoesFirst) {
+  constexpr uint64_t kPerTurn = 256 << 10;
+  // Room for megabytes in the backend's host socket from its start: the
+  // default (128 KiB) would hold less than a turn's share. The process is
+  // in a network namespace of its own (isolated_netns_test_env.cc), so
+  // this changes no one else's.
+  struct Sysctl {
+    explicit Sysctl(const char* path, const char* value) : path(path) {
+      std::ifstream in(path);
+      std::getline(in, old);
+      std::ofstream(path) << value;
+    }
+    ~Sysctl() { std::ofstream(path) << old; }
+    const char* path;
+    std::string old;
+  } rmem("/proc/sys/net/ipv4/tcp_rmem", "4096 8388608 8388608");
+  Build(Loopback());
+  HostListener l;
+  std::vector<std::unique_ptr<tcp::TcpSocket>> guests;
+  std::vector<int> hosts;
+  ASSERT_NO_FATAL_FAILURE(OpenFlows(l, 2, guests, hosts, /*nodelay=*/true));
+  const int bulk = hosts[0], rr = hosts[1];
+  std::vector<uint8_t> buf(1 << 16);
+  auto drain = [&](tcp::TcpSocket& g) {
+    size_t n = 0;
+    for (;;) {
+      auto r = g.Read(buf);
+      if (!r.ok() || *r == 0) return n;
+      n += *r;
+    }
+  };
+  // A warm-up download lets the kernel grow the backend's receive buffer
+  // (autotuning), so that more than a turn's share can wait in it.
+  const std::vector<uint8_t> data = Pattern(16 << 20, 3);
+  size_t sent = 0, got = 0;
+  ASSERT_TRUE(RunUntil([&] {
+    if (sent < data.size()) {
+      const ssize_t n = send(bulk, data.data() + sent, data.size() - sent,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<size_t>(n);
+    }
+    got += drain(*guests[0]);
+    return got == data.size();
+  }, absl::Seconds(60)));
+  RunUntil([] { return false; }, absl::Milliseconds(20));  // the last acks
+  // With the loop not turning, the host writes 4 MiB: what the backend's
+  // socket took is what the host's kernel no longer holds.
+  const size_t more = 4 << 20;
+  size_t queued = 0;
+  while (queued < more) {
+    const ssize_t n = send(bulk, data.data() + queued, more - queued,
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) break;
+    queued += static_cast<size_t>(n);
+  }
+  usleep(20000);
+  int outq = 0;
+  ASSERT_EQ(ioctl(bulk, SIOCOUTQ, &outq), 0);
+  const uint64_t waiting = queued - static_cast<size_t>(outq);
+  ASSERT_GT(waiting, kPerTurn + (64 << 10))
+      << "the precondition: the backend's socket holds more than a turn's "
+         "share";
+  ASSERT_EQ(send(rr, "r", 1, MSG_NOSIGNAL), 1);
+  usleep(1000);
+  const uint64_t before = backend_->counters().tcp_bytes_host_to_guest;
+  backend_link_->sent.clear();
+  Turn();
+  const uint64_t moved =
+      backend_->counters().tcp_bytes_host_to_guest - before;
+  EXPECT_GT(moved, 1u);
+  EXPECT_LE(moved, kPerTurn + 1) << "of " << waiting << " waiting";
+  // The first data segment toward the guest is the reply.
+  const uint16_t rr_port = guests[1]->local_address().port;
+  std::optional<std::pair<uint16_t, size_t>> first;
+  for (const auto& f : backend_link_->sent) {
+    const auto t = TcpPayload(f);
+    if (!t || t->second == 0) continue;
+    const size_t ihl = size_t{f[14] & 0x0fu} * 4;
+    first = std::pair{static_cast<uint16_t>(f[14 + ihl + 2] << 8 |
+                                            f[14 + ihl + 3]),
+                      t->second};
+    break;
+  }
+  ASSERT_TRUE(first.has_value()) << "no data toward the guest in the turn";
+  EXPECT_EQ(first->first, rr_port) << "the first data segment's port";
+  EXPECT_EQ(first->second, 1u);
+  // The rest follows in later turns: nothing stalls.
+  got = 0;
+  size_t got_rr = 0;
+  EXPECT_TRUE(RunUntil([&] {
+    got += drain(*guests[0]);
+    got_rr += drain(*guests[1]);
+    return got == queued && got_rr == 1;
+  }, absl::Seconds(30)));
   for (int fd : hosts) close(fd);
 }
 

@@ -85,6 +85,10 @@ class Connection {
   TcpInfo Info() const;
   size_t readable_bytes() const { return rcvq_.ready_bytes(); }
   size_t unsent_bytes() const { return sendq_.size(); }
+  // Output would send at most one packet of data: nothing to resend and
+  // at most an MSS not yet sent (and whatever ACK or FIN is due). The
+  // layer's Poll sends such connections' packets first.
+  bool OutputIsSmall() const;
   bool writable() const;
   // How many SACK blocks (D-SACK included) the next segment we send will
   // carry, so that a data segment can size its payload for the options it

@@ -20,6 +20,12 @@ constexpr Duration kMaxPersist = absl::Seconds(60);
 
 void Connection::MarkOutput() { layer_.MarkOutput(this); }
 
+bool Connection::OutputIsSmall() const {
+  if (sb_.NextLost() < sb_.size()) return false;
+  const SeqNum end = sendq_.end();
+  return end <= snd_nxt_ || Span(snd_nxt_, end) <= mss_;
+}
+
 void Connection::Notify(uint32_t events) {
   if (attached_) layer_.notifier_.Mark(notifiable_, events);
 }

@@ -132,7 +132,21 @@ void TcpLayer::Poll(Instant now) {
   for (int round = 0; round < 4 && !pending_output_.empty(); ++round) {
     // Two vectors swapped back and forth keep their capacity: no heap.
     output_batch_.swap(pending_output_);
+    // Connections with at most a packet to send go first, then the rest
+    // in the order they were marked. The link sends this Poll's packets
+    // in the order they are made, so an interactive flow's reply (one
+    // small segment, an ACK) would otherwise wait behind every
+    // super-segment a bulk flow marked earlier in the turn emits: about
+    // 1 MiB of TAP writes, each running the guest kernel's receive
+    // (issue #34, rr-under-load).
+    for (Connection*& c : output_batch_) {
+      if (!c->OutputIsSmall()) continue;
+      c->output_marked_ = false;
+      c->Output(now_);
+      c = nullptr;
+    }
     for (Connection* c : output_batch_) {
+      if (c == nullptr) continue;
       c->output_marked_ = false;
       c->Output(now_);
     }

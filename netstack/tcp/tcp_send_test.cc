@@ -184,6 +184,35 @@ TEST_P(SendTest, UnansweredZeroWindowProbesGiveUp) {
   EXPECT_EQ(transport::ErrnoOf(sock_->TakeError()), ETIMEDOUT);
 }
 
+// Issue #34 (rr-under-load): one Poll sends what a bulk connection and an
+// interactive one both have. The interactive one's single small segment
+// goes first, though the bulk one was marked first: the link writes
+// packets in the order Poll makes them, so it would otherwise wait behind
+// all of the bulk connection's segments.
+TEST_P(SendTest, SmallOutputGoesBeforeABulkConnectionsSegments) {
+  Open();
+  const uint16_t bulk_port = h().peer.remote_port;
+  auto rr = h().OpenActive();
+  const uint16_t rr_port = h().peer.remote_port;
+  ASSERT_NE(rr_port, bulk_port);
+  const uint32_t rr_una = h().iss() + 1;
+  auto w = sock_->Write(Bytes(20 * mss_));  // marked first
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(*w, 20 * mss_);
+  w = rr->Write(Bytes(1));
+  ASSERT_TRUE(w.ok());
+  h().Poll();
+  const std::vector<OutSegment> out = h().Take();
+  // The bulk connection sends its initial window (10 segments), after.
+  ASSERT_EQ(out.size(), 11u);
+  EXPECT_EQ(out[0].tcp.src_port, rr_port);
+  EXPECT_THAT(out[0], Tcp(Seq(rr_una), PayloadLen(1)));
+  for (size_t i = 1; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].tcp.src_port, bulk_port) << "segment " << i;
+    EXPECT_THAT(out[i], Tcp(Seq(una_ + (i - 1) * mss_), PayloadLen(mss_)));
+  }
+}
+
 // As a sender: a peer's 16 MiB window (shift 9, field 32768) is filled
 // when cwnd allows.
 TEST(SendWindowTest, FillsSixteenMebibytePeerWindow) {
