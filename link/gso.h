@@ -38,7 +38,9 @@
 //
 // Cost: per wire packet, one PacketPool allocation, a header copy of at
 // most kMaxHeaderLen bytes, and one pass over its payload for the
-// checksum. No heap allocation (the pools allocate only until warm).
+// checksum; the headers are summed once per super-segment, and each packet
+// adds only the fields it changes. No heap allocation (the pools allocate
+// only until warm).
 #ifndef NETSTACK_LINK_GSO_H_
 #define NETSTACK_LINK_GSO_H_
 
