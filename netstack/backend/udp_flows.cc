@@ -109,6 +109,7 @@ struct UdpFlowTable::RxScratch {
   alignas(cmsghdr) uint8_t control[kRecvBatch][CMSG_SPACE(sizeof(int))];
   buffer::ChunkRef chunks[kRecvBatch];
   uint16_t segment[kRecvBatch];  // UDP_GRO's segment size, 0: one datagram
+  sockaddr_storage names[kRecvBatch];  // ReadInbound: each sender's
   // SuperDatagramLimit for datagrams of limit_size bytes, this batch's.
   uint16_t limit_size = 0;
   size_t limit = 0;
@@ -999,48 +1000,71 @@ UdpFlowTable::Flow* UdpFlowTable::OpenInbound(
 void UdpFlowTable::ReadInbound(int host_fd, const SocketAddress& guest,
                                const IpAddress& gateway,
                                InboundUdpCounts& counts, Instant now) {
-  for (int i = 0; i < kReadBatch; ++i) {
-    buffer::ChunkRef chunk = chunks_.Allocate();
-    uint8_t scratch[1];
-    const bool have_chunk = static_cast<bool>(chunk);
-    std::span<uint8_t> room =
-        have_chunk ? chunk->unshared_tail(0) : std::span<uint8_t>(scratch);
-    iovec iov{room.data(), room.size()};
-    sockaddr_storage from;
-    msghdr msg{};
-    msg.msg_name = &from;
-    msg.msg_namelen = sizeof(from);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    const ssize_t n = recvmsg(host_fd, &msg, MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // EAGAIN; nothing else is pending on an unconnected socket
+  // As ReadHost: recvmmsg into pooled chunks, with each sender's address.
+  RxScratch& rx = *rx_;
+  int budget = kReadBatch;
+  while (budget > 0) {
+    const unsigned want =
+        std::min<unsigned>(kRecvBatch, static_cast<unsigned>(budget));
+    unsigned m = 0;
+    for (; m < want; ++m) {
+      if (!rx.chunks[m]) rx.chunks[m] = chunks_.Allocate();
+      if (!rx.chunks[m]) break;
+      std::span<uint8_t> room = rx.chunks[m]->unshared_tail(0);
+      rx.iov[m] = iovec{room.data(), room.size()};
+      msghdr& h = rx.msgs[m].msg_hdr;
+      h = msghdr{};
+      h.msg_name = &rx.names[m];
+      h.msg_namelen = sizeof(rx.names[m]);
+      h.msg_iov = &rx.iov[m];
+      h.msg_iovlen = 1;
+      rx.msgs[m].msg_len = 0;
     }
-    if (!have_chunk) {
+    int n;
+    if (m == 0) {
+      // No chunk: the datagram is read away and counted.
+      uint8_t scratch[1];
+      n = static_cast<int>(recv(host_fd, scratch, sizeof(scratch), MSG_DONTWAIT));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
       ++counters_.to_guest_dropped_no_buffer;
       ++counts.dropped;
+      --budget;
       continue;
     }
-    const std::optional<SocketAddress> client =
-        FromSockaddr(from, msg.msg_namelen);
-    if (!client) continue;
-    Flow* flow = nullptr;
-    if (auto it = inbound_.find(InboundKey{host_fd, *client});
-        it != inbound_.end()) {
-      flow = it->second;
-    } else {
-      flow = OpenInbound(host_fd, *client, guest, gateway, counts, now);
-      if (flow == nullptr) continue;  // counted
+    ++counters_.to_guest_batches;
+    n = recvmmsg(host_fd, rx.msgs, m, MSG_DONTWAIT, nullptr);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;  // EAGAIN; nothing else is pending on an unconnected socket
     }
-    if (!SendToGuest(*flow, std::move(chunk), static_cast<size_t>(n), 0,
-                     now)) {
-      ++counts.dropped;
-      continue;
+    for (int i = 0; i < n; ++i) {
+      const std::optional<SocketAddress> client =
+          FromSockaddr(rx.names[i], rx.msgs[i].msg_hdr.msg_namelen);
+      if (!client) continue;
+      Flow* flow = nullptr;
+      if (auto it = inbound_.find(InboundKey{host_fd, *client});
+          it != inbound_.end()) {
+        flow = it->second;
+      } else {
+        flow = OpenInbound(host_fd, *client, guest, gateway, counts, now);
+        if (flow == nullptr) continue;  // counted
+      }
+      const size_t len = rx.msgs[i].msg_len;
+      if (!SendToGuest(*flow, std::move(rx.chunks[i]), len, 0, now)) {
+        ++counts.dropped;
+        continue;
+      }
+      ++counts.datagrams_to_guest;
+      counts.bytes_to_guest += len;
     }
-    ++counts.datagrams_to_guest;
-    counts.bytes_to_guest += static_cast<uint64_t>(n);
+    budget -= n;
+    if (static_cast<unsigned>(n) < m) break;  // drained
   }
+  // Unused chunks go back: nothing is held between readiness calls.
+  for (buffer::ChunkRef& c : rx.chunks) c.Reset();
 }
 
 size_t UdpFlowTable::CloseOutbound(

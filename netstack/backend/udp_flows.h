@@ -159,12 +159,13 @@ struct UdpFlowOptions {
   /* waited on the flow's backlog; sendmmsg calls on guest flows. */      \
   X(to_host_waited, "to_host_waited")                                     \
   X(to_host_batches, "to_host_batches")                                   \
-  /* Host super-datagrams read with UDP_GRO; recvmmsg calls. */           \
+  /* Host super-datagrams read with UDP_GRO; recvmmsg calls (the */      \
+  /* guest's flows and -u forwards' sockets). */                          \
   X(to_guest_gro, "to_guest_gro")                                         \
-  /* Super-frames sent to the guest whole (USO): GRO reads, or the */     \
-  /* part of one that fits a super-frame, where the link takes them. */    \
-  X(to_guest_uso, "to_guest_uso")                                         \
   X(to_guest_batches, "to_guest_batches")                                 \
+  /* Super-frames sent to the guest whole (USO), where the link takes */  \
+  /* them: GRO reads, and recvmmsg runs of same-sized datagrams. */       \
+  X(to_guest_uso, "to_guest_uso")                                         \
   /* Guest to host: the host socket's buffer was full (EAGAIN), the */    \
   /* datagram was too big for the host path (EMSGSIZE), another error. */ \
   X(to_host_dropped_full, "to_host_dropped.full")                         \
@@ -273,7 +274,8 @@ class UdpFlowTable final : public udp::UnmatchedDatagramHandler,
   // IPv4 address off the host's loopback, else `gateway`; its port when
   // free, another one otherwise. The guest's replies to that source go
   // back to the client from `host_fd`. Each datagram is received into a
-  // pooled chunk and handed to the stack as a view of it, no copy.
+  // pooled chunk and handed to the stack as a view of it, no copy: by
+  // recvmmsg, kRecvBatch at a time, at most kReadBatch a call.
   void ReadInbound(int host_fd, const transport::SocketAddress& guest,
                    const transport::IpAddress& gateway,
                    InboundUdpCounts& counts, Instant now);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -647,6 +648,50 @@ TEST_F(InboundFloodTest, WhenEveryFlowIsAnsweredTheLeastRecentGoes) {
 // administratively prohibited quoting the datagram, and gets no host
 // socket; an admitted one is asked about once, and its end reports its
 // bytes.
+// An inbound forward's burst (-u through the stack) is read by recvmmsg,
+// up to kRecvBatch datagrams a call, not a recvmsg each: 20 datagrams
+// from two clients, interleaved, in two calls of one ReadInbound; every
+// one reaches the guest, each client's in order.
+TEST_F(UdpFlowsTest, InboundBurstIsReadInBatches) {
+  MakeTable();
+  HostServer forward(*IpAddress::Parse("0.0.0.0"));
+  HostServer a(kLo4);
+  HostServer b(kLo4);
+  sockaddr_storage ss;
+  const socklen_t len =
+      ToSockaddr(SocketAddress{kLo4, forward.addr.port}, ss);
+  for (int i = 0; i < 20; ++i) {
+    const uint8_t byte = static_cast<uint8_t>(i);
+    ASSERT_EQ(sendto(i % 2 == 0 ? a.fd : b.fd, &byte, 1, 0,
+                     reinterpret_cast<sockaddr*>(&ss), len),
+              1);
+  }
+  pollfd p{forward.fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 2000), 1);
+  const SocketAddress guest = Peer4(7001);
+  InboundUdpCounts counts;
+  const uint64_t batches = table_->counters().to_guest_batches;
+  table_->ReadInbound(forward.fd, guest, IpAddress(our_ip4_), counts, now_);
+  EXPECT_EQ(table_->counters().to_guest_batches - batches, 2u);  // 16 + 4
+  EXPECT_EQ(counts.datagrams_to_guest, 20u);
+  EXPECT_EQ(counts.flows_opened, 2u);
+  std::vector<Got> got = Datagrams(RunUntilSent(20));
+  ASSERT_EQ(got.size(), 20u);
+  // By source port (a client's flow), the bytes in the order sent.
+  std::map<uint16_t, std::vector<uint8_t>> by_flow;
+  for (const Got& g : got) {
+    ASSERT_EQ(g.l4.size(), 9u);
+    by_flow[wire::LoadBe16(&g.l4[0])].push_back(g.l4[8]);
+  }
+  ASSERT_EQ(by_flow.size(), 2u);
+  for (const auto& [port, bytes] : by_flow) {
+    ASSERT_EQ(bytes.size(), 10u);
+    for (size_t i = 1; i < bytes.size(); ++i) {
+      EXPECT_EQ(bytes[i], bytes[i - 1] + 2) << port;
+    }
+  }
+}
+
 TEST_F(UdpFlowsTest, FlowTheAdmitHookRefusesGetsAdminProhibitedAndNoSocket) {
   UdpFlowOptions o;
   int asked = 0;
