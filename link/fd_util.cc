@@ -236,8 +236,15 @@ TxVerdict CheckTxFrame(const buffer::PacketBuffer& p, uint32_t mtu,
                        uint32_t gso_max_size, uint8_t* vnet) {
   if (p.size() < kMinFrameLen) return TxVerdict::kRunt;
   if (!p.is_gso()) {
-    if (vnet != nullptr) std::memset(vnet, 0, kVnetHdrLen);
-    return FrameFitsMtu(p, mtu) ? TxVerdict::kOk : TxVerdict::kOversize;
+    if (!FrameFitsMtu(p, mtu)) return TxVerdict::kOversize;
+    if (vnet == nullptr) {
+      // Only a vnet header can ask the kernel to complete a checksum.
+      return p.needs_checksum() ? TxVerdict::kBadGso : TxVerdict::kOk;
+    }
+    const VnetTxKind kind =
+        FillVnetHeader(p, std::span<uint8_t, kVnetHdrLen>(vnet, kVnetHdrLen));
+    return kind == VnetTxKind::kMalformed ? TxVerdict::kBadGso
+                                          : TxVerdict::kOk;
   }
   if (gso_max_size == 0 || vnet == nullptr) return TxVerdict::kBadGso;
   if (!FrameFitsMtu(p, std::max(mtu, gso_max_size))) {

@@ -118,7 +118,8 @@ enum class TxVerdict : uint8_t { kOk, kRunt, kOversize, kBadGso };
 // frame's virtio-net header to `vnet` (kVnetHdrLen bytes; may be null when
 // the fd has no vnet header and `gso_max_size` is 0).
 //   - A packet without GSO must pass FrameFitsMtu(p, mtu); its header is
-//     all zero.
+//     all zero, or NEEDS_CSUM when its checksum is partial (which needs
+//     `vnet`: without one it is kBadGso, as it would leave corrupt).
 //   - A GSO packet needs host GSO (gso_max_size > 0): its IP packet may be
 //     up to gso_max_size bytes (FrameFitsMtu with that as the MTU), and
 //     FillVnetHeader must accept its headers. Without host GSO it is

@@ -84,7 +84,12 @@ SnifferEndpoint::~SnifferEndpoint() {
 }
 
 LinkCapabilities SnifferEndpoint::Capabilities() const {
-  return inner_->Capabilities();
+  LinkCapabilities caps = inner_->Capabilities();
+  // The stack then completes single segments' checksums, so the capture
+  // shows them right (super-segments keep the pseudo-header sum, as in a
+  // capture of the kernel's TSO).
+  caps.tx_checksum_offload = false;
+  return caps;
 }
 
 void SnifferEndpoint::Attach(LinkReceiver* receiver) { receiver_ = receiver; }

@@ -460,9 +460,10 @@ absl::StatusOr<std::unique_ptr<TapEndpoint>> TapEndpoint::Setup(
   // are the ones whose virtio_net_hdr_to_skb knows UDP_L4: older ones
   // refuse the write (EINVAL), so the flags' fate decides.
   caps.udp_gso = (offloads & uso_flags) != 0;
-  // Only GSO frames get NEEDS_CSUM; every other frame leaves with a zero
-  // header and must carry complete checksums.
-  caps.tx_checksum_offload = false;
+  // Every TCP frame may leave with NEEDS_CSUM (CHECKSUM_PARTIAL to the
+  // kernel), not only super-segments: with host GSO, whose TUNSETVNETLE
+  // makes the kernel read our little-endian csum_start on any host.
+  caps.tx_checksum_offload = options.host_gso;
   caps.vnet_hdr = vnet_hdr;
   caps.mac =
       options.mac

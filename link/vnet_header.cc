@@ -281,7 +281,22 @@ VnetRxInfo ParseVnetHeader(const uint8_t* hdr) {
 VnetTxKind FillVnetHeader(const buffer::PacketBuffer& p,
                           std::span<uint8_t, kVnetHdrLen> out) {
   std::fill(out.begin(), out.end(), uint8_t{0});
-  if (!p.is_gso()) return VnetTxKind::kPlain;
+  if (!p.is_gso()) {
+    if (!p.needs_checksum()) return VnetTxKind::kPlain;
+    // The transport header is the tail of headers(), behind at least an
+    // Ethernet header; its checksum field lies inside it.
+    const buffer::PartialChecksum c = p.partial_checksum();
+    const size_t hdrs = p.headers().size();
+    if (hdrs < c.l4_header_len + size_t{14} ||
+        size_t{c.offset} + 2 > c.l4_header_len) {
+      return VnetTxKind::kMalformed;
+    }
+    out[vnet::kFlagsOffset] = vnet::kFlagNeedsCsum;
+    vnet::StoreLe16(out.data() + vnet::kCsumStartOffset,
+                    static_cast<uint16_t>(hdrs - c.l4_header_len));
+    vnet::StoreLe16(out.data() + vnet::kCsumOffsetOffset, c.offset);
+    return VnetTxKind::kPartialChecksum;
+  }
   if (p.gso().size == 0) return VnetTxKind::kMalformed;
   const GsoLayout l = ParseGsoHeaders(p.headers().data(), p.size(),
                                       p.gso().type);

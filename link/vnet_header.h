@@ -137,8 +137,15 @@ enum class VnetTxKind : uint8_t {
   // the UDP header.
   kGso,
   // A GSO packet whose headers break the contract of buffer/packet.h (or
-  // GSO size 0): it must not be sent. `out` is zeroed.
+  // GSO size 0), or a partial checksum whose field lies outside
+  // headers(): it must not be sent. `out` is zeroed.
   kMalformed,
+  // Not GSO, but its transport checksum is partial (PartialChecksum):
+  // NEEDS_CSUM with GSO_NONE, csum_start at the transport header and
+  // csum_offset from the mark. The receiving kernel treats it as
+  // CHECKSUM_PARTIAL: verified for local delivery, completed if it
+  // forwards the frame.
+  kPartialChecksum,
 };
 
 // Writes the kVnetHdrLen-byte header that sends `p` through a vnet-header

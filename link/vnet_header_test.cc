@@ -153,6 +153,33 @@ TEST_F(VnetHeaderTest, NonGsoPacketGetsAZeroHeader) {
   EXPECT_EQ(h, Header{});
 }
 
+// A single TCP segment whose checksum is left to the link (issue #34):
+// NEEDS_CSUM with GSO_NONE, csum_start at its TCP header and offset 16.
+// Without the mark it gets the zero header, as before.
+TEST_F(VnetHeaderTest, PartialChecksumWithoutGsoAsksForNeedsCsum) {
+  for (const bool v6 : {false, true}) {
+    buffer::PacketPtr p = Make(Spec(v6), 100);
+    p->gso() = buffer::GsoInfo{};
+    p->partial_checksum() = buffer::PartialChecksum{32, 16};
+    Header h;
+    h.fill(0xee);
+    EXPECT_EQ(Fill(*p, h), VnetTxKind::kPartialChecksum) << v6;
+    // csum_start 14 + 20 (IPv4) or 14 + 40 (IPv6); hdr_len and gso_size 0.
+    const uint8_t start = v6 ? 54 : 34;
+    const Header want = {0x01, 0x00, 0, 0, 0, 0, start, 0, 16, 0};
+    EXPECT_EQ(h, want) << v6;
+  }
+  // A mark that points outside headers() is not sent.
+  buffer::PacketPtr p = Make(Spec(false), 100);
+  p->gso() = buffer::GsoInfo{};
+  p->partial_checksum() = buffer::PartialChecksum{32, 31};
+  Header h;
+  EXPECT_EQ(Fill(*p, h), VnetTxKind::kMalformed);
+  EXPECT_EQ(h, Header{});
+  p->partial_checksum() = buffer::PartialChecksum{60, 16};  // > 66 - 14
+  EXPECT_EQ(Fill(*p, h), VnetTxKind::kMalformed);
+}
+
 TEST_F(VnetHeaderTest, ContractBreachesAreMalformed) {
   struct Case {
     const char* what;
@@ -232,6 +259,15 @@ TEST_F(VnetHeaderTest, CheckTxFrame) {
   EXPECT_EQ(h, Header{});
   EXPECT_EQ(CheckTxFrame(*plain, 1499, 65535, h.data()), TxVerdict::kOversize);
   EXPECT_EQ(CheckTxFrame(*plain, 1500, 0, nullptr), TxVerdict::kOk);
+
+  // A partial checksum needs a vnet header, which then says NEEDS_CSUM.
+  plain->partial_checksum() = buffer::PartialChecksum{32, 16};
+  h.fill(0xee);
+  EXPECT_EQ(CheckTxFrame(*plain, 1500, 0, h.data()), TxVerdict::kOk);
+  EXPECT_EQ(h[0], vnet::kFlagNeedsCsum);
+  EXPECT_EQ(h[1], vnet::kGsoNone);
+  EXPECT_EQ(h[6], 34);
+  EXPECT_EQ(CheckTxFrame(*plain, 1500, 0, nullptr), TxVerdict::kBadGso);
 }
 
 // ValidateVnetRx: a guest's header and frame, each lie refused with its

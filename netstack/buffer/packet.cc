@@ -19,6 +19,7 @@ PacketBuffer& PacketBuffer::operator=(PacketBuffer&& o) noexcept {
   payload_count_ = std::exchange(o.payload_count_, 0);
   payload_size_ = std::exchange(o.payload_size_, 0);
   gso_ = std::exchange(o.gso_, GsoInfo{});
+  csum_ = std::exchange(o.csum_, PartialChecksum{});
   return *this;
 }
 
@@ -50,6 +51,7 @@ void PacketBuffer::Reset() {
   payload_count_ = 0;
   payload_size_ = 0;
   gso_ = GsoInfo{};
+  csum_ = PartialChecksum{};
 }
 
 void PacketDeleter::operator()(PacketBuffer* p) const {

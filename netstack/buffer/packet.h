@@ -56,6 +56,21 @@ struct GsoInfo {
   uint16_t size = 0;
 };
 
+// A transport checksum left to the link (CHECKSUM_PARTIAL) on a packet
+// without GSO. The transport header is the last `l4_header_len` bytes of
+// headers(), the payload views follow it, and its checksum field, `offset`
+// bytes in, holds the pseudo-header sum over the transport length, not
+// complemented; header and payload are not summed. The stack completes it
+// in software before handing the packet to a link whose
+// LinkCapabilities::tx_checksum_offload is false, or before fragmenting
+// it; a link that keeps it sends it with virtio-net's NEEDS_CSUM
+// (FillVnetHeader). A GSO packet never carries it (GsoInfo's contract
+// already makes its checksum partial).
+struct PartialChecksum {
+  uint8_t l4_header_len = 0;  // 0: the checksum is complete
+  uint8_t offset = 0;         // of the field: 16 for TCP, 6 for UDP
+};
+
 class PacketBuffer {
  public:
   // A 64 KiB super-segment spans at most two chunks when its send queue
@@ -95,7 +110,13 @@ class PacketBuffer {
   const GsoInfo& gso() const { return gso_; }
   bool is_gso() const { return gso_.type != GsoType::kNone; }
 
-  // Clears headers, GSO info and payload references, for reuse.
+  // The checksum left to the link (see PartialChecksum).
+  PartialChecksum& partial_checksum() { return csum_; }
+  const PartialChecksum& partial_checksum() const { return csum_; }
+  bool needs_checksum() const { return csum_.l4_header_len != 0; }
+
+  // Clears headers, GSO info, the partial-checksum mark and payload
+  // references, for reuse.
   void Reset();
 
   // The link that chains packets (e.g. the per-segment headers of one GSO
@@ -112,6 +133,7 @@ class PacketBuffer {
   uint32_t payload_count_ = 0;
   uint32_t payload_size_ = 0;
   GsoInfo gso_;
+  PartialChecksum csum_;
   PacketPool* pool_ = nullptr;  // set only for pooled storage
 };
 

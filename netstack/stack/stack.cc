@@ -6,9 +6,35 @@
 #include "netstack/stack/nic.h"
 #include "netstack/wire/ip_protocol.h"
 #include "netstack/wire/arp.h"
+#include "netstack/wire/checksum.h"
 #include "netstack/wire/ethernet.h"
 
 namespace netstack::stack {
+namespace {
+
+// Completes a checksum left to the link (buffer::PartialChecksum): sums
+// the transport header, whose field holds the pseudo-header sum, and the
+// payload, and stores the complement. One pass over the payload, as when
+// the transport summed it itself.
+void CompletePartialChecksum(buffer::PacketBuffer& p) {
+  const buffer::PartialChecksum c = p.partial_checksum();
+  p.partial_checksum() = {};
+  const auto hdrs = p.headers().mutable_data();
+  if (hdrs.size() < c.l4_header_len || size_t{c.offset} + 2 > c.l4_header_len) {
+    return;  // not produced by our transports; left as it is
+  }
+  const std::span<uint8_t> l4 = hdrs.last(c.l4_header_len);
+  wire::ChecksumAccumulator acc;
+  acc.Add(l4);
+  for (const buffer::PayloadView& v : p.payload()) acc.Add(v.bytes());
+  uint16_t sum = acc.Checksum();
+  // UDP (field at 6) sends a computed zero as all ones (RFC 768).
+  if (sum == 0 && c.offset == 6) sum = 0xffff;
+  l4[c.offset] = static_cast<uint8_t>(sum >> 8);
+  l4[c.offset + 1] = static_cast<uint8_t>(sum);
+}
+
+}  // namespace
 
 Stack::Stack(const StackOptions& options, buffer::ChunkPool& chunks,
              buffer::PacketPool& packets)
@@ -359,6 +385,9 @@ void Stack::QueueFrame(Nic& nic, buffer::PacketPtr packet,
   if (nic.tx.size() >= options_.tx_queue_limit) {
     return Drop(DropReason::kTxQueueFull);
   }
+  if (packet->needs_checksum() && !nic.caps.tx_checksum_offload) {
+    CompletePartialChecksum(*packet);
+  }
   wire::EthernetRepr eth;
   eth.src = nic.caps.mac;
   eth.dst = dst;
@@ -370,11 +399,12 @@ void Stack::QueueFrame(Nic& nic, buffer::PacketPtr packet,
 }
 
 size_t Stack::ToPayloadViews(
-    const buffer::PacketBuffer& packet,
+    buffer::PacketBuffer& packet,
     std::array<buffer::PayloadView,
                buffer::PacketBuffer::kMaxPayloadViews + 1>& out) {
   buffer::ChunkRef chunk = chunks_.Allocate();
   if (!chunk) return 0;
+  if (packet.needs_checksum()) CompletePartialChecksum(packet);
   const auto hdr = packet.headers().data();
   std::copy(hdr.begin(), hdr.end(), chunk->mutable_data().begin());
   size_t n = 0;

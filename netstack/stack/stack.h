@@ -365,7 +365,10 @@ class Stack {
   // nothing delivered) if it is not about a datagram of ours.
   bool DeliverIcmpError(IcmpError e, std::span<const uint8_t> invoking,
                         Instant now);
-  // Adds the Ethernet header and queues the packet on the NIC.
+  // Adds the Ethernet header and queues the packet on the NIC. A packet
+  // whose checksum is left to the link (PartialChecksum) has it completed
+  // here unless the NIC's link offloads it, so no route or link change
+  // can send it half done.
   void QueueFrame(Nic& nic, buffer::PacketPtr packet,
                   const wire::MacAddress& dst, uint16_t ethertype);
   // Resolves `next_hop` on `nic` and queues, or parks the packet in the
@@ -375,9 +378,10 @@ class Stack {
   void ResolveAndQueue6(Nic& nic, const wire::Ipv6Address& next_hop,
                         buffer::PacketPtr packet, Instant now);
   // The packet's headers (moved into a fresh chunk) followed by its
-  // payload views; 0 if no chunk is available.
+  // payload views; 0 if no chunk is available. A partial checksum is
+  // completed first: fragments leave without the mark.
   size_t ToPayloadViews(
-      const buffer::PacketBuffer& packet,
+      buffer::PacketBuffer& packet,
       std::array<buffer::PayloadView,
                  buffer::PacketBuffer::kMaxPayloadViews + 1>& out);
   void Drop(DropReason reason) {

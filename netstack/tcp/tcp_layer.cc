@@ -623,17 +623,18 @@ bool TcpLayer::Transmit(const transport::FourTuple& tuple,
     stack_.CountDrop(DropReason::kNoBuffer);
     return false;
   }
-  // A super-segment is split by the link (software or host GSO), which
-  // sums each wire packet's slice: here it gets only the pseudo-header
-  // sum (CHECKSUM_PARTIAL), and its payload is never read.
+  // Every segment gets only the pseudo-header sum (CHECKSUM_PARTIAL);
+  // its payload is not read here. A super-segment is split by the link
+  // (software or host GSO), which sums each wire packet's slice. A single
+  // segment carries the PartialChecksum mark: a TAP hands it to the
+  // kernel with NEEDS_CSUM, and the stack completes it for any other link
+  // (issue #34: the guest's kernel verified what we had summed).
   const bool gso = out.packets > 1 && out.gso_size > 0;
-  wire::ChecksumAccumulator payload_sum;
   for (uint32_t i = 0; i < out.views; ++i) {
     if (!p->AppendPayload(out.payload[i])) {
       ++counters_.send_failures;
       return false;
     }
-    if (!gso) payload_sum.Add(out.payload[i].bytes());
   }
   wire::TcpRepr tcp = out.tcp;
   tcp.src_port = tuple.local.port;
@@ -646,18 +647,18 @@ bool TcpLayer::Transmit(const transport::FourTuple& tuple,
     return false;
   }
   tcp.Emit(wire::MutableTcpHeader(*hdr));
+  if (!gso) {
+    p->partial_checksum() = buffer::PartialChecksum{
+        static_cast<uint8_t>(hlen), wire::TcpHeader::kChecksumOffset};
+  }
   const size_t l4_len = hlen + out.payload_len;
   ++counters_.segments_out;
   if (tuple.remote.ip.is_v4()) {
     const uint16_t pseudo =
         wire::Ipv4PseudoHeaderSum(tuple.local.ip.v4(), tuple.remote.ip.v4(),
                                   kTcp, static_cast<uint32_t>(l4_len));
-    if (gso) {
-      p->gso() = buffer::GsoInfo{buffer::GsoType::kTcpV4, out.gso_size};
-      wire::MutableTcpHeader(*hdr).SetChecksum(pseudo);
-    } else {
-      wire::MutableTcpHeader(*hdr).FillChecksum(pseudo, payload_sum);
-    }
+    if (gso) p->gso() = buffer::GsoInfo{buffer::GsoType::kTcpV4, out.gso_size};
+    wire::MutableTcpHeader(*hdr).SetChecksum(pseudo);
     wire::Ipv4Repr ip;
     ip.src = tuple.local.ip.v4();
     ip.dst = tuple.remote.ip.v4();
@@ -668,12 +669,8 @@ bool TcpLayer::Transmit(const transport::FourTuple& tuple,
   const uint16_t pseudo =
       wire::Ipv6PseudoHeaderSum(tuple.local.ip.v6(), tuple.remote.ip.v6(),
                                 kTcp, static_cast<uint32_t>(l4_len));
-  if (gso) {
-    p->gso() = buffer::GsoInfo{buffer::GsoType::kTcpV6, out.gso_size};
-    wire::MutableTcpHeader(*hdr).SetChecksum(pseudo);
-  } else {
-    wire::MutableTcpHeader(*hdr).FillChecksum(pseudo, payload_sum);
-  }
+  if (gso) p->gso() = buffer::GsoInfo{buffer::GsoType::kTcpV6, out.gso_size};
+  wire::MutableTcpHeader(*hdr).SetChecksum(pseudo);
   wire::Ipv6Repr ip;
   ip.src = tuple.local.ip.v6();
   ip.dst = tuple.remote.ip.v6();

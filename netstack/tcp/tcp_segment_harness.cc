@@ -111,6 +111,7 @@ SegmentHarness::SegmentHarness(const HarnessOptions& options)
   link::LinkCapabilities caps;
   caps.mtu = options_.mtu;
   caps.gso_max_size = options_.gso_max_size;
+  caps.tx_checksum_offload = options_.tx_checksum_offload;
   caps.mac = OurMac();
   link_ = std::make_unique<stack::FakeLink>(chunks_, caps);
   stack_ = std::make_unique<stack::Stack>(stack::StackOptions{}, chunks_,

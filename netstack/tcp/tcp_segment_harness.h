@@ -137,6 +137,9 @@ struct HarnessOptions {
   // The link's GSO limit (0: every packet fits the MTU). With GSO the
   // stack sends super-segments, which the test sees whole.
   uint32_t gso_max_size = 0;
+  // LinkCapabilities::tx_checksum_offload: single segments then leave
+  // with only the pseudo-header sum in their checksum field.
+  bool tx_checksum_offload = false;
   TcpLayerOptions tcp;
 };
 
