@@ -377,15 +377,7 @@ bool TcpFlow::PumpGuestToHost() {
 
 bool TcpFlow::PumpHostToGuest() {
   const uint32_t limit = backend_.config_.limits.host_to_guest_buffer;
-  if (const uint64_t turn = backend_.loop_.stats().turns; turn != pump_turn_) {
-    pump_turn_ = turn;
-    turn_bytes_ = 0;
-  }
   while (!host_eof_) {
-    // This turn's share is taken: the loop's epoll is level-triggered, so
-    // the next turn comes back for the rest, after the link and the other
-    // flows have had theirs.
-    if (turn_bytes_ >= kHostToGuestPerTurn) return true;
     if ((sock_->Events() & ev::kWritable) == 0 ||
         sock_->unsent_bytes() >= limit) {
       return true;  // the guest's side is full: leave the host unread
@@ -404,9 +396,8 @@ bool TcpFlow::PumpHostToGuest() {
     }
     waiting_for_chunk_ = false;  // (still listed: ChunkAvailable is harmless)
     if (!host_readable_) return true;  // epoll's OnReadable brings us back
-    const size_t want = std::min<size_t>(
-        {room.size(), limit - sock_->unsent_bytes(),
-         static_cast<size_t>(kHostToGuestPerTurn - turn_bytes_)});
+    const size_t want =
+        std::min<size_t>(room.size(), limit - sock_->unsent_bytes());
     const ssize_t n = recv(fd_, room.data(), want, MSG_DONTWAIT);
     if (n > 0) {
       if (absl::Status s = sock_->WriteView(
@@ -417,7 +408,6 @@ bool TcpFlow::PumpHostToGuest() {
       }
       backend_.counters_.tcp_bytes_host_to_guest += static_cast<uint64_t>(n);
       bytes_in_ += static_cast<uint64_t>(n);
-      turn_bytes_ += static_cast<uint64_t>(n);
       if (inbound_counts_) {
         inbound_counts_->bytes_to_guest += static_cast<uint64_t>(n);
       }

@@ -99,12 +99,6 @@ class TcpFlow : public eventloop::Handler {
   void EgressResumed();
   // recv() into the arena's chunk only while this much of it is left.
   static constexpr uint32_t kMinRecvRoom = 4096;
-  // The most host bytes one flow moves toward the guest in one turn of
-  // the loop (issue #34, rr-under-load). A bulk download otherwise read
-  // up to host_to_guest_buffer (1 MiB) and wrote as much to the TAP each
-  // turn, while another flow's request waited in the TAP queue and its
-  // reply on the host socket for the turn to end.
-  static constexpr uint64_t kHostToGuestPerTurn = 256 << 10;
 
  private:
   std::shared_ptr<InboundTcpCounts> inbound_counts_;
@@ -160,10 +154,6 @@ class TcpFlow : public eventloop::Handler {
   // transaction made 1.2 recv calls, 0.2 of them EAGAIN).
   bool host_readable_ = true;
   bool in_pump_ = false;
-  // kHostToGuestPerTurn's count: the loop turn it is for, and the bytes
-  // moved in it.
-  uint64_t pump_turn_ = UINT64_MAX;
-  uint64_t turn_bytes_ = 0;
   bool inbound_ = false;
   // The egress policy's: Start's `egress` and `host`; when it started and
   // its bytes each way, for the flow log.
