@@ -158,6 +158,11 @@ class Device {
   bool Live(int q) const {
     return queues_[q].started && queues_[q].enabled && queues_[q].vq.ready();
   }
+  // Started and set up, enabled or not: vhost-user.rst has a started but
+  // disabled ring processed without side effects.
+  bool Started(int q) const {
+    return queues_[q].started && queues_[q].vq.ready();
+  }
   Virtqueue& queue(int q) { return queues_[q].vq; }
   int kick_fd(int q) const { return queues_[q].kick.get(); }
   int call_fd(int q) const { return queues_[q].call.get(); }

@@ -505,7 +505,10 @@ void VhostUserEndpoint::Poll(Instant now) {
 
 void VhostUserEndpoint::FromGuest(Instant now) {
   from_guest_more_ = false;
-  if (!device_.Live(kTxQueue)) return;
+  if (!device_.Started(kTxQueue)) return;
+  // A started but disabled ring's chains are taken and discarded
+  // (vhost-user.rst): the guest gets its buffers back, the stack nothing.
+  const bool discard = !device_.Live(kTxQueue);
   Virtqueue& vq = device_.queue(kTxQueue);
   const size_t hdr_len = device_.vnet_hdr_len();
   uint8_t hdr[kVnetHdrMrgLen];
@@ -524,6 +527,11 @@ void VhostUserEndpoint::FromGuest(Instant now) {
       continue;
     }
     vq.PushUsed(head, 0);  // the copy below is all we keep of it
+    if (discard) {
+      ++vstats_.from_guest_disabled;
+      ++stats_.rx_dropped;
+      continue;
+    }
     if (bytes < hdr_len + kMinFrameLen) {
       ++vstats_.from_guest_runt;
       ++stats_.rx_dropped;
@@ -741,6 +749,7 @@ std::string FormatVhostUserCounters(const VhostUserEndpoint& e) {
   line("from_guest_runt", v.from_guest_runt);
   line("from_guest_no_buffer", v.from_guest_no_buffer);
   line("from_guest_gso", v.from_guest_gso);
+  line("from_guest_disabled", v.from_guest_disabled);
   line("to_guest_not_ready", v.to_guest_not_ready);
   line("to_guest_waits", v.to_guest_waits);
   line("to_guest_too_small", v.to_guest_too_small);

@@ -102,6 +102,9 @@ struct VhostUserStats {
   uint64_t from_guest_no_buffer = 0;  // chunk pool exhausted
   uint64_t from_guest_no_receiver = 0;
   uint64_t from_guest_gso = 0;        // TSO super-frames accepted
+  // Chains of a started but disabled TX ring: returned empty, unread
+  // (vhost-user.rst: such a ring is processed and its packets discarded).
+  uint64_t from_guest_disabled = 0;
   // To the guest (its RX queue).
   uint64_t to_guest_chain_refused[vhost_user::kChainErrorCount] = {};
   uint64_t to_guest_not_ready = 0;   // dropped: no front-end or ring

@@ -654,6 +654,31 @@ TEST_F(VhostUserTest, RunawayAvailIndexStopsTheQueue) {
   EXPECT_TRUE(rx_.frames.empty());
 }
 
+// vhost-user.rst: a ring that is started but disabled is processed
+// without side effects; for a net device, TX chains are taken and
+// discarded. They go back to the guest empty, and none reaches the stack.
+TEST_F(VhostUserTest, DisabledTxRingIsDrainedAndDiscarded) {
+  ExpectGoodFrameStillPasses(1);
+  fe_->Send(vu::kSetVringEnable, FakeFrontEnd::State(1, 0));
+  Step();
+  const uint16_t head = fe_->PostTx(WithHeader(TestFrame(100, 2)));
+  Step();
+  EXPECT_EQ(rx_.frames.size(), 1u);
+  const auto used = fe_->TakeUsed(1);
+  ASSERT_EQ(used.size(), 2u);
+  EXPECT_EQ(used[1].id, head);
+  EXPECT_EQ(used[1].len, 0u);
+  EXPECT_EQ(ep_->vhost_stats().from_guest_disabled, 1u);
+  EXPECT_EQ(ep_->Stats().rx_dropped, 1u);
+  // EVENT_IDX: the driver is asked to kick for the next chain, as ever.
+  EXPECT_EQ(fe_->AvailEvent(1), 2);
+  // Enabled again, frames flow.
+  fe_->Send(vu::kSetVringEnable, FakeFrontEnd::State(1, 1));
+  Step();
+  ExpectGoodFrameStillPasses(3);
+  EXPECT_EQ(ep_->vhost_stats().from_guest_disabled, 1u);
+}
+
 // A guest reset mid-transfer: QEMU stops the rings (GET_VRING_BASE),
 // the driver starts again from the bases it was told, and the frames
 // flow again; a chain posted while the ring was stopped is not touched.
