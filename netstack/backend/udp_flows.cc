@@ -73,6 +73,10 @@ struct UdpFlowTable::Flow {
   uint64_t bytes_in = 0;
   // The socket refused UDP_SEGMENT once: super-datagrams are split here.
   bool no_segment = false;
+  // The guest's link takes USO (UdpLayer::SuperDatagramLimit), asked at
+  // the flow's first read: without it ReadHost looks for no runs.
+  bool uso_known = false;
+  bool uso = false;
   // EPOLLOUT is armed: the socket's buffer was full (EAGAIN).
   bool blocked = false;
   // On the table's dirty_ list: its backlog leaves at the turn's end.
@@ -696,6 +700,10 @@ void UdpFlowTable::ReadHost(Flow& flow, Instant now) {
       --budget;
       continue;
     }
+    if (!flow.uso_known) {
+      flow.uso_known = true;
+      flow.uso = udp_.SuperDatagramLimit(flow.key.local.ip, 1) > 0;
+    }
     for (int i = 0; i < n; ++i) {
       rx.segment[i] = 0;
       msghdr& h = rx.msgs[i].msg_hdr;
@@ -710,9 +718,14 @@ void UdpFlowTable::ReadHost(Flow& flow, Instant now) {
           }
         }
       }
+      // Without USO there are no runs to look for: each goes now.
+      if (!flow.uso) {
+        (void)SendToGuest(flow, std::move(rx.chunks[i]), rx.msgs[i].msg_len,
+                          rx.segment[i], now);
+      }
     }
     rx.limit_size = 0;
-    for (int i = 0; i < n;) {
+    for (int i = 0; flow.uso && i < n;) {
       const int run = SendRunToGuest(flow, i, n, now);
       if (run > 0) {
         i += run;
