@@ -256,6 +256,27 @@ TEST_F(SnifferTest, RejectsNullInner) {
   EXPECT_EQ(sniffer.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A link that completes partial checksums is reported as one that does
+// not: the stack then completes single TCP segments' sums itself, so the
+// capture shows them right (issue #34).
+TEST_F(SnifferTest, ReportsNoChecksumOffloadSoCapturesHoldFullSums) {
+  class OffloadingEndpoint : public RecordingEndpoint {
+   public:
+    using RecordingEndpoint::RecordingEndpoint;
+    LinkCapabilities Capabilities() const override {
+      LinkCapabilities caps = RecordingEndpoint::Capabilities();
+      caps.tx_checksum_offload = true;
+      return caps;
+    }
+  };
+  auto inner = std::make_unique<OffloadingEndpoint>(chunks_);
+  ASSERT_TRUE(inner->Capabilities().tx_checksum_offload);
+  auto sniffer =
+      SnifferEndpoint::Create(std::move(inner), TempPath("csum.pcap"));
+  ASSERT_TRUE(sniffer.ok());
+  EXPECT_FALSE((*sniffer)->Capabilities().tx_checksum_offload);
+}
+
 TEST_F(SnifferTest, ForwardsCapabilitiesAndFds) {
   ChannelOptions options;
   options.mtu = 9000;
