@@ -501,6 +501,10 @@ class SandboxRunnerTest(unittest.TestCase):
             err = nd.stderr.read()
             self.assertEqual(rc, 0, err)
             self.assertIn(f"/run/netns/{name} is gone; quitting", err)
+            # Its counters at exit name the link by the TAP's name in the
+            # namespace (tap0), as docs/COUNTERS.md says (they said unix0).
+            self.assertRegex(err, r"\blink\.tap0\.rx_frames \d+")
+            self.assertNotIn("link.unix0.", err)
             print(f"  --netns {name}: quit "
                   f"{(time.monotonic() - t0) * 1000:.0f} ms after ip netns "
                   f"del", file=sys.stderr)

@@ -320,6 +320,9 @@ RuntimeOptions RuntimeOptionsFor(const Config& c, const Guest& g,
                : !c.tap.empty()    ? c.tap
                : !c.packet.empty() ? c.packet
                : !c.vhost_user_path.empty() ? "vhost0"
+               // The TAP netstackd made in a guest's namespace (--netns,
+               // --netns-pid, -- CMD) is named there.
+               : c.unix_path.empty() && g.netns.valid() ? c.guest_ifname
                                    : "unix0";
   o.addrs4 = c.addrs;
   o.addrs6 = c.addrs6;
