@@ -813,8 +813,9 @@ bool UdpFlowTable::SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n,
       step != n ? udp_.SuperDatagramLimit(flow.key.local.ip,
                                           static_cast<uint16_t>(step))
                 : 0;
-  // Whole datagrams per super-frame; under 2 there is nothing to gain.
-  const size_t super_max = limit / step * step;
+  // Whole datagrams per super-frame; under 2 there is nothing to gain. An
+  // empty datagram (step 0, which a host peer may send) leaves as itself.
+  const size_t super_max = step != 0 ? limit / step * step : 0;
   bool all = true;
   size_t off = 0;
   do {
@@ -827,7 +828,7 @@ bool UdpFlowTable::SendToGuest(Flow& flow, buffer::ChunkRef chunk, size_t n,
     const buffer::PayloadView view(chunk, static_cast<uint32_t>(off),
                                    static_cast<uint32_t>(len));
     const std::span<const buffer::PayloadView> views(&view, 1);
-    const uint64_t datagrams = (len + step - 1) / step;
+    const uint64_t datagrams = step != 0 ? (len + step - 1) / step : 1;
     const bool super = datagrams > 1;
     if (!(super ? udp_.SendSuperFrom(flow.key.remote, flow.key.local, views,
                                      static_cast<uint16_t>(step), now)

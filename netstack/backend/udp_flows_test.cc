@@ -1483,6 +1483,34 @@ TEST_P(UdpUsoTest, OneReadsRunOfSameSizedDatagramsLeavesAsOneSuperFrame) {
   EXPECT_EQ(table_->counters().datagrams_to_guest, 14u);
 }
 
+// An empty datagram from the host (a peer may send one) reaches the
+// guest as an empty datagram, between others, on links with and without
+// USO. The USO arithmetic divided by its size (0): SIGFPE, found by
+// //fuzz:udp_flows_fuzzer.
+TEST_P(UdpUsoTest, EmptyDatagramFromTheHostReachesTheGuest) {
+  uint16_t port = 45000;
+  for (const IpAddress& lo : {kLo4, kLo6}) {
+    SCOPED_TRACE(lo.ToString());
+    HostServer server(lo);
+    const SocketAddress flow = OpenFlow(server, ++port);
+    link_->sent.clear();
+    sockaddr_storage ss;
+    const socklen_t len = ToSockaddr(flow, ss);
+    const std::vector<uint8_t> data = Pattern(300, 3);
+    for (size_t size : {size_t{0}, size_t{300}, size_t{0}}) {
+      ASSERT_EQ(sendto(server.fd, data.data(), size, 0,
+                       reinterpret_cast<sockaddr*>(&ss), len),
+                static_cast<ssize_t>(size));
+    }
+    RunUntilDatagrams(3);
+    ASSERT_EQ(link_->sent.size(), 3u);
+    const std::span<const uint8_t> all(data);
+    ExpectFrame(link_->sent[0], server.addr, port, all.first(0), 0);
+    ExpectFrame(link_->sent[1], server.addr, port, all, 0);
+    ExpectFrame(link_->sent[2], server.addr, port, all.first(0), 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(LinkTakesUso, UdpUsoTest, ::testing::Bool());
 }  // namespace
 }  // namespace netstack::backend
