@@ -55,6 +55,28 @@ struct HostServer {
     addr = *FromSockaddr(ss, len);
   }
   ~HostServer() { close(fd); }
+  // Sends `data` to `to` in ONE UDP_SEGMENT send of `segment`-byte
+  // datagrams (a flow's socket with UDP_GRO reads it whole).
+  void SendSegmented(const SocketAddress& to, const std::vector<uint8_t>& data,
+                     uint16_t segment) {
+    sockaddr_storage ss;
+    const socklen_t len = ToSockaddr(to, ss);
+    iovec iov{const_cast<uint8_t*>(data.data()), data.size()};
+    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(uint16_t))] = {};
+    msghdr m{};
+    m.msg_name = &ss;
+    m.msg_namelen = len;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+    ASSERT_EQ(sendmsg(fd, &m, 0), static_cast<ssize_t>(data.size()));
+  }
   // Receives one datagram (waits up to 2 s); echoes it back if asked.
   std::optional<std::vector<uint8_t>> Receive(SocketAddress* from,
                                               bool echo) {
@@ -1034,24 +1056,7 @@ TEST_F(UdpBatchTest, HostGroSuperDatagramReachesTheGuestAsItsDatagrams) {
     // The host peer sends 7 datagrams with one UDP_SEGMENT send; the
     // flow's socket (UDP_GRO) reads them as one.
     const std::vector<uint8_t> data = Pattern(6 * 1200 + 5, 4);
-    sockaddr_storage ss;
-    const socklen_t len = ToSockaddr(flow_addr, ss);
-    iovec iov{const_cast<uint8_t*>(data.data()), data.size()};
-    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(uint16_t))] = {};
-    msghdr m{};
-    m.msg_name = &ss;
-    m.msg_namelen = len;
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = control;
-    m.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_UDP;
-    c->cmsg_type = UDP_SEGMENT;
-    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-    const uint16_t seg = 1200;
-    std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
-    ASSERT_EQ(sendmsg(server.fd, &m, 0), static_cast<ssize_t>(data.size()));
+    server.SendSegmented(flow_addr, data, 1200);
     const uint64_t gro_before = table_->counters().to_guest_gro;
     std::vector<Got> got = Datagrams(RunUntilSent(7));
     ASSERT_EQ(got.size(), 7u);
@@ -1273,29 +1278,6 @@ class UdpUsoTest : public ::testing::TestWithParam<bool> {
     EXPECT_TRUE(server.Receive(&flow, false));
     return flow;
   }
-  // The host peer sends `data` to `to` in ONE UDP_SEGMENT send of
-  // `segment`-byte datagrams; the flow's socket (UDP_GRO) reads it whole.
-  static void SendSegmented(HostServer& server, const SocketAddress& to,
-                            const std::vector<uint8_t>& data,
-                            uint16_t segment) {
-    sockaddr_storage ss;
-    const socklen_t len = ToSockaddr(to, ss);
-    iovec iov{const_cast<uint8_t*>(data.data()), data.size()};
-    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(uint16_t))] = {};
-    msghdr m{};
-    m.msg_name = &ss;
-    m.msg_namelen = len;
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = control;
-    m.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_UDP;
-    c->cmsg_type = UDP_SEGMENT;
-    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-    std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
-    ASSERT_EQ(sendmsg(server.fd, &m, 0), static_cast<ssize_t>(data.size()));
-  }
   // Turns the loop until `datagrams` more reached the guest (or 2 s).
   void RunUntilDatagrams(uint64_t datagrams) {
     const uint64_t want = table_->counters().datagrams_to_guest + datagrams;
@@ -1365,7 +1347,7 @@ TEST_P(UdpUsoTest, GroReadLeavesAsOneSuperFrameOnlyWhereTheLinkTakesUso) {
     link_->sent.clear();
     const uint64_t uso_before = table_->counters().to_guest_uso;
     const std::vector<uint8_t> data = Pattern(6 * 1200 + 5, 9);
-    SendSegmented(server, flow, data, 1200);
+    server.SendSegmented(flow, data, 1200);
     RunUntilDatagrams(7);
     const std::span<const uint8_t> all(data);
     if (uso) {
@@ -1411,7 +1393,7 @@ TEST_P(UdpUsoTest, SuperFramesStopAtTheSegmentCountIpLengthAndMtu) {
     link_->sent.clear();
     const uint64_t uso_before = table_->counters().to_guest_uso;
     const std::vector<uint8_t> data = Pattern(c.bytes, 3);
-    SendSegmented(server, flow, data, c.segment);
+    server.SendSegmented(flow, data, c.segment);
     RunUntilDatagrams((c.bytes + c.segment - 1) / c.segment);
     const std::span<const uint8_t> all(data);
     ASSERT_FALSE(link_->sent.empty());
